@@ -1,0 +1,165 @@
+//! `sessctl`: git-like storage for AI-agent sessions.
+//!
+//! This file parses arguments, dispatches to one module per command family,
+//! and turns errors into one line on stderr and an exit code. It holds no
+//! storage logic: everything it does goes through `sessctl_store`.
+
+mod output;
+mod plumbing;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use sessctl_store::{Error, Odb, OpenOptions};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  the command failed (not found, invalid input, refused)
+  2  usage error (unknown command or flag, bad argument)
+  3  corruption detected: stored bytes do not match their ids or checksums
+  4  the store is in use by another process (see --wait)";
+
+/// Git-like, content-addressed storage for AI-agent sessions.
+#[derive(Debug, Parser)]
+#[command(name = "sessctl", version, after_help = EXIT_CODES, max_term_width = 100)]
+struct Cli {
+    /// The store to use.
+    #[arg(long, global = true, env = "SESSCTL_STORE", default_value = ".sessctl")]
+    store: PathBuf,
+    /// Wait up to this many seconds for another process to release the store.
+    #[arg(long, global = true, value_name = "SECONDS")]
+    wait: Option<f64>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create an empty store.
+    Init,
+    /// Compute the blob id of a JSON value, and optionally store it.
+    HashObject(plumbing::HashObjectArgs),
+    /// Show an object: its type, size, content or JSON form.
+    CatObject(plumbing::CatObjectArgs),
+    /// Move journal segments and packs into one new pack.
+    Repack,
+}
+
+/// A command's failure: what to print and how to exit.
+#[derive(Debug)]
+pub enum CommandError {
+    Store(Error),
+    /// Bad input the user can fix.
+    Usage(String),
+    /// Anything else, already phrased for the user.
+    Failed(String),
+}
+
+impl From<Error> for CommandError {
+    fn from(e: Error) -> Self {
+        CommandError::Store(e)
+    }
+}
+
+impl From<std::io::Error> for CommandError {
+    fn from(e: std::io::Error) -> Self {
+        CommandError::Failed(e.to_string())
+    }
+}
+
+pub type CmdResult<T = ()> = Result<T, CommandError>;
+
+/// What commands need from the global flags.
+#[derive(Debug)]
+pub struct Ctx {
+    pub store: PathBuf,
+    pub wait: Option<Duration>,
+}
+
+impl Ctx {
+    /// Opens the store for writing, printing what recovery did.
+    pub fn open_write(&self) -> CmdResult<Odb> {
+        self.open(false)
+    }
+
+    /// Opens the store for reading only: no lock, no repair.
+    pub fn open_read(&self) -> CmdResult<Odb> {
+        self.open(true)
+    }
+
+    fn open(&self, read_only: bool) -> CmdResult<Odb> {
+        let odb = Odb::open(
+            &self.store,
+            &OpenOptions {
+                read_only,
+                wait: self.wait,
+                ..OpenOptions::default()
+            },
+        )?;
+        for note in odb.take_recovery_notes() {
+            eprintln!("sessctl: warning: {note}");
+        }
+        Ok(odb)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let wait = match cli.wait {
+        Some(s) if !(s.is_finite() && s >= 0.0) => {
+            eprintln!("sessctl: --wait takes a number of seconds, not {s}");
+            return ExitCode::from(2);
+        }
+        w => w.map(Duration::from_secs_f64),
+    };
+    let ctx = Ctx {
+        store: cli.store,
+        wait,
+    };
+    let result = match cli.command {
+        Command::Init => plumbing::init(&ctx),
+        Command::HashObject(args) => plumbing::hash_object(&ctx, args),
+        Command::CatObject(args) => plumbing::cat_object(&ctx, args),
+        Command::Repack => plumbing::repack(&ctx),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => report(e),
+    }
+}
+
+fn report(e: CommandError) -> ExitCode {
+    let (msg, code) = match e {
+        CommandError::Store(Error::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::BrokenPipe =>
+        {
+            return ExitCode::SUCCESS
+        }
+        CommandError::Store(e) => {
+            let code = if e.is_corruption() {
+                3
+            } else if matches!(e, Error::Locked { .. }) {
+                4
+            } else if matches!(e, Error::BadId(_)) {
+                2
+            } else {
+                1
+            };
+            (e.to_string(), code)
+        }
+        CommandError::Usage(m) => (m, 2),
+        CommandError::Failed(m) => (m, 1),
+    };
+    eprintln!("sessctl: {msg}");
+    ExitCode::from(code)
+}

@@ -1,0 +1,16 @@
+//! Writing to stdout: a closed pipe (`sessctl ... | head`) ends the command
+//! quietly instead of failing it.
+
+use std::io::{self, Write};
+
+use crate::{CmdResult, CommandError};
+
+/// Writes all of `text` to stdout; a broken pipe is success.
+pub fn print(text: &str) -> CmdResult {
+    let mut out = io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(CommandError::Failed(format!("writing to stdout: {e}"))),
+    }
+}

@@ -1,0 +1,249 @@
+//! Plumbing: `init`, `hash-object`, `cat-object`, `repack`.
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use clap::{ArgGroup, Args};
+use serde_json::{json, Map, Value};
+use sessctl_store::odb::{init_layout, RepackOptions};
+use sessctl_store::time::format_rfc3339_ms;
+use sessctl_store::{Blob, Durability, Object, ObjectId, Session};
+
+use crate::output::print;
+use crate::{CmdResult, CommandError, Ctx};
+
+pub fn init(ctx: &Ctx) -> CmdResult {
+    init_layout(&ctx.store)?;
+    print(&format!(
+        "Initialized empty sessctl store in {}\n",
+        ctx.store.display()
+    ))
+}
+
+#[derive(Debug, Args)]
+pub struct HashObjectArgs {
+    /// Store the blob, not only print its id.
+    #[arg(short = 'w')]
+    write: bool,
+    /// Read the JSON value from standard input.
+    #[arg(long, conflicts_with = "file")]
+    stdin: bool,
+    /// Read the JSON value from this file ("-" for standard input).
+    file: Option<PathBuf>,
+}
+
+pub fn hash_object(ctx: &Ctx, args: HashObjectArgs) -> CmdResult {
+    let (bytes, source) = match (&args.file, args.stdin) {
+        (Some(p), false) if p.as_os_str() != "-" => (
+            std::fs::read(p).map_err(|e| CommandError::Failed(format!("{}: {e}", p.display())))?,
+            p.display().to_string(),
+        ),
+        (None, false) => {
+            return Err(CommandError::Usage(
+                "hash-object needs a FILE or --stdin".into(),
+            ))
+        }
+        _ => {
+            let mut buf = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .map_err(|e| CommandError::Failed(format!("reading standard input: {e}")))?;
+            (buf, "standard input".to_owned())
+        }
+    };
+    let blob = Blob::from_json_slice(&bytes)
+        .map_err(|e| CommandError::Failed(format!("{source}: {e}")))?;
+    let id = if args.write {
+        ctx.open_write()?.put_blob(blob.value(), Durability::Sync)?
+    } else {
+        blob.encode().id()
+    };
+    print(&format!("{id}\n"))
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("mode").required(true).args(["kind", "size", "pretty", "json"])))]
+pub struct CatObjectArgs {
+    /// Print the object's type (blob or session).
+    #[arg(short = 't')]
+    kind: bool,
+    /// Print the size of the object's canonical payload in bytes.
+    #[arg(short = 's')]
+    size: bool,
+    /// Pretty-print the object for people.
+    #[arg(short = 'p')]
+    pretty: bool,
+    /// Print the object as JSON (a blob's value, or a session's fields).
+    #[arg(long)]
+    json: bool,
+    /// Object id or unique prefix (4+ hex digits).
+    id: String,
+}
+
+pub fn cat_object(ctx: &Ctx, args: CatObjectArgs) -> CmdResult {
+    let odb = ctx.open_read()?;
+    let id = odb.resolve(&args.id)?;
+    let obj = odb.read(&id)?;
+    if args.kind {
+        return print(&format!("{}\n", obj.kind()));
+    }
+    if args.size {
+        return print(&format!("{}\n", obj.payload().len()));
+    }
+    let decoded = obj.decode().map_err(|e| sessctl_store::Error::Corrupt {
+        id,
+        reason: e.to_string(),
+    })?;
+    let text = match (decoded, args.json) {
+        (Object::Blob(b), true) => format!("{}\n", b.value()),
+        (Object::Blob(b), false) => format!(
+            "{}\n",
+            serde_json::to_string_pretty(b.value()).expect("a JSON value serializes")
+        ),
+        (Object::Session(s), true) => format!("{}\n", session_json(&id, &s)),
+        (Object::Session(s), false) => session_text(&id, &s),
+    };
+    print(&text)
+}
+
+fn ids(v: &[ObjectId]) -> Value {
+    Value::Array(v.iter().map(|i| Value::from(i.to_hex())).collect())
+}
+
+fn opt_id(v: &Option<ObjectId>) -> Value {
+    v.map(|i| Value::from(i.to_hex())).unwrap_or(Value::Null)
+}
+
+/// The JSON form of a session (documented in objects-format.md, "JSON form").
+pub fn session_json(id: &ObjectId, s: &Session) -> Value {
+    let m = &s.metadata;
+    json!({
+        "id": id.to_hex(),
+        "kind": "session",
+        "parents": ids(&s.parents),
+        "conversation": s.conversation_id(*id).to_hex(),
+        "status": s.status.as_str(),
+        "created_at": s.created_at,
+        "title": s.title,
+        "run": {
+            "duration_ms": s.run.duration_ms,
+            "usage": {
+                "total_tokens": s.run.usage.total_tokens,
+                "prompt_tokens": s.run.usage.prompt_tokens,
+                "completion_tokens": s.run.usage.completion_tokens,
+                "requests": s.run.usage.requests,
+            },
+        },
+        "messages": {"base": s.messages.base, "added": ids(&s.messages.added)},
+        "display_messages": {"base": s.display_messages.base, "added": ids(&s.display_messages.added)},
+        "context_state": opt_id(&s.context_state),
+        "environment_state": opt_id(&s.environment_state),
+        "metadata": {
+            "session_type": m.session_type.as_str(),
+            "transport": m.transport,
+            "spawned_by": opt_id(&m.spawned_by),
+            "preset_id": m.preset_id,
+            "extra": Value::Object(m.extra.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Map<_, _>>()),
+        },
+        "compaction": s.compaction.map(|c| json!({
+            "session": c.session.to_hex(),
+            "messages": c.messages,
+            "summary": c.summary.to_hex(),
+        })),
+    })
+}
+
+/// The human form of a session, one field a line, in the manner of
+/// `git cat-file -p` on a commit.
+fn session_text(id: &ObjectId, s: &Session) -> String {
+    use std::fmt::Write;
+    let mut t = String::new();
+    for p in &s.parents {
+        let _ = writeln!(t, "parent {p}");
+    }
+    match s.conversation {
+        Some(c) => {
+            let _ = writeln!(t, "conversation {c}");
+        }
+        None => {
+            let _ = writeln!(t, "conversation {id} (this session starts it)");
+        }
+    }
+    let _ = writeln!(t, "status {}", s.status);
+    let _ = writeln!(
+        t,
+        "created {} ({} ms)",
+        format_rfc3339_ms(s.created_at),
+        s.created_at
+    );
+    if let Some(title) = &s.title {
+        let _ = writeln!(t, "title {title}");
+    }
+    let u = &s.run.usage;
+    let _ = writeln!(
+        t,
+        "run {} ms, {} tokens ({} prompt, {} completion), {} requests",
+        s.run.duration_ms, u.total_tokens, u.prompt_tokens, u.completion_tokens, u.requests
+    );
+    let _ = writeln!(t, "session-type {}", s.metadata.session_type.as_str());
+    if let Some(v) = &s.metadata.transport {
+        let _ = writeln!(t, "transport {v}");
+    }
+    if let Some(v) = &s.metadata.preset_id {
+        let _ = writeln!(t, "preset {v}");
+    }
+    if let Some(v) = &s.metadata.spawned_by {
+        let _ = writeln!(t, "spawned-by {v}");
+    }
+    for (k, v) in &s.metadata.extra {
+        let _ = writeln!(t, "meta {k} {v}");
+    }
+    if let Some(v) = &s.context_state {
+        let _ = writeln!(t, "context-state {v}");
+    }
+    if let Some(v) = &s.environment_state {
+        let _ = writeln!(t, "environment-state {v}");
+    }
+    if let Some(c) = &s.compaction {
+        let _ = writeln!(
+            t,
+            "compaction of {} messages of {}, summary {}",
+            c.messages, c.session, c.summary
+        );
+    }
+    let _ = writeln!(
+        t,
+        "messages {} kept from parent, {} added (history of {})",
+        s.messages.base,
+        s.messages.added.len(),
+        s.messages.len()
+    );
+    for m in &s.messages.added {
+        let _ = writeln!(t, "  {m}");
+    }
+    let _ = writeln!(
+        t,
+        "display-messages {} kept from parent, {} added (history of {})",
+        s.display_messages.base,
+        s.display_messages.added.len(),
+        s.display_messages.len()
+    );
+    for m in &s.display_messages.added {
+        let _ = writeln!(t, "  {m}");
+    }
+    t
+}
+
+pub fn repack(ctx: &Ctx) -> CmdResult {
+    let odb = ctx.open_write()?;
+    let stats = odb.repack(&RepackOptions::default())?;
+    let name = stats.pack_name.as_deref().unwrap_or("(no objects)");
+    print(&format!(
+        "{} objects in {name}; {} segments and {} packs before; {} -> {} bytes\n",
+        stats.objects,
+        stats.segments_packed,
+        stats.packs_before,
+        stats.bytes_before,
+        stats.bytes_after
+    ))
+}

@@ -1,0 +1,258 @@
+//! Fuzzing entry points, one per on-disk format, shared by the cargo-fuzz
+//! targets in `fuzz/` and the stable-toolchain tests in
+//! `store/tests/fuzz_entry.rs`.
+//!
+//! Each takes arbitrary bytes and asserts the format's oracle: what decodes
+//! re-encodes to exactly the same bytes, what a reader returns is
+//! self-consistent, lookups over corrupt bytes stay in bounds. A panic out of
+//! any of them, whether from an assertion here or from the code under test,
+//! is a finding. Not a stable API: it exists for the fuzzers.
+
+use crate::hash::{ObjectId, Prefix, ID_LEN};
+use crate::object::{object_id, Blob, EncodedObject, ObjectKind, Session};
+use crate::odb::journal::{
+    entries, parse_frame, parse_object_entry, FrameBuilder, ENTRY_OBJECT, FRAME_HEADER_LEN,
+    OBJECT_ENTRY_FIXED, SEGMENT_HEADER_LEN, SEGMENT_MAGIC,
+};
+use crate::odb::pack::{parse_index, verify_index, IndexView, CHECKSUM_LEN};
+
+/// Objects taken out of one input for the frame round trip, at most.
+const MAX_ROUND_TRIP_OBJECTS: usize = 64;
+
+/// The first byte picks the kind (even: blob, odd: session), the rest is the
+/// payload. A payload that decodes must re-encode to exactly the same bytes
+/// (the canonical encoding is a bijection); a blob's JSON value must also
+/// survive JSON text and back to the same bytes.
+pub fn object_decode(data: &[u8]) {
+    let Some((&selector, payload)) = data.split_first() else {
+        return;
+    };
+    if selector % 2 == 0 {
+        let Ok(blob) = Blob::decode(payload) else {
+            return;
+        };
+        let encoded = blob.encode();
+        assert_eq!(
+            encoded.payload(),
+            payload,
+            "a decoded blob re-encodes differently"
+        );
+        assert_eq!(encoded.id(), object_id(ObjectKind::Blob, payload));
+        let rewrapped = Blob::new(blob.value().clone())
+            .unwrap_or_else(|e| panic!("a decoded blob's value is refused: {e}"));
+        assert_eq!(
+            rewrapped.encode().payload(),
+            payload,
+            "the blob's value re-encodes differently"
+        );
+        let text = serde_json::to_string(blob.value()).expect("a JSON value always prints");
+        let reparsed = Blob::from_json_str(&text)
+            .unwrap_or_else(|e| panic!("a decoded blob prints as JSON it refuses ({e}): {text}"));
+        assert_eq!(
+            reparsed.encode().payload(),
+            payload,
+            "the blob changed through JSON text: {text}"
+        );
+    } else {
+        let Ok(session) = Session::decode(payload) else {
+            return;
+        };
+        let encoded = session
+            .encode()
+            .unwrap_or_else(|e| panic!("a decoded session does not encode: {e}"));
+        assert_eq!(
+            encoded.payload(),
+            payload,
+            "a decoded session re-encodes differently"
+        );
+        assert_eq!(encoded.id(), object_id(ObjectKind::Session, payload));
+        assert_eq!(Session::decode(encoded.payload()).as_ref(), Ok(&session));
+    }
+}
+
+/// Walks the input as a journal segment's frames (after the segment header,
+/// if the input starts with one), stopping at the first error, and reads
+/// every entry of every frame. Since a mutated body rarely keeps its
+/// checksum, the whole input is also read as one frame body, the way
+/// recovery reads a frame damaged in place. Whatever is returned must be
+/// self-consistent; the objects found are then written with [`FrameBuilder`]
+/// and must parse back unchanged.
+pub fn journal_frames(data: &[u8]) {
+    let mut found = Vec::new();
+    // A whole segment file is welcome too: its header is skipped.
+    let mut rest = match data.get(..SEGMENT_HEADER_LEN as usize) {
+        Some(header) if header.starts_with(&SEGMENT_MAGIC) => &data[header.len()..],
+        _ => data,
+    };
+    while !rest.is_empty() {
+        let Ok(frame) = parse_frame(rest) else {
+            break;
+        };
+        let len = frame.total_len();
+        assert!(
+            len <= rest.len(),
+            "a frame of {len} bytes in {} bytes",
+            rest.len()
+        );
+        assert!(std::ptr::eq(frame.body, &rest[FRAME_HEADER_LEN..len]));
+        check_body(frame.body, &mut found);
+        rest = &rest[len..];
+    }
+    check_body(data, &mut found);
+    if found.is_empty() {
+        // Still exercise the writer: the input as the payload of each kind.
+        found.push(EncodedObject::new(ObjectKind::Blob, data.to_vec()));
+        found.push(EncodedObject::new(ObjectKind::Session, data.to_vec()));
+    }
+    found.truncate(MAX_ROUND_TRIP_OBJECTS);
+    frame_round_trip(&found);
+}
+
+/// Reads the entries of a frame body; pushes onto `found` the objects read
+/// back verified, and, with a fresh id, the stored bytes of the others.
+fn check_body(body: &[u8], found: &mut Vec<EncodedObject>) {
+    for entry in entries(body) {
+        let Ok(entry) = entry else {
+            break;
+        };
+        let end = entry.offset + entry.payload.len();
+        assert!(std::ptr::eq(entry.payload, &body[entry.offset..end]));
+        if entry.entry_type != ENTRY_OBJECT {
+            continue;
+        }
+        let Ok(object) = parse_object_entry(entry.payload) else {
+            continue;
+        };
+        assert_eq!(OBJECT_ENTRY_FIXED + object.data.len(), entry.payload.len());
+        match object.to_object() {
+            Ok(read) => {
+                assert_eq!(read.id(), object.id);
+                assert_eq!(read.kind(), object.kind);
+                assert_eq!(read.payload().len(), object.raw_len as usize);
+                assert_eq!(read.id(), object_id(read.kind(), read.payload()));
+                found.push(read);
+            }
+            Err(_) => found.push(EncodedObject::new(object.kind, object.data.to_vec())),
+        }
+    }
+}
+
+/// Writes `objects` as one frame and reads them back.
+fn frame_round_trip(objects: &[EncodedObject]) {
+    let mut builder = FrameBuilder::new();
+    for object in objects {
+        builder.push_object(object);
+    }
+    assert_eq!(builder.objects_len(), objects.len());
+    let bytes = builder.finish();
+    let frame = parse_frame(&bytes).unwrap_or_else(|e| panic!("a built frame does not parse: {e}"));
+    assert_eq!(frame.total_len(), bytes.len());
+    assert_eq!(frame.entry_count as usize, objects.len());
+    let mut back = Vec::with_capacity(objects.len());
+    for entry in entries(frame.body) {
+        let entry = entry.unwrap_or_else(|e| panic!("a built frame has a bad entry: {e}"));
+        assert_eq!(entry.entry_type, ENTRY_OBJECT);
+        let object = parse_object_entry(entry.payload)
+            .unwrap_or_else(|e| panic!("a built object entry does not parse: {e}"));
+        let read = object
+            .to_object()
+            .unwrap_or_else(|e| panic!("a built object entry does not read back: {e}"));
+        back.push(read);
+    }
+    assert!(back == objects, "a frame round trip changed its objects");
+}
+
+/// Parses the input as a pack index, verifies it, and looks things up in it
+/// whether or not it verified: every position, ids taken from the input, the
+/// smallest and largest ids, prefix scans. Nothing may panic or leave the
+/// index's bounds; a returned position must hold the id asked for, a prefix
+/// scan must return only matching ids. When the ids are in order (the
+/// checksum aside), lookups must agree with a linear search.
+pub fn pack_index(data: &[u8]) {
+    let Ok(view) = IndexView::parse(data) else {
+        assert!(parse_index(data).is_err());
+        return;
+    };
+    let layout = parse_index(data).unwrap_or_else(|e| panic!("parse and view disagree: {e}"));
+    let verified = view.verify();
+    assert_eq!(verify_index(data, &layout), verified);
+    let ordered = view.verify_order().is_ok();
+    if verified.is_ok() {
+        assert!(ordered);
+    }
+    let n = view.object_count();
+    assert_eq!(view.ids().count(), n);
+    assert_eq!(view.pack_checksum().len(), CHECKSUM_LEN);
+    assert_eq!(view.id(n), None);
+    assert_eq!(view.entry(n), None);
+    assert_eq!(view.block_entry(u32::MAX), None);
+    if let Ok(blocks) = u32::try_from(view.block_count()) {
+        assert_eq!(view.block_entry(blocks), None);
+        for b in 0..blocks {
+            assert!(
+                view.block_entry(b).is_some(),
+                "block {b} of {blocks} is missing"
+            );
+        }
+    }
+    for (i, id) in view.ids().enumerate() {
+        assert_eq!(view.id(i), Some(id));
+        let (block, _, _) = view
+            .entry(i)
+            .unwrap_or_else(|| panic!("entry {i} of {n} is missing"));
+        let _ = view.block_entry(block);
+        match view.position(&id) {
+            Some(p) => assert_eq!(view.id(p), Some(id)),
+            None => assert!(!ordered, "id at position {i} of an ordered index not found"),
+        }
+        if ordered {
+            assert_eq!(view.position(&id), Some(i));
+        }
+    }
+
+    let mut probes = vec![
+        ObjectId::from_bytes([0; ID_LEN]),
+        ObjectId::from_bytes([0xff; ID_LEN]),
+    ];
+    for at in [
+        0,
+        data.len() / 2,
+        data.len().saturating_sub(2 * ID_LEN),
+        data.len().saturating_sub(ID_LEN),
+    ] {
+        if let Some(id) = data.get(at..at + ID_LEN).and_then(ObjectId::from_slice) {
+            probes.push(id);
+        }
+    }
+    for i in [0, n / 2, n.saturating_sub(1)] {
+        if let Some(id) = view.id(i) {
+            let mut next = *id.as_bytes();
+            next[ID_LEN - 1] ^= 1;
+            probes.extend([id, ObjectId::from_bytes(next)]);
+        }
+    }
+    for probe in &probes {
+        let found = view.position(probe);
+        if let Some(p) = found {
+            assert_eq!(view.id(p).as_ref(), Some(probe));
+        }
+        if ordered {
+            assert_eq!(found, view.ids().position(|id| id == *probe));
+        }
+        let hex = probe.to_hex();
+        for digits in [4, 5, 12, 63, 64] {
+            let prefix = Prefix::from_hex(&hex[..digits]).expect("hex digits of an id");
+            let mut matches = Vec::new();
+            view.ids_with_prefix(&prefix, &mut matches);
+            assert!(matches.len() <= n);
+            assert!(
+                matches.iter().all(|id| prefix.matches(id)),
+                "{prefix} scan strays"
+            );
+            if ordered {
+                let expected: Vec<ObjectId> = view.ids().filter(|id| prefix.matches(id)).collect();
+                assert_eq!(matches, expected, "{prefix} scan misses ids");
+            }
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! sessctl-store: content-addressed, log-structured storage for AI-agent
+//! sessions.
+//!
+//! Sessions are immutable objects named by the blake3 hash of their
+//! canonical bytes; each names its parents, so sessions form a DAG the way
+//! git commits do. A session stores its messages as a delta on its first
+//! parent's, so a long conversation or a fork costs only its new turns.
+//! Objects are appended to a journal (one `fdatasync` per write batch,
+//! shared between concurrent writers) and repacked into zstd-compressed,
+//! memory-mapped packs. Every read re-hashes what it returns.
+//!
+//! The exact bytes are specified in `objects-format.md` at the repository's
+//! root.
+//!
+//! ```
+//! use sessctl_store::{Durability, MessageDelta, Odb, Session, WriteBatch};
+//! use serde_json::json;
+//!
+//! let odb = Odb::in_memory(); // or Odb::init(path) / Odb::open(path, &opts)
+//! let mut batch = WriteBatch::new();
+//! let hello = batch.blob(&json!({"role": "user", "content": "hello"}))?;
+//! let mut root = Session::new_root(1_763_000_000_000);
+//! root.messages.added.push(hello);
+//! let root_id = batch.session(&root)?;
+//! odb.write(&batch, Durability::Sync)?;
+//!
+//! // Continue: keep the parent's messages, add the reply.
+//! let mut batch = WriteBatch::new();
+//! let reply = batch.blob(&json!({"role": "assistant", "content": "hi!"}))?;
+//! let mut next = Session::new_root(1_763_000_001_000);
+//! next.parents = vec![root_id];
+//! next.conversation = Some(root_id);
+//! next.messages = MessageDelta { base: 1, added: vec![reply] };
+//! let next_id = batch.session(&next)?;
+//! odb.write(&batch, Durability::Sync)?;
+//!
+//! let history = odb.load_messages(&next_id)?;
+//! assert_eq!(history[1]["content"], "hi!");
+//! # Ok::<(), sessctl_store::Error>(())
+//! ```
+
+#![deny(unsafe_code)]
+
+pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod hash;
+pub mod object;
+#[allow(unsafe_code)] // memmap2, in odb::pack only
+pub mod odb;
+pub mod refs;
+pub mod time;
+
+pub use error::{Error, Result};
+pub use hash::{ObjectId, Prefix};
+pub use object::{
+    object_id, Blob, Compaction, EncodedObject, MessageDelta, Object, ObjectKind, RunSummary,
+    Session, SessionMetadata, SessionStatus, SessionType, Usage, OBJECT_FORMAT_VERSION,
+};
+pub use odb::{
+    Durability, MemoryBackend, ObjectBackend, Odb, OdbStats, OpenOptions, RepackOptions,
+    RepackStats, WriteBatch, STORE_FORMAT_VERSION,
+};

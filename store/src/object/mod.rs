@@ -1,0 +1,210 @@
+//! Objects: what they are (domain types), how they are named (identity) and
+//! their exact bytes (the canonical payload).
+//!
+//! The domain types ([`Blob`], [`Session`]) know nothing of storage and carry
+//! no serde; the only place their bytes are produced or parsed is the private
+//! wire code beside them (`session::wire`, `cbor`). Every decoder here is
+//! strict: it accepts exactly the canonical encoding of a value, so one value
+//! has one id (objects-format.md, "Identity").
+
+pub(crate) mod blob;
+pub(crate) mod cbor;
+mod session;
+pub(crate) mod wire;
+
+pub use blob::Blob;
+pub use cbor::CborError;
+pub use session::{
+    Compaction, MessageDelta, RunSummary, Session, SessionMetadata, SessionStatus, SessionType,
+    Usage,
+};
+
+use crate::hash::ObjectId;
+
+/// Version of the object encoding, hashed into every id
+/// (objects-format.md, "Identity" and "Versioning").
+pub const OBJECT_FORMAT_VERSION: u32 = 1;
+
+/// The kinds of object (objects-format.md, "Object kinds").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ObjectKind {
+    /// One JSON value: a message, a context state, an environment state.
+    Blob,
+    /// A session: the commit of the session DAG.
+    Session,
+}
+
+impl ObjectKind {
+    /// The kind's code in journal entries and pack records.
+    pub const fn code(self) -> u8 {
+        match self {
+            ObjectKind::Blob => 1,
+            ObjectKind::Session => 2,
+        }
+    }
+
+    /// The kind with this code, if any.
+    pub const fn from_code(code: u8) -> Option<Self> {
+        match code {
+            1 => Some(ObjectKind::Blob),
+            2 => Some(ObjectKind::Session),
+            _ => None,
+        }
+    }
+
+    /// The kind's name, as hashed and as printed by `cat-object -t`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ObjectKind::Blob => "blob",
+            ObjectKind::Session => "session",
+        }
+    }
+
+    /// The kind with this name, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "blob" => Some(ObjectKind::Blob),
+            "session" => Some(ObjectKind::Session),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The id of an object of `kind` whose canonical payload is `payload`:
+/// `blake3("<kind> <version> <payload length>\0" || payload)`
+/// (objects-format.md, "Identity").
+pub fn object_id(kind: ObjectKind, payload: &[u8]) -> ObjectId {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(kind.name().as_bytes());
+    hasher.update(b" ");
+    hasher.update(OBJECT_FORMAT_VERSION.to_string().as_bytes());
+    hasher.update(b" ");
+    hasher.update(payload.len().to_string().as_bytes());
+    hasher.update(b"\0");
+    hasher.update(payload);
+    ObjectId::from_bytes(*hasher.finalize().as_bytes())
+}
+
+/// An object as stored: its kind, its canonical payload and the id they hash
+/// to. The constructor computes the id, so an `EncodedObject` held in memory
+/// is always self-consistent; bytes read from disk go through
+/// [`EncodedObject::verified`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct EncodedObject {
+    id: ObjectId,
+    kind: ObjectKind,
+    payload: Vec<u8>,
+}
+
+impl EncodedObject {
+    /// Wraps a canonical payload and computes its id.
+    pub(crate) fn new(kind: ObjectKind, payload: Vec<u8>) -> Self {
+        EncodedObject {
+            id: object_id(kind, &payload),
+            kind,
+            payload,
+        }
+    }
+
+    /// Re-hashes bytes read from storage and checks they are the object `id`.
+    /// Returns the reason for a mismatch, which the caller turns into a
+    /// `Corrupt { id, reason }` error.
+    pub(crate) fn verified(
+        id: ObjectId,
+        kind: ObjectKind,
+        payload: Vec<u8>,
+    ) -> Result<Self, String> {
+        let actual = object_id(kind, &payload);
+        if actual != id {
+            return Err(format!(
+                "content hashes to {actual} ({kind}, {} bytes), not to its id",
+                payload.len()
+            ));
+        }
+        Ok(EncodedObject { id, kind, payload })
+    }
+
+    pub fn id(&self) -> ObjectId {
+        self.id
+    }
+    pub fn kind(&self) -> ObjectKind {
+        self.kind
+    }
+    /// The canonical payload (deterministic CBOR).
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+    pub fn into_payload(self) -> Vec<u8> {
+        self.payload
+    }
+
+    /// Decodes the payload into a domain object.
+    pub fn decode(&self) -> Result<Object, DecodeError> {
+        match self.kind {
+            ObjectKind::Blob => Blob::decode(&self.payload).map(Object::Blob),
+            ObjectKind::Session => {
+                Session::decode(&self.payload).map(|s| Object::Session(Box::new(s)))
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for EncodedObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EncodedObject")
+            .field("id", &self.id)
+            .field("kind", &self.kind)
+            .field("len", &self.payload.len())
+            .finish()
+    }
+}
+
+/// A decoded object.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Object {
+    Blob(Blob),
+    Session(Box<Session>),
+}
+
+impl Object {
+    pub fn kind(&self) -> ObjectKind {
+        match self {
+            Object::Blob(_) => ObjectKind::Blob,
+            Object::Session(_) => ObjectKind::Session,
+        }
+    }
+
+    /// Canonical bytes and id.
+    pub fn encode(&self) -> Result<EncodedObject, EncodeError> {
+        match self {
+            Object::Blob(b) => Ok(b.encode()),
+            Object::Session(s) => s.encode(),
+        }
+    }
+}
+
+/// Why a payload is not a valid object of its kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("not canonical CBOR: {0}")]
+    Cbor(#[from] CborError),
+    #[error("invalid session: {0}")]
+    Session(String),
+}
+
+/// Why a value cannot become an object.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    #[error("{0}")]
+    Cbor(#[from] CborError),
+    #[error("invalid session: {0}")]
+    InvalidSession(String),
+    #[error("invalid JSON: {0}")]
+    Json(String),
+}

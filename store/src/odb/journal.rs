@@ -1,0 +1,1041 @@
+//! The journal: append-only segment files of checksummed frames
+//! (objects-format.md, "Journal").
+//!
+//! One [`Journal::append`] writes one frame, which is one write batch: all of
+//! its entries become durable with one `fdatasync`, or none of them count.
+//! Concurrent appenders share syncs (group commit): whoever finds no sync in
+//! flight becomes the leader and syncs everything written so far; the others
+//! wait for a sync that covers their frame.
+//!
+//! On open the journal is scanned and indexed in memory. A frame that fails
+//! its checksum at the end of the last segment is a torn write: its bytes are
+//! set aside in `journal/torn-*.bin` and the segment is cut there, never
+//! earlier. This module must never drop a frame that precedes a valid one.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+
+use crate::error::{Error, IoResultExt, Result};
+use crate::hash::{ObjectId, Prefix, ID_LEN};
+use crate::object::{EncodedObject, ObjectKind};
+
+/// `journal/<seq>.journal` starts with these 4 bytes (objects-format.md, "Segment header").
+pub const SEGMENT_MAGIC: [u8; 4] = *b"SJNL";
+/// `oplog/<first>-<last>.ops` starts with these 4 bytes (objects-format.md, "Operation log").
+pub const OPLOG_MAGIC: [u8; 4] = *b"SOPL";
+/// Version of the segment and frame layout (objects-format.md, "Versioning").
+pub const JOURNAL_FORMAT_VERSION: u32 = 1;
+/// Bytes before the first frame of a segment.
+pub const SEGMENT_HEADER_LEN: u64 = 16;
+/// Bytes of a frame header: body length, entry count, checksum.
+pub const FRAME_HEADER_LEN: usize = 16;
+/// Bytes of an entry header: type, payload length.
+pub const ENTRY_HEADER_LEN: usize = 5;
+/// Fixed bytes of an object entry before its data: kind, codec, id, raw length.
+pub const OBJECT_ENTRY_FIXED: usize = 1 + 1 + ID_LEN + 4;
+/// The largest frame body a reader accepts; a batch larger than this is refused.
+pub const MAX_FRAME_BODY: usize = 1 << 30;
+/// Entry type: one object.
+pub const ENTRY_OBJECT: u8 = 1;
+/// Entry type: one operation (ref moves, conversation records, run events);
+/// payload: u64 LE sequence number, then the operation's canonical bytes.
+pub const ENTRY_OP: u8 = 2;
+/// Object entry codec: payload stored as is.
+pub const CODEC_RAW: u8 = 0;
+/// Object entry codec: payload compressed as one zstd frame.
+pub const CODEC_ZSTD: u8 = 1;
+/// The largest canonical payload (and pack block) a reader will inflate.
+pub const MAX_OBJECT_SIZE: usize = 1 << 30;
+/// A segment is sealed and a new one started once it grows past this.
+pub const DEFAULT_SEGMENT_TARGET: u64 = 64 << 20;
+
+/// Payloads shorter than this are stored raw: zstd's frame overhead eats the gain.
+const COMPRESS_MIN: usize = 96;
+const JOURNAL_ZSTD_LEVEL: i32 = 1;
+
+/// The frame checksum: the first 8 bytes of blake3 over the first 8 header
+/// bytes and the body, so a torn length or count is caught as well.
+pub fn frame_checksum(header8: &[u8], body: &[u8]) -> [u8; 8] {
+    let mut h = blake3::Hasher::new();
+    h.update(header8);
+    h.update(body);
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&h.finalize().as_bytes()[..8]);
+    out
+}
+
+/// A complete frame (header and body) built from entries.
+#[derive(Debug, Default)]
+pub struct FrameBuilder {
+    body: Vec<u8>,
+    entries: u32,
+    /// (id, offset of the entry payload within the body, payload length)
+    objects: Vec<(ObjectId, usize, u32)>,
+    /// (operation sequence number, offset of the entry payload, payload length)
+    ops: Vec<(u64, usize, u32)>,
+}
+
+impl FrameBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds an object entry, compressing the payload when that pays.
+    pub fn push_object(&mut self, obj: &EncodedObject) {
+        let payload = obj.payload();
+        let compressed = if payload.len() >= COMPRESS_MIN {
+            compress(payload).filter(|c| c.len() < payload.len())
+        } else {
+            None
+        };
+        let (codec, data) = match &compressed {
+            Some(c) => (CODEC_ZSTD, c.as_slice()),
+            None => (CODEC_RAW, payload),
+        };
+        let len = (OBJECT_ENTRY_FIXED + data.len()) as u32;
+        self.body.push(ENTRY_OBJECT);
+        self.body.extend_from_slice(&len.to_le_bytes());
+        let at = self.body.len();
+        self.body.push(obj.kind().code());
+        self.body.push(codec);
+        self.body.extend_from_slice(obj.id().as_bytes());
+        self.body
+            .extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        self.body.extend_from_slice(data);
+        self.entries += 1;
+        self.objects.push((obj.id(), at, len));
+    }
+
+    /// Adds an operation entry: its sequence number and canonical bytes.
+    pub fn push_op(&mut self, seq: u64, op: &[u8]) {
+        let len = (8 + op.len()) as u32;
+        self.body.push(ENTRY_OP);
+        self.body.extend_from_slice(&len.to_le_bytes());
+        self.ops.push((seq, self.body.len(), len));
+        self.body.extend_from_slice(&seq.to_le_bytes());
+        self.body.extend_from_slice(op);
+        self.entries += 1;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries == 0
+    }
+
+    /// Number of objects in the frame.
+    pub fn objects_len(&self) -> usize {
+        self.objects.len()
+    }
+
+    pub fn body_len(&self) -> usize {
+        self.body.len()
+    }
+
+    /// The frame's bytes.
+    pub fn finish(&self) -> Vec<u8> {
+        let mut frame = Vec::with_capacity(FRAME_HEADER_LEN + self.body.len());
+        frame.extend_from_slice(&(self.body.len() as u32).to_le_bytes());
+        frame.extend_from_slice(&self.entries.to_le_bytes());
+        let sum = frame_checksum(&frame[..8], &self.body);
+        frame.extend_from_slice(&sum);
+        frame.extend_from_slice(&self.body);
+        frame
+    }
+}
+
+/// Why bytes at some offset are not a valid frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameError {
+    /// Fewer bytes than the header or the declared body.
+    Truncated { declared_body: Option<usize> },
+    /// The declared body is larger than any writer produces.
+    TooLarge { declared_body: usize },
+    /// Header and body do not match the checksum.
+    BadChecksum { declared_body: usize },
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::Truncated {
+                declared_body: None,
+            } => write!(f, "frame header cut short"),
+            FrameError::Truncated {
+                declared_body: Some(n),
+            } => write!(f, "frame of {n} bytes cut short"),
+            FrameError::TooLarge { declared_body } => {
+                write!(
+                    f,
+                    "frame claims {declared_body} bytes, more than any writer writes"
+                )
+            }
+            FrameError::BadChecksum { declared_body } => {
+                write!(f, "frame of {declared_body} bytes fails its checksum")
+            }
+        }
+    }
+}
+
+/// A frame that passed its checksum.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame<'a> {
+    pub entry_count: u32,
+    pub body: &'a [u8],
+}
+
+impl Frame<'_> {
+    /// Header plus body.
+    pub fn total_len(&self) -> usize {
+        FRAME_HEADER_LEN + self.body.len()
+    }
+}
+
+/// Parses the frame that starts at `buf[0]`. Never panics.
+pub fn parse_frame(buf: &[u8]) -> Result<Frame<'_>, FrameError> {
+    if buf.len() < FRAME_HEADER_LEN {
+        return Err(FrameError::Truncated {
+            declared_body: None,
+        });
+    }
+    let body_len = u32::from_le_bytes(buf[0..4].try_into().expect("4 bytes")) as usize;
+    let entry_count = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes"));
+    if body_len > MAX_FRAME_BODY {
+        return Err(FrameError::TooLarge {
+            declared_body: body_len,
+        });
+    }
+    let Some(body) = buf.get(FRAME_HEADER_LEN..FRAME_HEADER_LEN + body_len) else {
+        return Err(FrameError::Truncated {
+            declared_body: Some(body_len),
+        });
+    };
+    if frame_checksum(&buf[..8], body) != buf[8..16] {
+        return Err(FrameError::BadChecksum {
+            declared_body: body_len,
+        });
+    }
+    Ok(Frame { entry_count, body })
+}
+
+/// One entry of a frame body.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry<'a> {
+    pub entry_type: u8,
+    /// Offset of the payload within the body.
+    pub offset: usize,
+    pub payload: &'a [u8],
+}
+
+/// Iterates a frame body's entries; yields an error and stops at the first
+/// malformed one. Never panics.
+pub fn entries(body: &[u8]) -> impl Iterator<Item = Result<Entry<'_>, String>> + '_ {
+    let mut pos = 0usize;
+    let mut failed = false;
+    std::iter::from_fn(move || {
+        if failed || pos >= body.len() {
+            return None;
+        }
+        let Some(head) = body.get(pos..pos + ENTRY_HEADER_LEN) else {
+            failed = true;
+            return Some(Err(format!("entry header at body offset {pos} cut short")));
+        };
+        let entry_type = head[0];
+        let len = u32::from_le_bytes(head[1..5].try_into().expect("4 bytes")) as usize;
+        let start = pos + ENTRY_HEADER_LEN;
+        let Some(payload) = start.checked_add(len).and_then(|end| body.get(start..end)) else {
+            failed = true;
+            return Some(Err(format!(
+                "entry at body offset {pos} claims {len} bytes past the frame's end"
+            )));
+        };
+        pos = start + len;
+        Some(Ok(Entry {
+            entry_type,
+            offset: start,
+            payload,
+        }))
+    })
+}
+
+/// The parts of an object entry, not yet decompressed or verified.
+#[derive(Debug, Clone, Copy)]
+pub struct ObjectEntry<'a> {
+    pub kind: ObjectKind,
+    pub codec: u8,
+    pub id: ObjectId,
+    pub raw_len: u32,
+    pub data: &'a [u8],
+}
+
+/// Splits an object entry's payload into its fields. Never panics.
+pub fn parse_object_entry(payload: &[u8]) -> Result<ObjectEntry<'_>, String> {
+    if payload.len() < OBJECT_ENTRY_FIXED {
+        return Err(format!(
+            "object entry of {} bytes is shorter than its {OBJECT_ENTRY_FIXED}-byte header",
+            payload.len()
+        ));
+    }
+    let kind = ObjectKind::from_code(payload[0])
+        .ok_or_else(|| format!("unknown object kind code {}", payload[0]))?;
+    let codec = payload[1];
+    if codec != CODEC_RAW && codec != CODEC_ZSTD {
+        return Err(format!("unknown codec {codec}"));
+    }
+    let id = ObjectId::from_slice(&payload[2..2 + ID_LEN]).expect("32 bytes");
+    let raw_len = u32::from_le_bytes(
+        payload[2 + ID_LEN..OBJECT_ENTRY_FIXED]
+            .try_into()
+            .expect("4 bytes"),
+    );
+    Ok(ObjectEntry {
+        kind,
+        codec,
+        id,
+        raw_len,
+        data: &payload[OBJECT_ENTRY_FIXED..],
+    })
+}
+
+impl ObjectEntry<'_> {
+    /// Decompresses and re-hashes: the object, or why it is corrupt.
+    pub fn to_object(&self) -> Result<EncodedObject, String> {
+        let payload = match self.codec {
+            CODEC_RAW => {
+                if self.data.len() != self.raw_len as usize {
+                    return Err(format!(
+                        "stored length {} differs from the recorded {}",
+                        self.data.len(),
+                        self.raw_len
+                    ));
+                }
+                self.data.to_vec()
+            }
+            _ => {
+                let out = decompress(self.data, self.raw_len as usize)?;
+                if out.len() != self.raw_len as usize {
+                    return Err(format!(
+                        "decompressed to {} bytes, not the recorded {}",
+                        out.len(),
+                        self.raw_len
+                    ));
+                }
+                out
+            }
+        };
+        EncodedObject::verified(self.id, self.kind, payload)
+    }
+}
+
+/// Compresses one payload with a per-thread context; `None` if zstd fails,
+/// in which case the payload is stored raw.
+fn compress(payload: &[u8]) -> Option<Vec<u8>> {
+    thread_local! {
+        static CCTX: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    CCTX.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = zstd::bulk::Compressor::new(JOURNAL_ZSTD_LEVEL).ok();
+        }
+        slot.as_mut()?.compress(payload).ok()
+    })
+}
+
+/// Decompresses one zstd frame of a known size, reusing a per-thread
+/// context: creating one per object costs more than the decompression.
+///
+/// The frame's own declared size must equal `raw_len` before anything is
+/// allocated, so a damaged or forged length cannot make a reader reserve
+/// gigabytes.
+pub(crate) fn decompress(data: &[u8], raw_len: usize) -> Result<Vec<u8>, String> {
+    match zstd::zstd_safe::get_frame_content_size(data) {
+        Ok(Some(n)) if n == raw_len as u64 => {}
+        Ok(Some(n)) => {
+            return Err(format!(
+                "zstd frame declares {n} bytes, the record says {raw_len}"
+            ))
+        }
+        Ok(None) => return Err("zstd frame does not declare its size".into()),
+        Err(_) => return Err("zstd frame header is damaged".into()),
+    }
+    if raw_len > MAX_OBJECT_SIZE {
+        return Err(format!(
+            "{raw_len} bytes is more than the {MAX_OBJECT_SIZE}-byte limit of an object"
+        ));
+    }
+    thread_local! {
+        static DCTX: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    DCTX.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Decompressor::new().map_err(|e| format!("zstd: {e}"))?);
+        }
+        let d = slot.as_mut().expect("set just above");
+        d.decompress(data, raw_len)
+            .map_err(|e| format!("zstd: {e}"))
+    })
+}
+
+/// Where an object entry's payload lies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct EntryLoc {
+    seq: u64,
+    offset: u64,
+    len: u32,
+}
+
+/// A position in the journal: (segment, byte offset); ordered.
+pub type Pos = (u64, u64);
+
+/// Splits an operation entry's payload into its sequence number and bytes.
+pub fn parse_op_entry(payload: &[u8]) -> Result<(u64, &[u8]), String> {
+    if payload.len() < 8 {
+        return Err(format!(
+            "operation entry of {} bytes has no sequence number",
+            payload.len()
+        ));
+    }
+    let seq = u64::from_le_bytes(payload[..8].try_into().expect("8 bytes"));
+    Ok((seq, &payload[8..]))
+}
+
+#[derive(Debug)]
+struct WriterState {
+    file: Arc<File>,
+    seq: u64,
+    len: u64,
+    synced: Pos,
+    syncing: bool,
+    poisoned: Option<String>,
+}
+
+/// The journal of one store.
+#[derive(Debug)]
+pub struct Journal {
+    dir: PathBuf,
+    read_only: bool,
+    segment_target: u64,
+    writer: Option<Mutex<WriterState>>,
+    synced: Condvar,
+    segments: RwLock<BTreeMap<u64, Arc<File>>>,
+    objects: RwLock<HashMap<ObjectId, EntryLoc>>,
+    /// Operation entries in journal order: (sequence number, where).
+    ops: RwLock<Vec<(u64, EntryLoc)>>,
+    notes: Mutex<Vec<String>>,
+}
+
+/// How a write must reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Return once an `fdatasync` covers the write (shared with concurrent writers).
+    #[default]
+    Sync,
+    /// Return once the bytes are written to the OS; a power loss may lose
+    /// them. For bulk import and benchmarks.
+    NoSync,
+}
+
+/// The file name of segment `seq`.
+pub fn segment_name(seq: u64) -> String {
+    format!("{seq:016}.journal")
+}
+
+fn parse_segment_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".journal")?;
+    (digits.len() == 16 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+fn segment_header(seq: u64) -> [u8; SEGMENT_HEADER_LEN as usize] {
+    let mut h = [0u8; SEGMENT_HEADER_LEN as usize];
+    h[..4].copy_from_slice(&SEGMENT_MAGIC);
+    h[4..8].copy_from_slice(&JOURNAL_FORMAT_VERSION.to_le_bytes());
+    h[8..16].copy_from_slice(&seq.to_le_bytes());
+    h
+}
+
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).at(dir)
+}
+
+impl Journal {
+    /// Opens (and, unless read-only, recovers) the journal in `dir`.
+    pub fn open(dir: &Path, read_only: bool, segment_target: u64) -> Result<Journal> {
+        let mut seqs: Vec<u64> = Vec::new();
+        for entry in fs::read_dir(dir).at(dir)? {
+            let entry = entry.at(dir)?;
+            if let Some(seq) = entry.file_name().to_str().and_then(parse_segment_name) {
+                seqs.push(seq);
+            }
+        }
+        seqs.sort_unstable();
+        let journal = Journal {
+            dir: dir.to_path_buf(),
+            read_only,
+            segment_target: segment_target.max(SEGMENT_HEADER_LEN + 1),
+            writer: None,
+            synced: Condvar::new(),
+            segments: RwLock::new(BTreeMap::new()),
+            objects: RwLock::new(HashMap::new()),
+            ops: RwLock::new(Vec::new()),
+            notes: Mutex::new(Vec::new()),
+        };
+        let mut last: Option<(u64, Arc<File>, u64)> = None;
+        for (i, &seq) in seqs.iter().enumerate() {
+            let is_last = i + 1 == seqs.len();
+            let (file, len) = journal.load_segment(seq, is_last)?;
+            let file = Arc::new(file);
+            journal
+                .segments
+                .write()
+                .expect("segment map lock")
+                .insert(seq, file.clone());
+            if is_last {
+                last = Some((seq, file, len));
+            }
+        }
+        let mut journal = journal;
+        if !read_only {
+            let (seq, file, len) = match last {
+                Some(l) => l,
+                None => {
+                    let (file, len) = journal.create_segment(1)?;
+                    (1, file, len)
+                }
+            };
+            journal.writer = Some(Mutex::new(WriterState {
+                file,
+                seq,
+                len,
+                synced: (seq, len),
+                syncing: false,
+                poisoned: None,
+            }));
+        }
+        Ok(journal)
+    }
+
+    fn segment_path(&self, seq: u64) -> PathBuf {
+        self.dir.join(segment_name(seq))
+    }
+
+    fn note(&self, line: String) {
+        self.notes.lock().expect("notes lock").push(line);
+    }
+
+    /// What recovery did on open (torn tails cut, damaged frames found).
+    pub fn take_notes(&self) -> Vec<String> {
+        std::mem::take(&mut *self.notes.lock().expect("notes lock"))
+    }
+
+    /// Reads, verifies and indexes one segment; returns its file and the
+    /// length up to which it holds valid frames.
+    fn load_segment(&self, seq: u64, is_last: bool) -> Result<(File, u64)> {
+        let path = self.segment_path(seq);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(!self.read_only)
+            .open(&path)
+            .at(&path)?;
+        let buf = fs::read(&path).at(&path)?;
+        let header = segment_header(seq);
+        if buf.len() < header.len() {
+            // A segment whose header never reached the disk holds nothing.
+            if is_last && !self.read_only && header.starts_with(&buf) {
+                file.write_all_at(&header, 0).at(&path)?;
+                file.set_len(header.len() as u64).at(&path)?;
+                file.sync_all().at(&path)?;
+                return Ok((file, SEGMENT_HEADER_LEN));
+            }
+            return Err(Error::CorruptFile {
+                path,
+                offset: 0,
+                reason: "segment header cut short".into(),
+            });
+        }
+        if buf[..16] != header {
+            return Err(Error::CorruptFile {
+                path,
+                offset: 0,
+                reason: format!(
+                    "not a version-{JOURNAL_FORMAT_VERSION} journal segment numbered {seq}"
+                ),
+            });
+        }
+        let mut pos = SEGMENT_HEADER_LEN as usize;
+        let mut objects = self.objects.write().expect("object map lock");
+        let mut ops = self.ops.write().expect("op list lock");
+        while pos < buf.len() {
+            match parse_frame(&buf[pos..]) {
+                Ok(frame) => {
+                    index_frame(
+                        &mut objects,
+                        Some(&mut ops),
+                        seq,
+                        (pos + FRAME_HEADER_LEN) as u64,
+                        frame.body,
+                    );
+                    pos += frame.total_len();
+                }
+                Err(err) => {
+                    // In a sealed segment, a frame whose declared length lands
+                    // on a valid frame is damaged in place: keep going, and
+                    // let each of its objects be verified when read. Not so in
+                    // the newest segment: a power loss during group commit can
+                    // persist a later frame without an earlier one, neither
+                    // acknowledged, and the later one may build on the lost
+                    // one, so there everything from the bad frame on is a torn
+                    // tail.
+                    let next = match err {
+                        FrameError::BadChecksum { declared_body } if !is_last => {
+                            Some(pos + FRAME_HEADER_LEN + declared_body)
+                        }
+                        _ => None,
+                    };
+                    if let Some(next) = next.filter(|&n| parse_frame(&buf[n..]).is_ok()) {
+                        self.note(format!(
+                            "{}: {err} at byte {pos}; its objects are verified one by one when read, its operations are skipped",
+                            path.display()
+                        ));
+                        // An operation cannot be verified on its own, so a
+                        // damaged frame's operations are not replayed.
+                        index_frame(
+                            &mut objects,
+                            None,
+                            seq,
+                            (pos + FRAME_HEADER_LEN) as u64,
+                            &buf[pos + FRAME_HEADER_LEN..next],
+                        );
+                        pos = next;
+                        continue;
+                    }
+                    let lost = buf.len() - pos;
+                    if is_last && !self.read_only {
+                        let kept = self.set_aside_tail(seq, pos as u64, &buf[pos..])?;
+                        file.set_len(pos as u64).at(&path)?;
+                        file.sync_all().at(&path)?;
+                        self.note(format!(
+                            "{}: {err} at byte {pos}: torn write, cut the last {lost} bytes (kept in {})",
+                            path.display(),
+                            kept.display()
+                        ));
+                    } else if is_last {
+                        self.note(format!(
+                            "{}: {err} at byte {pos}: the last {lost} bytes are unreadable (a write in progress, or a torn write)",
+                            path.display()
+                        ));
+                    } else {
+                        self.note(format!(
+                            "{}: {err} at byte {pos}: {lost} bytes of a sealed segment are unreadable; run sessctl fsck",
+                            path.display()
+                        ));
+                    }
+                    break;
+                }
+            }
+        }
+        Ok((file, pos as u64))
+    }
+
+    /// Saves an unreadable tail before it is cut, so that nothing is ever
+    /// deleted on a guess.
+    fn set_aside_tail(&self, seq: u64, offset: u64, bytes: &[u8]) -> Result<PathBuf> {
+        let path = self.dir.join(format!("torn-{seq:016}-{offset}.bin"));
+        fs::write(&path, bytes).at(&path)?;
+        File::open(&path).and_then(|f| f.sync_all()).at(&path)?;
+        sync_dir(&self.dir)?;
+        Ok(path)
+    }
+
+    fn create_segment(&self, seq: u64) -> Result<(Arc<File>, u64)> {
+        let path = self.segment_path(seq);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .at(&path)?;
+        file.write_all_at(&segment_header(seq), 0).at(&path)?;
+        file.sync_all().at(&path)?;
+        sync_dir(&self.dir)?;
+        let file = Arc::new(file);
+        self.segments
+            .write()
+            .expect("segment map lock")
+            .insert(seq, file.clone());
+        Ok((file, SEGMENT_HEADER_LEN))
+    }
+
+    fn writer(&self) -> Result<MutexGuard<'_, WriterState>> {
+        let w = self.writer.as_ref().ok_or(Error::ReadOnly)?;
+        let st = w.lock().expect("journal writer lock");
+        if let Some(p) = &st.poisoned {
+            return Err(Error::Poisoned(p.clone()));
+        }
+        Ok(st)
+    }
+
+    /// Seals the current segment (synced) and starts the next one.
+    fn rotate(&self, st: &mut WriterState) -> Result<()> {
+        let old = self.segment_path(st.seq);
+        st.file.sync_data().map_err(|e| {
+            st.poisoned = Some(format!("{}: {e}", old.display()));
+            Error::io(&old, e)
+        })?;
+        st.synced = st.synced.max((st.seq, st.len));
+        let (file, len) = self.create_segment(st.seq + 1)?;
+        st.seq += 1;
+        st.file = file;
+        st.len = len;
+        Ok(())
+    }
+
+    /// Seals the current segment so that everything written so far sits in
+    /// sealed segments; returns the sequence numbers of all sealed segments.
+    pub fn seal(&self) -> Result<Vec<u64>> {
+        let mut st = self.writer()?;
+        if st.len > SEGMENT_HEADER_LEN {
+            self.rotate(&mut st)?;
+        }
+        let current = st.seq;
+        drop(st);
+        Ok(self
+            .segments
+            .read()
+            .expect("segment map lock")
+            .keys()
+            .copied()
+            .filter(|&s| s < current)
+            .collect())
+    }
+
+    /// Appends one frame and, for [`Durability::Sync`], returns once it is on disk.
+    pub fn append(&self, frame: &FrameBuilder, durability: Durability) -> Result<()> {
+        let end = self.append_nowait(frame)?;
+        if durability == Durability::Sync {
+            self.sync_to(end)?;
+        }
+        Ok(())
+    }
+
+    /// Waits until an `fdatasync` covers everything up to `end` (group commit).
+    pub fn sync_to(&self, end: Pos) -> Result<()> {
+        let st = self.writer()?;
+        self.wait_synced(st, end)
+    }
+
+    /// Appends one frame without waiting for the disk; returns the position
+    /// its end must be synced to. Its objects and operations are visible to
+    /// this process at once.
+    pub fn append_nowait(&self, frame: &FrameBuilder) -> Result<Pos> {
+        if frame.is_empty() {
+            let st = self.writer()?;
+            return Ok((st.seq, st.len));
+        }
+        if frame.body_len() > MAX_FRAME_BODY {
+            return Err(Error::Invalid(format!(
+                "a write batch of {} bytes is larger than the {MAX_FRAME_BODY}-byte limit; split it",
+                frame.body_len()
+            )));
+        }
+        let bytes = frame.finish();
+        let mut st = self.writer()?;
+        if st.len + bytes.len() as u64 > self.segment_target && st.len > SEGMENT_HEADER_LEN {
+            self.rotate(&mut st)?;
+        }
+        let at = st.len;
+        if let Err(e) = st.file.write_all_at(&bytes, at) {
+            // Cut whatever part landed, so the next frame starts clean.
+            let _ = st.file.set_len(at);
+            return Err(Error::io(self.segment_path(st.seq), e));
+        }
+        st.len += bytes.len() as u64;
+        let end = (st.seq, st.len);
+        {
+            let body_at = at + FRAME_HEADER_LEN as u64;
+            let mut objects = self.objects.write().expect("object map lock");
+            for &(id, off, len) in &frame.objects {
+                objects.entry(id).or_insert(EntryLoc {
+                    seq: st.seq,
+                    offset: body_at + off as u64,
+                    len,
+                });
+            }
+            drop(objects);
+            let mut ops = self.ops.write().expect("op list lock");
+            for &(op_seq, off, len) in &frame.ops {
+                ops.push((
+                    op_seq,
+                    EntryLoc {
+                        seq: st.seq,
+                        offset: body_at + off as u64,
+                        len,
+                    },
+                ));
+            }
+        }
+        Ok(end)
+    }
+
+    /// The payloads of the operations with a sequence number above `after`,
+    /// in journal order: (sequence number, canonical bytes).
+    pub fn ops_after(&self, after: u64) -> Result<Vec<(u64, Vec<u8>)>> {
+        let locs: Vec<(u64, EntryLoc)> = self
+            .ops
+            .read()
+            .expect("op list lock")
+            .iter()
+            .filter(|(s, _)| *s > after)
+            .copied()
+            .collect();
+        self.read_ops(&locs)
+    }
+
+    /// The operations held in the given segments, in journal order.
+    pub fn ops_in(&self, seqs: &[u64]) -> Result<Vec<(u64, Vec<u8>)>> {
+        let locs: Vec<(u64, EntryLoc)> = self
+            .ops
+            .read()
+            .expect("op list lock")
+            .iter()
+            .filter(|(_, l)| seqs.contains(&l.seq))
+            .copied()
+            .collect();
+        self.read_ops(&locs)
+    }
+
+    /// The lowest and highest operation sequence numbers in the journal.
+    pub fn op_range(&self) -> Option<(u64, u64)> {
+        let ops = self.ops.read().expect("op list lock");
+        Some((ops.first()?.0, ops.last()?.0))
+    }
+
+    fn read_ops(&self, locs: &[(u64, EntryLoc)]) -> Result<Vec<(u64, Vec<u8>)>> {
+        let segments = self.segments.read().expect("segment map lock");
+        let mut out = Vec::with_capacity(locs.len());
+        for (op_seq, loc) in locs {
+            let path = self.segment_path(loc.seq);
+            let file = segments.get(&loc.seq).ok_or_else(|| Error::CorruptFile {
+                path: path.clone(),
+                offset: loc.offset,
+                reason: "segment vanished".into(),
+            })?;
+            let mut buf = vec![0u8; loc.len as usize];
+            file.read_exact_at(&mut buf, loc.offset).at(&path)?;
+            let (_, op) = parse_op_entry(&buf).map_err(|reason| Error::CorruptFile {
+                path: path.clone(),
+                offset: loc.offset,
+                reason,
+            })?;
+            out.push((*op_seq, op.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Group commit: become the leader and sync, or wait for the leader.
+    fn wait_synced<'a>(&'a self, mut st: MutexGuard<'a, WriterState>, end: Pos) -> Result<()> {
+        let lock = self.writer.as_ref().expect("writable journal");
+        loop {
+            if st.synced >= end {
+                return Ok(());
+            }
+            if let Some(p) = &st.poisoned {
+                return Err(Error::Poisoned(p.clone()));
+            }
+            if st.syncing {
+                st = self.synced.wait(st).expect("journal writer lock");
+                continue;
+            }
+            st.syncing = true;
+            let target = (st.seq, st.len);
+            let file = st.file.clone();
+            drop(st);
+            let result = file.sync_data();
+            st = lock.lock().expect("journal writer lock");
+            st.syncing = false;
+            match result {
+                Ok(()) => st.synced = st.synced.max(target),
+                // After a failed fdatasync the kernel may have dropped the
+                // dirty pages: nothing written since the last good sync can
+                // be trusted, so stop accepting writes (PostgreSQL's lesson).
+                Err(e) => {
+                    st.poisoned = Some(format!("{}: {e}", self.segment_path(target.0).display()))
+                }
+            }
+            self.synced.notify_all();
+        }
+    }
+
+    /// Reads and verifies an object held in the journal.
+    pub fn read(&self, id: &ObjectId) -> Result<Option<EncodedObject>> {
+        let Some(loc) = self
+            .objects
+            .read()
+            .expect("object map lock")
+            .get(id)
+            .copied()
+        else {
+            return Ok(None);
+        };
+        let file = self
+            .segments
+            .read()
+            .expect("segment map lock")
+            .get(&loc.seq)
+            .cloned();
+        let Some(file) = file else {
+            return Ok(None);
+        };
+        let mut buf = vec![0u8; loc.len as usize];
+        file.read_exact_at(&mut buf, loc.offset).map_err(|e| {
+            Error::corrupt(
+                *id,
+                format!(
+                    "journal segment {} at byte {}: {e}",
+                    segment_name(loc.seq),
+                    loc.offset
+                ),
+            )
+        })?;
+        let entry = parse_object_entry(&buf).map_err(|r| Error::corrupt(*id, r))?;
+        if entry.id != *id {
+            return Err(Error::corrupt(
+                *id,
+                format!("journal entry at byte {} names {}", loc.offset, entry.id),
+            ));
+        }
+        entry.to_object().map(Some).map_err(|r| {
+            Error::corrupt(
+                *id,
+                format!("in journal segment {}: {r}", segment_name(loc.seq)),
+            )
+        })
+    }
+
+    pub fn contains(&self, id: &ObjectId) -> bool {
+        self.objects
+            .read()
+            .expect("object map lock")
+            .contains_key(id)
+    }
+
+    /// Ids held in the journal that start with `prefix`.
+    pub fn ids_with_prefix(&self, prefix: &Prefix, out: &mut Vec<ObjectId>) {
+        let objects = self.objects.read().expect("object map lock");
+        if let Some(id) = prefix.as_full_id() {
+            if objects.contains_key(&id) {
+                out.push(id);
+            }
+            return;
+        }
+        out.extend(objects.keys().filter(|id| prefix.matches(id)).copied());
+    }
+
+    /// Every object id held in the journal.
+    pub fn ids(&self) -> Vec<ObjectId> {
+        self.objects
+            .read()
+            .expect("object map lock")
+            .keys()
+            .copied()
+            .collect()
+    }
+
+    /// Object ids held in the given segments, in journal order.
+    pub fn ids_in(&self, seqs: &[u64]) -> Vec<ObjectId> {
+        let objects = self.objects.read().expect("object map lock");
+        let mut v: Vec<(EntryLoc, ObjectId)> = objects
+            .iter()
+            .filter(|(_, l)| seqs.contains(&l.seq))
+            .map(|(id, l)| (*l, *id))
+            .collect();
+        v.sort_unstable_by_key(|(l, _)| (l.seq, l.offset));
+        v.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// Forgets and deletes sealed segments whose objects are now in a pack.
+    pub fn retire(&self, seqs: &[u64]) -> Result<()> {
+        if let Some(w) = &self.writer {
+            let st = w.lock().expect("journal writer lock");
+            if seqs.contains(&st.seq) {
+                return Err(Error::Invalid(
+                    "cannot retire the active journal segment".into(),
+                ));
+            }
+        }
+        self.objects
+            .write()
+            .expect("object map lock")
+            .retain(|_, l| !seqs.contains(&l.seq));
+        self.ops
+            .write()
+            .expect("op list lock")
+            .retain(|(_, l)| !seqs.contains(&l.seq));
+        let mut segments = self.segments.write().expect("segment map lock");
+        for seq in seqs {
+            segments.remove(seq);
+            let path = self.segment_path(*seq);
+            fs::remove_file(&path).at(&path)?;
+        }
+        drop(segments);
+        sync_dir(&self.dir)
+    }
+
+    /// Bytes of journal segments on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        self.segments
+            .read()
+            .expect("segment map lock")
+            .values()
+            .filter_map(|f| f.metadata().ok())
+            .map(|m| m.len())
+            .sum()
+    }
+
+    /// Number of objects the journal holds.
+    pub fn object_count(&self) -> usize {
+        self.objects.read().expect("object map lock").len()
+    }
+}
+
+fn index_frame(
+    objects: &mut HashMap<ObjectId, EntryLoc>,
+    mut ops: Option<&mut Vec<(u64, EntryLoc)>>,
+    seq: u64,
+    body_at: u64,
+    body: &[u8],
+) {
+    for entry in entries(body) {
+        let Ok(entry) = entry else { break };
+        let loc = EntryLoc {
+            seq,
+            offset: body_at + entry.offset as u64,
+            len: entry.payload.len() as u32,
+        };
+        if entry.entry_type == ENTRY_OP {
+            if let (Some(ops), Ok((op_seq, _))) =
+                (ops.as_deref_mut(), parse_op_entry(entry.payload))
+            {
+                ops.push((op_seq, loc));
+            }
+            continue;
+        }
+        if entry.entry_type != ENTRY_OBJECT {
+            continue;
+        }
+        let Ok(obj) = parse_object_entry(entry.payload) else {
+            continue;
+        };
+        objects.entry(obj.id).or_insert(EntryLoc {
+            seq,
+            offset: body_at + entry.offset as u64,
+            len: entry.payload.len() as u32,
+        });
+    }
+}

@@ -1,0 +1,750 @@
+//! The fuzzing entry points of `sessctl_store::fuzzing`, on the stable
+//! toolchain: the same oracles the cargo-fuzz targets in `fuzz/` run, fed
+//! random bytes and, mostly, mutations of valid encodings (blob and session
+//! payloads, real journal segments, real pack indexes): bit flips,
+//! truncations, splices, duplicated ranges, length fields overwritten with
+//! large values. Mutated journal frames and indexes are also tried with their
+//! checksums fixed up, so that the code behind each checksum is reached too.
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+mod support;
+
+use std::fs;
+use std::path::Path;
+use std::sync::OnceLock;
+
+use proptest::prelude::*;
+use proptest::sample::Index;
+use serde_json::{json, Value};
+use sessctl_store::fuzzing;
+use sessctl_store::odb::journal::{
+    entries, frame_checksum, parse_frame, parse_object_entry, FRAME_HEADER_LEN, OBJECT_ENTRY_FIXED,
+    SEGMENT_HEADER_LEN,
+};
+use sessctl_store::odb::pack::{
+    parse_index, verify_index, write_pack, IndexView, PackOptions, CHECKSUM_LEN, INDEX_HEADER_LEN,
+};
+use sessctl_store::{
+    Blob, Compaction, Durability, MessageDelta, ObjectId, Odb, OpenOptions, RepackOptions, Session,
+    SessionStatus, SessionType, WriteBatch,
+};
+use support::{message, write_chain, Rng};
+
+/// Valid encodings to mutate, and where their length fields sit.
+struct Seeds {
+    blobs: Vec<Vec<u8>>,
+    sessions: Vec<Vec<u8>>,
+    /// Journal segments without their 16-byte header: frames back to back.
+    journals: Vec<Seed>,
+    indexes: Vec<Seed>,
+}
+
+struct Seed {
+    bytes: Vec<u8>,
+    /// Offsets of length and count fields, the places a large value hurts most.
+    length_fields: Vec<usize>,
+}
+
+fn seeds() -> &'static Seeds {
+    static SEEDS: OnceLock<Seeds> = OnceLock::new();
+    SEEDS.get_or_init(build_seeds)
+}
+
+fn build_seeds() -> Seeds {
+    let mut blobs: Vec<Vec<u8>> = blob_values()
+        .into_iter()
+        .map(|v| Blob::new(v).unwrap().encode().into_payload())
+        .collect();
+    let mut rng = Rng::new(11);
+    blobs.extend((0..4).map(|i| {
+        Blob::new(message(&mut rng, i))
+            .unwrap()
+            .encode()
+            .into_payload()
+    }));
+    let sessions = sessions()
+        .iter()
+        .map(|s| s.encode().unwrap().into_payload())
+        .collect();
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let odb = Odb::init(&path).unwrap();
+    let chain = write_chain(&odb, 3, 4, 2, Durability::NoSync);
+    let mut b = WriteBatch::new();
+    for s in sessions_over(&chain) {
+        b.session(&s).unwrap();
+    }
+    b.blob(&json!("x".repeat(4000))).unwrap(); // compressed in the journal
+    odb.write(&b, Durability::NoSync).unwrap();
+    let journals = segment_files(&path)
+        .iter()
+        .map(|p| {
+            let bytes = fs::read(p).unwrap()[SEGMENT_HEADER_LEN as usize..].to_vec();
+            let length_fields = journal_length_fields(&bytes);
+            Seed {
+                bytes,
+                length_fields,
+            }
+        })
+        .collect();
+
+    // Sessions as the store holds them, read back through the public API.
+    let mut sessions: Vec<Vec<u8>> = sessions;
+    sessions.extend(chain.iter().map(|id| odb.read(id).unwrap().into_payload()));
+
+    odb.repack(&RepackOptions::default()).unwrap();
+    drop(odb);
+    let odb = Odb::open(&path, &OpenOptions::default()).unwrap();
+    let objects: Vec<_> = odb
+        .backend()
+        .ids()
+        .unwrap()
+        .iter()
+        .map(|id| odb.read(id).unwrap())
+        .collect();
+    // The same objects in one block per object, and an empty pack.
+    let extra = dir.path().join("extra-packs");
+    fs::create_dir(&extra).unwrap();
+    let small_blocks = PackOptions {
+        block_target: 1,
+        ..PackOptions::default()
+    };
+    write_pack(&extra, &objects, small_blocks).unwrap();
+    write_pack(&extra, &objects[..1], PackOptions::default()).unwrap();
+    write_pack(&extra, &[], PackOptions::default()).unwrap();
+    let mut indexes = Vec::new();
+    for packs in [path.join("packs"), extra] {
+        for entry in fs::read_dir(&packs).unwrap() {
+            let p = entry.unwrap().path();
+            if p.extension().is_some_and(|e| e == "idx") {
+                let bytes = fs::read(&p).unwrap();
+                let length_fields = index_length_fields(&bytes);
+                indexes.push(Seed {
+                    bytes,
+                    length_fields,
+                });
+            }
+        }
+    }
+    assert_eq!(indexes.len(), 4);
+    blobs.sort();
+    Seeds {
+        blobs,
+        sessions,
+        journals,
+        indexes,
+    }
+}
+
+fn blob_values() -> Vec<Value> {
+    vec![
+        json!(null),
+        json!(true),
+        json!(0),
+        json!(23),
+        json!(24),
+        json!(-1),
+        json!(-25),
+        json!(u64::MAX),
+        json!(i64::MIN),
+        json!(1.0),
+        json!(-0.0),
+        json!(1.5),
+        json!(0.1),
+        json!(1e300),
+        json!(65504.0),
+        json!(f32::MAX as f64),
+        json!(""),
+        json!("héllo ☃ 𝄞"),
+        json!([]),
+        json!({}),
+        json!({"b": 1, "aa": 2, "a": [null, false, 2.5, {"k": "v"}]}),
+        json!([[[[[[[[[[{"deep": [1, -2, 3.25]}]]]]]]]]]]),
+        json!({"role": "user", "content": "Hello"}),
+    ]
+}
+
+fn id(n: u8) -> ObjectId {
+    ObjectId::from_bytes([n; 32])
+}
+
+/// Sessions using every field, alone and together.
+fn sessions() -> Vec<Session> {
+    sessions_over(&[id(1), id(2), id(3)])
+}
+
+fn sessions_over(parents: &[ObjectId]) -> Vec<Session> {
+    let mut out = Vec::new();
+    let mut root = Session::new_root(1_763_000_000_000);
+    root.messages.added = vec![id(7), id(8)];
+    root.display_messages.added = vec![id(7)];
+    out.push(root.clone());
+
+    let mut full = Session::new_root(-5);
+    full.parents = parents.to_vec();
+    full.conversation = Some(parents[0]);
+    full.status = SessionStatus::AwaitingToolResults;
+    full.title = Some("A title with ünïcode".into());
+    full.run.duration_ms = u64::MAX;
+    full.run.usage.total_tokens = 1 << 40;
+    full.run.usage.prompt_tokens = 300;
+    full.run.usage.completion_tokens = 24;
+    full.run.usage.requests = 1;
+    full.messages = MessageDelta {
+        base: 2,
+        added: vec![id(9)],
+    };
+    full.display_messages = MessageDelta {
+        base: 1,
+        added: Vec::new(),
+    };
+    full.context_state = Some(id(10));
+    full.environment_state = Some(id(11));
+    full.metadata.session_type = SessionType::AsyncSubagent;
+    full.metadata.transport = Some("cli".into());
+    full.metadata.spawned_by = Some(id(12));
+    full.metadata.preset_id = Some("preset".into());
+    full.metadata
+        .extra
+        .insert("k".into(), json!({"nested": [1, 2.5, null]}));
+    full.metadata.extra.insert("aa".into(), json!("v"));
+    full.compaction = Some(Compaction {
+        session: id(13),
+        messages: 40,
+        summary: id(14),
+    });
+    out.push(full);
+
+    for status in SessionStatus::ALL {
+        let mut s = Session::new_root(i64::MIN);
+        s.status = status;
+        s.parents = vec![parents[parents.len() - 1]];
+        s.messages.base = u64::MAX;
+        out.push(s);
+    }
+    out
+}
+
+fn segment_files(store: &Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = fs::read_dir(store.join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "journal"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Body lengths and entry counts of frames, entry lengths, object raw lengths.
+fn journal_length_fields(frames: &[u8]) -> Vec<usize> {
+    let mut fields = Vec::new();
+    let mut pos = 0;
+    while let Ok(frame) = parse_frame(&frames[pos..]) {
+        fields.extend([pos, pos + 4]);
+        let body_at = pos + FRAME_HEADER_LEN;
+        for entry in entries(frame.body) {
+            let entry = entry.unwrap();
+            fields.push(body_at + entry.offset - 4);
+            fields.push(body_at + entry.offset + OBJECT_ENTRY_FIXED - 4);
+        }
+        pos += frame.total_len();
+    }
+    assert_eq!(pos, frames.len(), "a seed segment holds only whole frames");
+    fields
+}
+
+/// Object and block counts, fan-out, record lengths, block table.
+fn index_length_fields(idx: &[u8]) -> Vec<usize> {
+    let view = IndexView::parse(idx).unwrap();
+    view.verify().unwrap();
+    let mut fields = vec![8, 12];
+    fields.extend((0..256).map(|b| INDEX_HEADER_LEN + 4 * b));
+    let n = view.object_count();
+    let entries_at = INDEX_HEADER_LEN + 1024 + 32 * n;
+    fields.extend((0..n).flat_map(|i| [entries_at + 12 * i, entries_at + 12 * i + 8]));
+    let blocks_at = entries_at + 12 * n;
+    fields.extend((0..view.block_count()).flat_map(|k| {
+        [
+            blocks_at + 16 * k,
+            blocks_at + 16 * k + 8,
+            blocks_at + 16 * k + 12,
+        ]
+    }));
+    fields
+}
+
+/// Recomputes every frame checksum that a whole frame is there for, so that
+/// mutated bodies get past `parse_frame`.
+fn fix_frame_checksums(frames: &mut [u8]) {
+    let mut pos = 0;
+    while pos + FRAME_HEADER_LEN <= frames.len() {
+        let len = u32::from_le_bytes(frames[pos..pos + 4].try_into().unwrap()) as usize;
+        let Some(end) = (pos + FRAME_HEADER_LEN)
+            .checked_add(len)
+            .filter(|&e| e <= frames.len())
+        else {
+            break;
+        };
+        let sum = frame_checksum(&frames[pos..pos + 8], &frames[pos + FRAME_HEADER_LEN..end]);
+        frames[pos + 8..pos + 16].copy_from_slice(&sum);
+        pos = end;
+    }
+}
+
+/// Recomputes an index's own checksum (its last 32 bytes).
+fn fix_index_checksum(idx: &mut [u8]) {
+    if idx.len() >= CHECKSUM_LEN {
+        let at = idx.len() - CHECKSUM_LEN;
+        let sum = blake3::hash(&idx[..at]);
+        idx[at..].copy_from_slice(sum.as_bytes());
+    }
+}
+
+/// One edit of a valid encoding.
+#[derive(Debug, Clone)]
+enum Mutation {
+    FlipBit(Index, u8),
+    SetByte(Index, u8),
+    Truncate(Index),
+    Delete(Index, Index),
+    /// Copies a range of the input to another place (inserted).
+    Duplicate(Index, Index, Index),
+    /// Inserts a range of another seed.
+    Splice(Index, Index, Index, Index),
+    Insert(Index, Vec<u8>),
+    /// Overwrites a length field of the format with a large value.
+    LargeLength(Index, u32),
+    /// Overwrites any 4 or 8 bytes with a large little-endian value.
+    LargeAt(Index, u64, bool),
+    /// Inserts a CBOR head of some major type with a huge argument.
+    CborHead(Index, u8, bool),
+}
+
+fn large_u32() -> impl Strategy<Value = u32> {
+    prop_oneof![
+        Just(u32::MAX),
+        Just(u32::MAX - 1),
+        Just(1 << 31),
+        Just(1 << 30),
+        Just((1 << 30) + 1),
+        Just(0x0100_0000),
+        Just(0),
+        any::<u32>(),
+    ]
+}
+
+fn large_u64() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        Just(u64::MAX),
+        Just(1 << 63),
+        Just(u64::from(u32::MAX)),
+        Just(1 << 32),
+        any::<u64>(),
+    ]
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        3 => (any::<Index>(), 0u8..8).prop_map(|(i, b)| Mutation::FlipBit(i, b)),
+        1 => (any::<Index>(), any::<u8>()).prop_map(|(i, v)| Mutation::SetByte(i, v)),
+        1 => any::<Index>().prop_map(Mutation::Truncate),
+        1 => (any::<Index>(), any::<Index>()).prop_map(|(a, b)| Mutation::Delete(a, b)),
+        1 => (any::<Index>(), any::<Index>(), any::<Index>())
+            .prop_map(|(a, b, c)| Mutation::Duplicate(a, b, c)),
+        1 => (any::<Index>(), any::<Index>(), any::<Index>(), any::<Index>())
+            .prop_map(|(a, b, c, d)| Mutation::Splice(a, b, c, d)),
+        1 => (any::<Index>(), prop::collection::vec(any::<u8>(), 1..16))
+            .prop_map(|(i, v)| Mutation::Insert(i, v)),
+        3 => (any::<Index>(), large_u32()).prop_map(|(i, v)| Mutation::LargeLength(i, v)),
+        1 => (any::<Index>(), large_u64(), any::<bool>()).prop_map(|(i, v, w)| Mutation::LargeAt(i, v, w)),
+        1 => (any::<Index>(), 0u8..8, any::<bool>()).prop_map(|(i, m, w)| Mutation::CborHead(i, m, w)),
+    ]
+}
+
+/// Applies `m` to `bytes`; `fields` are the seed's length fields (which
+/// may lie past the end of an already shortened input), `others` the seeds
+/// to splice from.
+fn apply(bytes: &mut Vec<u8>, m: &Mutation, fields: &[usize], others: &[&[u8]]) {
+    let len = bytes.len();
+    let at = |i: &Index| if len == 0 { 0 } else { i.index(len) };
+    let upto = |i: &Index| i.index(len + 1);
+    let overwrite = |bytes: &mut Vec<u8>, pos: usize, value: &[u8]| {
+        for (k, b) in value.iter().enumerate() {
+            if let Some(slot) = bytes.get_mut(pos + k) {
+                *slot = *b;
+            }
+        }
+    };
+    match m {
+        Mutation::FlipBit(i, bit) if len > 0 => bytes[at(i)] ^= 1 << bit,
+        Mutation::SetByte(i, v) if len > 0 => bytes[at(i)] = *v,
+        Mutation::Truncate(i) => bytes.truncate(upto(i)),
+        Mutation::Delete(a, b) => {
+            let (a, b) = (upto(a), upto(b));
+            bytes.drain(a.min(b)..a.max(b).min(a.min(b) + 64));
+        }
+        Mutation::Duplicate(a, b, to) => {
+            let (a, b) = (upto(a), upto(b));
+            let range = bytes[a.min(b)..a.max(b).min(a.min(b) + 256)].to_vec();
+            let to = upto(to);
+            bytes.splice(to..to, range);
+        }
+        Mutation::Splice(which, a, b, to) => {
+            if others.is_empty() {
+                return;
+            }
+            let other = others[which.index(others.len())];
+            let (a, b) = (a.index(other.len() + 1), b.index(other.len() + 1));
+            let range = &other[a.min(b)..a.max(b).min(a.min(b) + 256)];
+            let to = upto(to);
+            bytes.splice(to..to, range.iter().copied());
+        }
+        Mutation::Insert(i, v) => {
+            let to = upto(i);
+            bytes.splice(to..to, v.iter().copied());
+        }
+        Mutation::LargeLength(i, v) => {
+            let pos = if fields.is_empty() {
+                at(i)
+            } else {
+                fields[i.index(fields.len())]
+            };
+            overwrite(bytes, pos, &v.to_le_bytes());
+        }
+        Mutation::LargeAt(i, v, wide) => {
+            let pos = at(i);
+            if *wide {
+                overwrite(bytes, pos, &v.to_le_bytes());
+            } else {
+                overwrite(bytes, pos, &(*v as u32).to_le_bytes());
+            }
+        }
+        Mutation::CborHead(i, major, wide) => {
+            let to = upto(i);
+            let head: Vec<u8> = if *wide {
+                [vec![major << 5 | 27], vec![0xff; 8]].concat()
+            } else {
+                [vec![major << 5 | 26], vec![0x7f, 0xff, 0xff, 0xff]].concat()
+            };
+            bytes.splice(to..to, head);
+        }
+        _ => {}
+    }
+}
+
+fn mutated(seed: &[u8], fields: &[usize], mutations: &[Mutation], others: &[&[u8]]) -> Vec<u8> {
+    let mut bytes = seed.to_vec();
+    for m in mutations {
+        apply(&mut bytes, m, fields, others);
+    }
+    bytes
+}
+
+fn mutations() -> impl Strategy<Value = Vec<Mutation>> {
+    prop::collection::vec(mutation(), 1..5)
+}
+
+/// Edits that keep the length, for formats that check their size first.
+fn in_place_mutations() -> impl Strategy<Value = Vec<Mutation>> {
+    let m = prop_oneof![
+        2 => (any::<Index>(), 0u8..8).prop_map(|(i, b)| Mutation::FlipBit(i, b)),
+        1 => (any::<Index>(), any::<u8>()).prop_map(|(i, v)| Mutation::SetByte(i, v)),
+        2 => (any::<Index>(), large_u32()).prop_map(|(i, v)| Mutation::LargeLength(i, v)),
+        1 => (any::<Index>(), large_u64(), any::<bool>())
+            .prop_map(|(i, v, w)| Mutation::LargeAt(i, v, w)),
+    ];
+    prop::collection::vec(m, 1..4)
+}
+
+/// Bounded so that the whole file runs in a few seconds in debug mode;
+/// `SESSCTL_FUZZ_SCALE=N` runs N times as many cases, for a longer hunt.
+fn config(cases: u32) -> ProptestConfig {
+    let scale = std::env::var("SESSCTL_FUZZ_SCALE")
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+        .unwrap_or(1);
+    ProptestConfig {
+        cases: cases.saturating_mul(scale),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+fn all(v: &[Vec<u8>]) -> Vec<&[u8]> {
+    v.iter().map(Vec::as_slice).collect()
+}
+
+proptest! {
+    #![proptest_config(config(4096))]
+
+    #[test]
+    fn object_decode_survives_random_bytes(data in prop::collection::vec(any::<u8>(), 0..512)) {
+        fuzzing::object_decode(&data);
+    }
+
+    #[test]
+    fn journal_frames_survive_random_bytes(data in prop::collection::vec(any::<u8>(), 0..512)) {
+        fuzzing::journal_frames(&data);
+    }
+
+    #[test]
+    fn pack_index_survives_random_bytes(data in prop::collection::vec(any::<u8>(), 0..2048)) {
+        fuzzing::pack_index(&data);
+    }
+
+    /// Random bytes are almost never an index: these are headers and a
+    /// fan-out that fit a random id table, to reach the lookups.
+    #[test]
+    fn pack_index_lookups_survive_random_tables(
+        objects in 0usize..40,
+        blocks in 0usize..4,
+        fanout_cuts in prop::collection::vec(any::<Index>(), 0..40),
+        body in prop::collection::vec(any::<u8>(), 0..(40 * 44 + 4 * 16 + 64)),
+        sorted in any::<bool>(),
+        fix in any::<bool>(),
+    ) {
+        let mut idx = Vec::new();
+        idx.extend_from_slice(b"SIDX");
+        idx.extend_from_slice(&1u32.to_le_bytes());
+        idx.extend_from_slice(&(objects as u32).to_le_bytes());
+        idx.extend_from_slice(&(blocks as u32).to_le_bytes());
+        let mut ids: Vec<[u8; 32]> = (0..objects)
+            .map(|i| std::array::from_fn(|k| body.get(i * 32 + k).copied().unwrap_or(k as u8)))
+            .collect();
+        if sorted {
+            ids.sort();
+            ids.dedup();
+            ids.resize_with(objects, || [0xff; 32]);
+        }
+        let mut counts = [0u32; 256];
+        if sorted {
+            for id in &ids {
+                counts[id[0] as usize] += 1;
+            }
+        } else {
+            // A monotone fan-out with arbitrary steps.
+            let mut cuts: Vec<usize> = fanout_cuts.iter().map(|c| c.index(256)).collect();
+            cuts.truncate(objects);
+            cuts.resize(objects, 255);
+            for c in cuts {
+                counts[c] += 1;
+            }
+        }
+        let mut total = 0u32;
+        for c in counts {
+            total += c;
+            idx.extend_from_slice(&total.to_le_bytes());
+        }
+        for id in &ids {
+            idx.extend_from_slice(id);
+        }
+        let rest = objects * 12 + blocks * 16 + 2 * CHECKSUM_LEN;
+        idx.extend((0..rest).map(|k| body.get(k).copied().unwrap_or(0)));
+        if fix {
+            fix_index_checksum(&mut idx);
+        }
+        prop_assert!(IndexView::parse(&idx).is_ok());
+        fuzzing::pack_index(&idx);
+    }
+}
+
+proptest! {
+    #![proptest_config(config(4096))]
+
+    #[test]
+    fn object_decode_survives_mutated_objects(
+        session in any::<bool>(),
+        which in any::<Index>(),
+        selector in any::<u8>(),
+        ms in mutations(),
+    ) {
+        let s = seeds();
+        let pool = if session { &s.sessions } else { &s.blobs };
+        let seed = &pool[which.index(pool.len())];
+        let others = all(if session { &s.blobs } else { &s.sessions });
+        let mut data = vec![(selector & !1) | u8::from(session)];
+        data.extend(mutated(seed, &[], &ms, &others));
+        fuzzing::object_decode(&data);
+    }
+}
+
+proptest! {
+    #![proptest_config(config(1536))]
+
+    #[test]
+    fn journal_frames_survive_mutated_segments(
+        which in any::<Index>(),
+        ms in mutations(),
+        fix in any::<bool>(),
+    ) {
+        let s = seeds();
+        let seed = &s.journals[which.index(s.journals.len())];
+        let others: Vec<&[u8]> = s.blobs.iter().chain(&s.sessions).map(Vec::as_slice).collect();
+        let mut data = mutated(&seed.bytes, &seed.length_fields, &ms, &others);
+        if fix {
+            fix_frame_checksums(&mut data);
+        }
+        fuzzing::journal_frames(&data);
+    }
+
+    #[test]
+    fn pack_index_survives_mutated_indexes(
+        which in any::<Index>(),
+        ms in mutations(),
+        fix in any::<bool>(),
+    ) {
+        let s = seeds();
+        let seed = &s.indexes[which.index(s.indexes.len())];
+        let others: Vec<&[u8]> = s.indexes.iter().map(|i| i.bytes.as_slice()).collect();
+        let mut data = mutated(&seed.bytes, &seed.length_fields, &ms, &others);
+        if fix {
+            fix_index_checksum(&mut data);
+        }
+        fuzzing::pack_index(&data);
+    }
+
+    #[test]
+    fn pack_index_survives_mutations_in_place(
+        which in any::<Index>(),
+        ms in in_place_mutations(),
+        fix in any::<bool>(),
+    ) {
+        let s = seeds();
+        let seed = &s.indexes[which.index(s.indexes.len())];
+        let mut data = mutated(&seed.bytes, &seed.length_fields, &ms, &[]);
+        if fix {
+            fix_index_checksum(&mut data);
+        }
+        fuzzing::pack_index(&data);
+    }
+}
+
+/// The seeds themselves pass, and are what they should be: the oracles are
+/// reached, not turned away at the door.
+#[test]
+fn valid_encodings_pass_every_oracle() {
+    let s = seeds();
+    for p in &s.blobs {
+        assert!(Blob::decode(p).is_ok());
+        fuzzing::object_decode(&[[0].as_slice(), p].concat());
+    }
+    for p in &s.sessions {
+        assert!(Session::decode(p).is_ok());
+        fuzzing::object_decode(&[[1].as_slice(), p].concat());
+    }
+    let mut objects = 0;
+    for seed in &s.journals {
+        fuzzing::journal_frames(&seed.bytes);
+        let header = [&b"SJNL"[..], &1u32.to_le_bytes(), &1u64.to_le_bytes()].concat();
+        fuzzing::journal_frames(&[header, seed.bytes.clone()].concat());
+        let mut pos = 0;
+        while let Ok(frame) = parse_frame(&seed.bytes[pos..]) {
+            for entry in entries(frame.body) {
+                parse_object_entry(entry.unwrap().payload)
+                    .unwrap()
+                    .to_object()
+                    .unwrap();
+                objects += 1;
+            }
+            pos += frame.total_len();
+        }
+    }
+    assert!(objects >= 20, "{objects}");
+    for seed in &s.indexes {
+        let view = IndexView::parse(&seed.bytes).unwrap();
+        view.verify().unwrap();
+        fuzzing::pack_index(&seed.bytes);
+    }
+}
+
+/// Blobs nest up to 256 levels, and JSON text of any blob reads back in;
+/// 257 levels are refused either way.
+#[test]
+fn deep_blobs_decode_and_re_encode() {
+    for depth in [126usize, 127, 128, 200, 255, 256] {
+        let mut v = json!(1);
+        for _ in 0..depth {
+            v = json!([v]);
+        }
+        let payload = Blob::new(v.clone()).unwrap().encode().into_payload();
+        fuzzing::object_decode(&[[0].as_slice(), &payload].concat());
+        let text = serde_json::to_string(&v).unwrap();
+        assert_eq!(
+            Blob::from_json_str(&text).unwrap().encode().into_payload(),
+            payload,
+            "depth {depth}"
+        );
+    }
+    let mut v = json!(1);
+    for _ in 0..257 {
+        v = json!([v]);
+    }
+    assert!(Blob::new(v.clone()).is_err());
+    assert!(Blob::from_json_str(&serde_json::to_string(&v).unwrap()).is_err());
+}
+
+/// A journal entry claiming a huge raw length is refused before anything
+/// is allocated (found by fuzzing: it used to reserve 4 GiB).
+#[test]
+fn a_forged_raw_length_is_refused_before_allocating() {
+    let frame = zstd::bulk::compress(b"hello hello hello", 1).unwrap();
+    let mut entry = vec![1u8, 1];
+    entry.extend_from_slice(&[0u8; 32]);
+    entry.extend_from_slice(&u32::MAX.to_le_bytes());
+    entry.extend_from_slice(&frame);
+    let parsed = sessctl_store::odb::journal::parse_object_entry(&entry).unwrap();
+    let err = parsed.to_object().unwrap_err();
+    assert!(err.contains("declares 17 bytes"), "{err}");
+}
+
+#[test]
+fn verify_index_refuses_a_layout_of_other_bytes() {
+    let s = seeds();
+    let big = s.indexes.iter().max_by_key(|i| i.bytes.len()).unwrap();
+    let small = s.indexes.iter().min_by_key(|i| i.bytes.len()).unwrap();
+    let layout = parse_index(&big.bytes).unwrap();
+    assert!(verify_index(&small.bytes, &layout).is_err());
+    assert!(verify_index(&big.bytes, &layout).is_ok());
+}
+
+/// An index whose fan-out sends every id to the last bucket while the ids
+/// start with other bytes: lookups must miss, not stray.
+#[test]
+fn lookups_in_an_index_with_a_lying_fanout_stay_in_bounds() {
+    let s = seeds();
+    let seed = s.indexes.iter().max_by_key(|i| i.bytes.len()).unwrap();
+    let mut idx = seed.bytes.clone();
+    let view = IndexView::parse(&idx).unwrap();
+    let ids: Vec<ObjectId> = view.ids().collect();
+    let n = ids.len() as u32;
+    for b in 0..255 {
+        idx[INDEX_HEADER_LEN + 4 * b..INDEX_HEADER_LEN + 4 * b + 4]
+            .copy_from_slice(&0u32.to_le_bytes());
+    }
+    idx[INDEX_HEADER_LEN + 4 * 255..INDEX_HEADER_LEN + 1024].copy_from_slice(&n.to_le_bytes());
+    fix_index_checksum(&mut idx);
+    let view = IndexView::parse(&idx).unwrap();
+    assert!(view.verify().is_err());
+    for id in &ids {
+        assert!(view.position(id).is_none_or(|p| view.id(p) == Some(*id)));
+    }
+    fuzzing::pack_index(&idx);
+}
+
+/// A frame built from objects round-trips through `parse_frame`, including
+/// a compressed one, and a frame with a tampered length is refused.
+#[test]
+fn built_frames_round_trip() {
+    let s = seeds();
+    let mut data = Vec::new();
+    for p in s.blobs.iter().chain(&s.sessions) {
+        data.extend_from_slice(p);
+    }
+    fuzzing::journal_frames(&data);
+    let mut frames = s.journals[0].bytes.clone();
+    frames[0] ^= 0x40;
+    assert!(parse_frame(&frames).is_err());
+    fix_frame_checksums(&mut frames);
+    fuzzing::journal_frames(&frames);
+}

@@ -1,0 +1,232 @@
+//! Golden fixtures: the examples of objects-format.md, byte for byte, and a
+//! store written by format version 1 that every later version must read.
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+use sessctl_store::{
+    Blob, Durability, MessageDelta, ObjectId, Odb, OpenOptions, Session, Usage, WriteBatch,
+};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn spec() -> String {
+    fs::read_to_string(root().join("objects-format.md")).unwrap()
+}
+
+/// The hex dump format the spec uses (`hexdump -C` style).
+fn dump(b: &[u8]) -> String {
+    let mut out = String::new();
+    for (i, c) in b.chunks(16).enumerate() {
+        let hex: Vec<String> = c.iter().map(|x| format!("{x:02x}")).collect();
+        let asc: String = c
+            .iter()
+            .map(|&x| {
+                if (0x20..0x7f).contains(&x) {
+                    x as char
+                } else {
+                    '.'
+                }
+            })
+            .collect();
+        out.push_str(&format!(
+            "{:08x}  {:<48} |{}|\n",
+            i * 16,
+            hex.join(" "),
+            asc
+        ));
+    }
+    out
+}
+
+struct Examples {
+    hello: sessctl_store::EncodedObject,
+    root: sessctl_store::EncodedObject,
+    reply: sessctl_store::EncodedObject,
+    cont: sessctl_store::EncodedObject,
+}
+
+fn examples() -> Examples {
+    let hello = Blob::from_json_str(r#"{"role": "user", "content": "Hello"}"#)
+        .unwrap()
+        .encode();
+    let mut s = Session::new_root(1_763_000_000_000);
+    s.title = Some("Greeting".into());
+    s.messages.added = vec![hello.id()];
+    s.display_messages.added = vec![hello.id()];
+    s.metadata.transport = Some("cli".into());
+    let root = s.encode().unwrap();
+    let reply = Blob::from_json_str(r#"{"role": "assistant", "content": "Hi!"}"#)
+        .unwrap()
+        .encode();
+    let mut c = Session::new_root(1_763_000_001_500);
+    c.parents = vec![root.id()];
+    c.conversation = Some(root.id());
+    c.messages = MessageDelta {
+        base: 1,
+        added: vec![reply.id()],
+    };
+    c.display_messages = c.messages.clone();
+    c.run.duration_ms = 1500;
+    c.run.usage = Usage {
+        total_tokens: 42,
+        prompt_tokens: 30,
+        completion_tokens: 12,
+        requests: 1,
+    };
+    let cont = c.encode().unwrap();
+    Examples {
+        hello,
+        root,
+        reply,
+        cont,
+    }
+}
+
+const HELLO_ID: &str = "00ffdccff9a461873897cd0a40c829c259faba08458bcf2be5b99e430c6edbaf";
+const ROOT_ID: &str = "2ee3266abfb3ca0e724f807c33e480ba92a352e29af4c5786e090565294f91b7";
+const REPLY_ID: &str = "cabf92e0414ae10b11d45fc2f37fd6ed32a34551b7b6976c54479ee13076af74";
+const CONT_ID: &str = "f196d7d40477112bc8ba254286581f9f17f0382243e934cb87cdefc1da5d8a12";
+
+#[test]
+fn spec_examples_have_the_pinned_ids() {
+    let e = examples();
+    assert_eq!(e.hello.id().to_hex(), HELLO_ID);
+    assert_eq!(e.root.id().to_hex(), ROOT_ID);
+    assert_eq!(e.reply.id().to_hex(), REPLY_ID);
+    assert_eq!(e.cont.id().to_hex(), CONT_ID);
+}
+
+#[test]
+fn spec_text_matches_the_code_byte_for_byte() {
+    let e = examples();
+    let spec = spec();
+    for (what, obj) in [
+        ("blob", &e.hello),
+        ("root session", &e.root),
+        ("continuation", &e.cont),
+    ] {
+        assert!(
+            spec.contains(&dump(obj.payload())),
+            "objects-format.md lacks the hex dump of the {what} example:\n{}",
+            dump(obj.payload())
+        );
+        assert!(
+            spec.contains(&format!("({} bytes)", obj.payload().len()))
+                || spec.contains(&format!("({} bytes):", obj.payload().len())),
+            "objects-format.md gives a wrong size for the {what} example ({} bytes)",
+            obj.payload().len()
+        );
+    }
+    for id in [HELLO_ID, ROOT_ID, REPLY_ID, CONT_ID] {
+        assert!(spec.contains(id), "objects-format.md lacks id {id}");
+    }
+    // The identity rule as the spec states it.
+    let header = format!("blob 1 {}\0", e.hello.payload().len());
+    let mut hashed = header.into_bytes();
+    hashed.extend_from_slice(e.hello.payload());
+    assert_eq!(blake3::hash(&hashed).as_bytes(), e.hello.id().as_bytes());
+    assert!(spec.contains("`blob 1 25\\0`"));
+    // Version constants named in the spec's table.
+    assert!(spec.contains(&format!(
+        "`OBJECT_FORMAT_VERSION` | {}",
+        sessctl_store::OBJECT_FORMAT_VERSION
+    )));
+    assert!(spec.contains(&format!(
+        "`STORE_FORMAT_VERSION` | {}",
+        sessctl_store::STORE_FORMAT_VERSION
+    )));
+    assert!(spec.contains(&format!(
+        "`JOURNAL_FORMAT_VERSION` | {}",
+        sessctl_store::odb::journal::JOURNAL_FORMAT_VERSION
+    )));
+    assert!(spec.contains(&format!(
+        "`PACK_FORMAT_VERSION` | {}",
+        sessctl_store::odb::pack::PACK_FORMAT_VERSION
+    )));
+    assert!(spec.contains(&format!(
+        "`OP_FORMAT_VERSION` | {}",
+        sessctl_store::refs::op::OP_FORMAT_VERSION
+    )));
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn second_batch() -> (WriteBatch, ObjectId, ObjectId) {
+    let mut b = WriteBatch::new();
+    let x = b
+        .blob(&json!({"n": 1.5, "i": -7, "s": "\u{fc}\u{6c34}", "a": [true, null]}))
+        .unwrap();
+    let y = b.blob(&json!([1, 1.0, "1"])).unwrap();
+    (b, x, y)
+}
+
+#[test]
+fn a_version_1_store_reads_back() {
+    let fixture = root().join("tests/fixtures/store-v1");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    copy_dir(&fixture, &path);
+    let odb = Odb::open(&path, &OpenOptions::default()).unwrap();
+    assert!(odb.take_recovery_notes().is_empty());
+    let stats = odb.stats().unwrap();
+    assert_eq!(
+        (stats.packs, stats.pack_objects, stats.journal_objects),
+        (1, 4, 2)
+    );
+    let cont = ObjectId::from_hex(CONT_ID).unwrap();
+    assert_eq!(
+        odb.load_messages(&cont).unwrap(),
+        vec![
+            json!({"role": "user", "content": "Hello"}),
+            json!({"role": "assistant", "content": "Hi!"})
+        ]
+    );
+    let e = examples();
+    for o in [&e.hello, &e.root, &e.reply, &e.cont] {
+        assert_eq!(&odb.read(&o.id()).unwrap(), o);
+    }
+    let (_, x, y) = second_batch();
+    assert_eq!(
+        odb.blob(&x).unwrap(),
+        json!({"a": [true, null], "i": -7, "n": 1.5, "s": "ü水"})
+    );
+    let y = odb.blob(&y).unwrap();
+    assert_eq!(serde_json::to_string(&y).unwrap(), r#"[1,1.0,"1"]"#);
+}
+
+#[test]
+fn the_journal_writes_the_fixture_bytes() {
+    let fixture = root().join("tests/fixtures/store-v1/journal/0000000000000002.journal");
+    let expected = fs::read(fixture).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let odb = Odb::init(&path).unwrap();
+    let (b, _, _) = second_batch();
+    odb.write(&b, Durability::Sync).unwrap();
+    drop(odb);
+    let written = fs::read(path.join("journal/0000000000000001.journal")).unwrap();
+    // Same frames; the headers differ only in the segment number.
+    assert_eq!(written[16..], expected[16..]);
+    assert_eq!(written[..8], expected[..8]);
+    assert_eq!(u64::from_le_bytes(written[8..16].try_into().unwrap()), 1);
+    assert_eq!(u64::from_le_bytes(expected[8..16].try_into().unwrap()), 2);
+}

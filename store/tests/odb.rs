@@ -1,0 +1,500 @@
+//! The object database through its public API, on disk and in memory.
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+mod support;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+use sessctl_store::odb::journal::{FRAME_HEADER_LEN, SEGMENT_HEADER_LEN};
+use sessctl_store::{
+    Durability, Error, MessageDelta, ObjectId, Odb, OpenOptions, RepackOptions, Session, WriteBatch,
+};
+use support::{message, write_chain, Rng};
+
+fn new_store() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    Odb::init(&path).unwrap();
+    (dir, path)
+}
+
+fn open(path: &Path) -> Odb {
+    Odb::open(path, &OpenOptions::default()).unwrap()
+}
+
+fn only_segment(path: &Path) -> PathBuf {
+    let mut segs: Vec<PathBuf> = fs::read_dir(path.join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "journal"))
+        .collect();
+    segs.sort();
+    segs.pop().unwrap()
+}
+
+fn exercise_backend(odb: &Odb) {
+    let ids = write_chain(odb, 7, 20, 3, Durability::Sync);
+    let history = odb.history(ids.last().unwrap()).unwrap();
+    assert_eq!(history.len(), 60);
+    let mut rng = Rng::new(7);
+    for (i, id) in history.iter().enumerate() {
+        assert_eq!(odb.blob(id).unwrap(), message(&mut rng, i));
+    }
+    // Writing the same objects again stores nothing new.
+    let mut b = WriteBatch::new();
+    b.blob(&odb.blob(&history[0]).unwrap()).unwrap();
+    assert_eq!(odb.write(&b, Durability::Sync).unwrap(), 0);
+    // Kinds are checked.
+    assert!(matches!(
+        odb.session(&history[0]),
+        Err(Error::WrongKind { .. })
+    ));
+    assert!(matches!(odb.blob(&ids[0]), Err(Error::WrongKind { .. })));
+    let missing = ObjectId::from_bytes([0xee; 32]);
+    assert!(matches!(odb.read(&missing), Err(Error::NotFound { .. })));
+}
+
+#[test]
+fn memory_and_disk_backends_behave_alike() {
+    exercise_backend(&Odb::in_memory());
+    let (_d, path) = new_store();
+    exercise_backend(&open(&path));
+}
+
+#[test]
+fn ten_thousand_turns_read_back_after_reopen_and_repack() {
+    let (_d, path) = new_store();
+    let odb = open(&path);
+    let ids = write_chain(&odb, 1, 10_000, 1, Durability::NoSync);
+    let tip = *ids.last().unwrap();
+    let before = odb.load_messages(&tip).unwrap();
+    assert_eq!(before.len(), 10_000);
+    drop(odb);
+
+    let odb = open(&path);
+    assert_eq!(odb.load_messages(&tip).unwrap(), before);
+    let stats = odb.repack(&RepackOptions::default()).unwrap();
+    assert_eq!(stats.objects, 20_000);
+    assert!(stats.bytes_after < stats.bytes_before, "{stats:?}");
+    assert_eq!(odb.load_messages(&tip).unwrap(), before);
+    drop(odb);
+
+    let odb = open(&path);
+    assert_eq!(odb.load_messages(&tip).unwrap(), before);
+    let s = odb.stats().unwrap();
+    assert_eq!((s.packs, s.journal_objects, s.pack_objects), (1, 0, 20_000));
+
+    // A fork at message 5,000 that adds 10 messages costs those 10 messages.
+    let fork_base = ids[4_999];
+    let before_bytes = s.disk_bytes();
+    let mut rng = Rng::new(99);
+    let mut b = WriteBatch::new();
+    let mut fork = Session::new_root(1_800_000_000_000);
+    fork.parents = vec![fork_base];
+    let added: Vec<ObjectId> = (0..10)
+        .map(|i| b.blob(&message(&mut rng, i)).unwrap())
+        .collect();
+    let added_bytes: usize = added.len() * 1700;
+    fork.messages = MessageDelta { base: 5_000, added };
+    let fork_id = b.session(&fork).unwrap();
+    odb.write(&b, Durability::Sync).unwrap();
+    let grown = odb.stats().unwrap().disk_bytes() - before_bytes;
+    eprintln!("fork of 10 messages grew the store by {grown} bytes (journal)");
+    assert!(
+        grown < 2 * added_bytes as u64 + 4096,
+        "fork grew the store by {grown} bytes"
+    );
+    let h = odb.load_messages(&fork_id).unwrap();
+    assert_eq!(h.len(), 5_010);
+    assert_eq!(h[..5_000], before[..5_000]);
+}
+
+#[test]
+fn repack_keeps_every_object_byte_identical() {
+    let (_d, path) = new_store();
+    let odb = open(&path);
+    write_chain(&odb, 3, 50, 2, Durability::NoSync);
+    write_chain(&odb, 4, 30, 3, Durability::NoSync);
+    let ids = odb.backend().ids().unwrap();
+    let originals: Vec<_> = ids.iter().map(|id| odb.read(id).unwrap()).collect();
+    odb.repack(&RepackOptions::default()).unwrap();
+    write_chain(&odb, 5, 10, 1, Durability::NoSync);
+    odb.repack(&RepackOptions::default()).unwrap();
+    drop(odb);
+    let odb = open(&path);
+    for o in &originals {
+        assert_eq!(&odb.read(&o.id()).unwrap(), o);
+    }
+    assert_eq!(odb.stats().unwrap().packs, 1);
+}
+
+#[test]
+fn torn_tail_at_every_offset_keeps_every_earlier_record() {
+    let (_d, path) = new_store();
+    let odb = open(&path);
+    let ids = write_chain(&odb, 11, 5, 2, Durability::Sync);
+    drop(odb);
+    let seg = only_segment(&path);
+    let full = fs::read(&seg).unwrap();
+    // Find where the last frame starts by walking the frames.
+    let mut pos = SEGMENT_HEADER_LEN as usize;
+    let mut last_start = pos;
+    while pos < full.len() {
+        last_start = pos;
+        let len = u32::from_le_bytes(full[pos..pos + 4].try_into().unwrap()) as usize;
+        pos += FRAME_HEADER_LEN + len;
+    }
+    assert_eq!(pos, full.len());
+    for cut in last_start..full.len() {
+        fs::write(&seg, &full[..cut]).unwrap();
+        let odb = open(&path);
+        let notes = odb.take_recovery_notes();
+        if cut > last_start {
+            assert!(
+                notes.iter().any(|n| n.contains("torn write")),
+                "cut {cut}: {notes:?}"
+            );
+        }
+        for id in &ids[..4] {
+            odb.session(id).unwrap();
+            for m in odb.history(id).unwrap() {
+                odb.blob(&m).unwrap();
+            }
+        }
+        assert!(!odb.contains(&ids[4]).unwrap(), "cut {cut}");
+        // The store accepts new writes where the torn frame was.
+        let id = odb
+            .put_blob(&json!({"after": cut}), Durability::Sync)
+            .unwrap();
+        drop(odb);
+        let odb = open(&path);
+        assert!(odb.take_recovery_notes().is_empty());
+        assert_eq!(odb.blob(&id).unwrap(), json!({"after": cut}));
+        drop(odb);
+    }
+    // Nothing was deleted on a guess: every cut tail was set aside.
+    let torn = fs::read_dir(path.join("journal"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("torn-")
+        })
+        .count();
+    assert!(torn >= 1);
+}
+
+/// Reads every object; returns how many failed. A read that succeeds must
+/// return the original bytes.
+fn read_all_checked(odb: &Odb, originals: &[sessctl_store::EncodedObject]) -> usize {
+    let mut failed = 0;
+    for o in originals {
+        match odb.read(&o.id()) {
+            Ok(got) => assert_eq!(&got, o, "wrong data returned for {}", o.id()),
+            Err(_) => failed += 1,
+        }
+    }
+    failed
+}
+
+#[test]
+fn a_flipped_byte_in_the_journal_is_detected_never_returned() {
+    let (_d, path) = new_store();
+    let odb = open(&path);
+    write_chain(&odb, 21, 6, 2, Durability::Sync);
+    let originals: Vec<_> = odb
+        .backend()
+        .ids()
+        .unwrap()
+        .iter()
+        .map(|id| odb.read(id).unwrap())
+        .collect();
+    drop(odb);
+    let seg = only_segment(&path);
+    let full = fs::read(&seg).unwrap();
+    for at in 0..full.len() {
+        let mut bad = full.clone();
+        bad[at] ^= 0x40;
+        fs::write(&seg, &bad).unwrap();
+        let detected = match Odb::open(&path, &OpenOptions::default()) {
+            Err(e) => {
+                assert!(e.is_corruption(), "byte {at}: {e}");
+                true
+            }
+            Ok(odb) => {
+                let notes = odb.take_recovery_notes();
+                let failed = read_all_checked(&odb, &originals);
+                !notes.is_empty() || failed > 0
+            }
+        };
+        assert!(
+            detected,
+            "flipped byte {at} of {} went unnoticed",
+            full.len()
+        );
+        // Recovery may have set the tail aside; restore for the next round.
+        fs::write(&seg, &full).unwrap();
+    }
+}
+
+#[test]
+fn a_flipped_byte_in_a_pack_is_detected_never_returned() {
+    let (_d, path) = new_store();
+    let odb = open(&path);
+    write_chain(&odb, 31, 12, 2, Durability::NoSync);
+    odb.repack(&RepackOptions::default()).unwrap();
+    let originals: Vec<_> = odb
+        .backend()
+        .ids()
+        .unwrap()
+        .iter()
+        .map(|id| odb.read(id).unwrap())
+        .collect();
+    drop(odb);
+    let packs: Vec<PathBuf> = fs::read_dir(path.join("packs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(packs.len(), 2);
+    for file in packs {
+        let full = fs::read(&file).unwrap();
+        for at in 0..full.len() {
+            let mut bad = full.clone();
+            bad[at] ^= 0x01;
+            fs::write(&file, &bad).unwrap();
+            let detected = match Odb::open(&path, &OpenOptions::default()) {
+                Err(e) => {
+                    assert!(e.is_corruption(), "{}: byte {at}: {e}", file.display());
+                    true
+                }
+                Ok(odb) => {
+                    let failed = read_all_checked(&odb, &originals);
+                    failed > 0 || !pack_problems(&path).is_empty()
+                }
+            };
+            assert!(
+                detected,
+                "{}: flipped byte {at} went unnoticed",
+                file.display()
+            );
+        }
+        fs::write(&file, &full).unwrap();
+    }
+}
+
+fn pack_problems(path: &Path) -> Vec<String> {
+    let dir = path.join("packs");
+    let mut problems = Vec::new();
+    for name in sessctl_store::odb::pack::list_packs(&dir).unwrap() {
+        match sessctl_store::odb::pack::Pack::open(&dir, &name) {
+            Ok(p) => problems.extend(p.verify()),
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    problems
+}
+
+#[test]
+fn prefixes_resolve_or_say_why_not() {
+    let odb = Odb::in_memory();
+    let mut ids = Vec::new();
+    for i in 0..5000 {
+        ids.push(odb.put_blob(&json!(i), Durability::NoSync).unwrap());
+    }
+    let id = ids[0];
+    assert_eq!(odb.resolve(&id.to_hex()).unwrap(), id);
+    assert_eq!(odb.resolve(&id.to_hex()[..12]).unwrap(), id);
+    assert_eq!(odb.resolve(&id.to_hex().to_uppercase()[..12]).unwrap(), id);
+    // With 5000 ids some 4-digit prefix is shared.
+    let mut by4 = std::collections::HashMap::<String, Vec<ObjectId>>::new();
+    for i in &ids {
+        by4.entry(i.to_hex()[..4].to_owned()).or_default().push(*i);
+    }
+    let (p, shared) = by4.iter().find(|(_, v)| v.len() > 1).unwrap();
+    match odb.resolve(p) {
+        Err(e @ Error::AmbiguousPrefix { .. }) => {
+            let msg = e.to_string();
+            for c in shared {
+                assert!(msg.contains(&c.to_hex()), "{msg}");
+            }
+        }
+        other => panic!("{other:?}"),
+    }
+    let unknown = (0..=0xffffu32)
+        .map(|n| format!("{n:04x}"))
+        .find(|p| !by4.contains_key(p))
+        .unwrap();
+    assert!(matches!(
+        odb.resolve(&unknown),
+        Err(Error::UnknownPrefix { .. })
+    ));
+    assert!(odb
+        .resolve("abc")
+        .unwrap_err()
+        .to_string()
+        .contains("at least 4"));
+    assert!(odb
+        .resolve("wxyz")
+        .unwrap_err()
+        .to_string()
+        .contains("hex digits"));
+}
+
+#[test]
+fn prefixes_resolve_across_journal_and_packs() {
+    let (_d, path) = new_store();
+    let odb = open(&path);
+    let a = odb.put_blob(&json!("in a pack"), Durability::Sync).unwrap();
+    odb.repack(&RepackOptions::default()).unwrap();
+    let b = odb
+        .put_blob(&json!("in the journal"), Durability::Sync)
+        .unwrap();
+    assert_eq!(odb.resolve(&a.to_hex()[..8]).unwrap(), a);
+    assert_eq!(odb.resolve(&b.to_hex()[..8]).unwrap(), b);
+}
+
+#[test]
+fn one_writer_at_a_time_and_readers_need_no_lock() {
+    let (_d, path) = new_store();
+    let odb = open(&path);
+    let id = odb.put_blob(&json!({"x": 1}), Durability::Sync).unwrap();
+    let err = Odb::open(&path, &OpenOptions::default()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains(&format!("in use by pid {}", std::process::id())),
+        "{err}"
+    );
+    let reader = Odb::open(
+        &path,
+        &OpenOptions {
+            read_only: true,
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(reader.blob(&id).unwrap(), json!({"x": 1}));
+    assert!(matches!(
+        reader.put_blob(&json!(2), Durability::Sync),
+        Err(Error::ReadOnly)
+    ));
+}
+
+#[test]
+fn concurrent_durable_batches_share_syncs_and_all_land() {
+    let (_d, path) = new_store();
+    let odb = open(&path);
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let odb = odb.clone();
+            std::thread::spawn(move || {
+                (0..100)
+                    .map(|i| {
+                        odb.put_blob(&json!({"t": t, "i": i}), Durability::Sync)
+                            .unwrap()
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let ids: Vec<ObjectId> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    drop(odb);
+    let odb = open(&path);
+    assert_eq!(odb.backend().ids().unwrap().len(), 800);
+    for id in ids {
+        odb.blob(&id).unwrap();
+    }
+}
+
+#[test]
+fn segments_rotate_and_stay_readable() {
+    let (_d, path) = new_store();
+    let opts = OpenOptions {
+        segment_target: 8 << 10,
+        ..OpenOptions::default()
+    };
+    let odb = Odb::open(&path, &opts).unwrap();
+    let ids = write_chain(&odb, 41, 60, 2, Durability::NoSync);
+    assert!(odb.stats().unwrap().journal_segments > 3);
+    drop(odb);
+    let odb = Odb::open(&path, &opts).unwrap();
+    assert_eq!(odb.history(ids.last().unwrap()).unwrap().len(), 120);
+    odb.repack(&RepackOptions::default()).unwrap();
+    assert_eq!(odb.stats().unwrap().journal_segments, 1);
+    assert_eq!(odb.load_messages(ids.last().unwrap()).unwrap().len(), 120);
+}
+
+#[test]
+fn opening_what_is_not_a_store_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = Odb::open(&dir.path().join("nope"), &OpenOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("is not a sessctl store"), "{err}");
+    let (_d, path) = new_store();
+    assert!(matches!(Odb::init(&path), Err(Error::AlreadyExists { .. })));
+    fs::write(path.join("FORMAT"), "sessctl store format 99\n").unwrap();
+    let err = Odb::open(&path, &OpenOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("format 99"), "{err}");
+}
+
+#[test]
+fn a_session_that_keeps_more_than_its_parent_has_is_corrupt_not_a_panic() {
+    let odb = Odb::in_memory();
+    let mut b = WriteBatch::new();
+    let root = b.session(&Session::new_root(0)).unwrap();
+    let mut child = Session::new_root(1);
+    child.parents = vec![root];
+    child.messages.base = 3;
+    let child = b.session(&child).unwrap();
+    odb.write(&b, Durability::Sync).unwrap();
+    let err = odb.history(&child).unwrap_err();
+    assert!(err.is_corruption(), "{err}");
+    assert!(err.to_string().contains(&child.to_hex()), "{err}");
+}
+
+#[test]
+fn a_damaged_frame_in_a_sealed_segment_costs_only_its_own_objects() {
+    let (_d, path) = new_store();
+    let opts = OpenOptions {
+        segment_target: 1 << 10,
+        ..OpenOptions::default()
+    };
+    let odb = Odb::open(&path, &opts).unwrap();
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        let mut b = WriteBatch::new();
+        ids.push(b.blob(&json!({"i": i, "pad": "x".repeat(300)})).unwrap());
+        odb.write(&b, Durability::NoSync).unwrap();
+    }
+    drop(odb);
+    let mut segs: Vec<PathBuf> = fs::read_dir(path.join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    segs.sort();
+    assert!(segs.len() > 2);
+    // Flip the last byte of the first frame's body in the first (sealed) segment.
+    let mut bytes = fs::read(&segs[0]).unwrap();
+    let body = u32::from_le_bytes(bytes[16..20].try_into().unwrap()) as usize;
+    bytes[16 + FRAME_HEADER_LEN + body - 1] ^= 0x55;
+    fs::write(&segs[0], bytes).unwrap();
+    let odb = Odb::open(&path, &opts).unwrap();
+    let notes = odb.take_recovery_notes();
+    assert!(
+        notes.iter().any(|n| n.contains("verified one by one")),
+        "{notes:?}"
+    );
+    let err = odb.read(&ids[0]).unwrap_err();
+    assert!(
+        err.is_corruption() && err.to_string().contains(&ids[0].to_hex()),
+        "{err}"
+    );
+    for id in &ids[1..] {
+        odb.read(id).unwrap();
+    }
+}

@@ -1,0 +1,134 @@
+//! Shared by the integration tests: a seeded generator of realistic agent
+//! messages (OpenAI chat style, with tool calls), and store helpers.
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use sessctl_store::{Durability, MessageDelta, ObjectId, Odb, Session, WriteBatch};
+
+/// xorshift64*: deterministic and dependency-free.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+const WORDS: &[&str] = &[
+    "the",
+    "test",
+    "fails",
+    "because",
+    "parser",
+    "returns",
+    "an",
+    "error",
+    "when",
+    "input",
+    "is",
+    "empty",
+    "let",
+    "me",
+    "check",
+    "file",
+    "src/lib.rs",
+    "function",
+    "fixed",
+    "run",
+    "cargo",
+    "build",
+    "assert",
+    "value",
+    "expected",
+    "found",
+    "line",
+    "module",
+    "import",
+    "config",
+    "should",
+    "handle",
+    "case",
+    "now",
+    "passes",
+    "update",
+    "struct",
+    "field",
+];
+
+fn text(rng: &mut Rng, bytes: usize) -> String {
+    let mut s = String::with_capacity(bytes + 16);
+    while s.len() < bytes {
+        if !s.is_empty() {
+            s.push(' ');
+        }
+        s.push_str(WORDS[rng.below(WORDS.len() as u64) as usize]);
+    }
+    s
+}
+
+/// Message `i` of a conversation: user, assistant with a tool call, tool
+/// result, assistant answer, repeating; 0.3-4 KB, about 1.7 KB on average.
+pub fn message(rng: &mut Rng, i: usize) -> Value {
+    let size = 300 + rng.below(2800) as usize;
+    match i % 4 {
+        0 => json!({"role": "user", "content": text(rng, size)}),
+        1 => json!({
+            "role": "assistant",
+            "content": null,
+            "tool_calls": [{
+                "id": format!("call_{i}_{}", rng.next() % 100_000),
+                "type": "function",
+                "function": {"name": "read_file", "arguments": format!("{{\"path\":\"src/m{}.rs\"}}", rng.below(50))},
+            }],
+        }),
+        2 => {
+            json!({"role": "tool", "tool_call_id": format!("call_{}", i - 1), "content": text(rng, size)})
+        }
+        _ => json!({"role": "assistant", "content": text(rng, size / 2)}),
+    }
+}
+
+/// Writes a conversation of `turns` sessions, each adding `per_turn`
+/// messages; returns the session ids, root first.
+pub fn write_chain(
+    odb: &Odb,
+    seed: u64,
+    turns: usize,
+    per_turn: usize,
+    durability: Durability,
+) -> Vec<ObjectId> {
+    let mut rng = Rng::new(seed);
+    let mut ids = Vec::with_capacity(turns);
+    let mut len = 0u64;
+    let mut conversation = None;
+    for t in 0..turns {
+        let mut b = WriteBatch::new();
+        let mut s = Session::new_root(1_763_000_000_000 + t as i64 * 1000);
+        let added: Vec<ObjectId> = (0..per_turn)
+            .map(|k| b.blob(&message(&mut rng, t * per_turn + k)).unwrap())
+            .collect();
+        if let Some(&parent) = ids.last() {
+            s.parents = vec![parent];
+            s.conversation = conversation;
+        }
+        s.messages = MessageDelta { base: len, added };
+        s.run.usage.total_tokens = 100 + t as u64;
+        len = s.messages.len();
+        let id = b.session(&s).unwrap();
+        odb.write(&b, durability).unwrap();
+        if conversation.is_none() {
+            conversation = Some(id);
+        }
+        ids.push(id);
+    }
+    ids
+}
