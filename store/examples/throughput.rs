@@ -12,7 +12,12 @@ mod support;
 use std::path::Path;
 use std::time::Instant;
 
-use sessctl_store::{Durability, MessageDelta, ObjectId, Odb, RepackOptions, Session, WriteBatch};
+use std::sync::Arc;
+
+use sessctl_store::{
+    Durability, MessageDelta, Messages, ObjectId, Odb, RepackOptions, Session, Store, Turn,
+    WriteBatch,
+};
 use support::{message, Rng};
 
 /// One commit: a message blob and a session continuing `parent`.
@@ -115,4 +120,51 @@ fn main() {
         bytes as f64 / disk as f64
     );
     let _ = Path::new("");
+
+    // Through the store: a commit is its objects, an operation (ref move,
+    // reflog entry, conversation record) and the index update.
+    for (label, durability) in [
+        ("durable", Durability::Sync),
+        ("no-sync", Durability::NoSync),
+    ] {
+        for threads in [1usize, 16] {
+            let store = Arc::new(
+                Store::init(&dir.path().join(format!("store-{label}-{threads}"))).unwrap(),
+            );
+            let per = match (durability, threads) {
+                (Durability::Sync, 1) => 300,
+                (Durability::Sync, _) => 200,
+                (_, 1) => 5000,
+                _ => 600,
+            };
+            for t in 0..threads {
+                store
+                    .create(Some(&format!("c{t}")), Turn::default(), durability)
+                    .unwrap();
+            }
+            let t0 = Instant::now();
+            let hs: Vec<_> = (0..threads)
+                .map(|t| {
+                    let store = store.clone();
+                    std::thread::spawn(move || {
+                        let mut rng = Rng::new(t as u64);
+                        for i in 0..per {
+                            let turn = Turn {
+                                messages: Messages::Added(vec![message(&mut rng, i)]),
+                                ..Turn::default()
+                            };
+                            store
+                                .commit(&format!("c{t}"), None, turn, durability)
+                                .unwrap();
+                        }
+                    })
+                })
+                .collect();
+            hs.into_iter().for_each(|h| h.join().unwrap());
+            println!(
+                "store commits, {label:>7}, {threads:>2} writer threads: {}",
+                rate(per * threads, t0)
+            );
+        }
+    }
 }

@@ -64,6 +64,35 @@ pub enum Error {
     Poisoned(String),
     #[error("{0}")]
     Invalid(String),
+    /// A ref did not hold what a transaction expected (a lost compare-and-swap).
+    #[error("{name} moved: expected {}, found {}", show_target(.expected), show_target(.actual))]
+    RefOutOfDate {
+        name: String,
+        expected: Option<String>,
+        actual: Option<String>,
+    },
+    /// Another run holds the conversation.
+    #[error("conversation {conversation} is busy: run {run} of pid {pid} is in progress")]
+    Busy {
+        conversation: String,
+        run: u64,
+        pid: u32,
+    },
+    #[error(transparent)]
+    BadName(#[from] crate::refs::NameError),
+    #[error("no conversation named {name}")]
+    NoSuchConversation { name: String },
+    #[error("a conversation named {name} exists already")]
+    ConversationExists { name: String },
+    #[error("HEAD names no session yet: give a conversation, or start one with --new")]
+    NoHead,
+}
+
+fn show_target(t: &Option<String>) -> String {
+    match t {
+        Some(t) => t.clone(),
+        None => "nothing".to_owned(),
+    }
 }
 
 impl Error {

@@ -45,10 +45,12 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hash;
+pub mod index;
 pub mod object;
 #[allow(unsafe_code)] // memmap2, in odb::pack only
 pub mod odb;
 pub mod refs;
+pub mod store;
 pub mod time;
 
 pub use error::{Error, Result};
@@ -61,3 +63,5 @@ pub use odb::{
     Durability, MemoryBackend, ObjectBackend, Odb, OdbStats, OpenOptions, RepackOptions,
     RepackStats, WriteBatch, STORE_FORMAT_VERSION,
 };
+pub use refs::{RefName, RefTarget};
+pub use store::{Committed, Cut, ForkOptions, Messages, Run, Store, Transaction, Turn};

@@ -230,3 +230,70 @@ fn the_journal_writes_the_fixture_bytes() {
     assert_eq!(u64::from_le_bytes(written[8..16].try_into().unwrap()), 1);
     assert_eq!(u64::from_le_bytes(expected[8..16].try_into().unwrap()), 2);
 }
+
+#[test]
+fn the_operation_example_is_pinned() {
+    use sessctl_store::refs::{
+        ConversationRecord, ConversationStatus, ConversationUpdate, Operation, RefTarget, RefUpdate,
+    };
+    use sessctl_store::RefName;
+    let root = ObjectId::from_hex(ROOT_ID).unwrap();
+    let greeting = RefName::conversation("greeting").unwrap();
+    let op = Operation {
+        seq: 1,
+        prev: None,
+        time: 1_763_000_000_000,
+        actor: "alice".into(),
+        reason: "create".into(),
+        refs: vec![
+            RefUpdate {
+                name: greeting.clone(),
+                old: None,
+                new: Some(RefTarget::Session(root)),
+                prev: None,
+            },
+            RefUpdate {
+                name: RefName::Head,
+                old: None,
+                new: Some(RefTarget::Symbolic(greeting)),
+                prev: None,
+            },
+        ],
+        conversations: vec![ConversationUpdate {
+            name: "greeting".into(),
+            record: Some(ConversationRecord {
+                conversation_id: Some(root),
+                title: Some("Greeting".into()),
+                default_preset_id: None,
+                metadata: Default::default(),
+                status: ConversationStatus::Active,
+                created_at: 1_763_000_000_000,
+                updated_at: 1_763_000_000_000,
+            }),
+        }],
+        runs: vec![],
+    };
+    let bytes = op.encode();
+    let spec = spec();
+    assert!(
+        spec.contains(&dump(&bytes)),
+        "objects-format.md lacks the operation's hex dump:\n{}",
+        dump(&bytes)
+    );
+    assert!(spec.contains(&format!("({} bytes)", bytes.len())));
+    let hash = sessctl_store::hash::hex(&op.hash());
+    assert_eq!(
+        hash,
+        "a662416a138f93671e1dd7db5477c8aacaf3c29074e606b690546af46a8da0d7"
+    );
+    assert!(spec.contains(&hash));
+    let entries = op.reflog_entries();
+    for (e, h) in entries.iter().zip([
+        "9ac2a7c363fd12cb7a5d83ea113828674e2abb6e73ca086951f8a9a9b52902bd",
+        "2400d28cd6c51af9828fc5cc98111ac696a3b9caf11d458c7a486c3a08fb81e3",
+    ]) {
+        assert_eq!(sessctl_store::hash::hex(&e.hash()), h);
+        assert!(spec.contains(h));
+    }
+    assert_eq!(Operation::decode(&bytes).unwrap(), op);
+}

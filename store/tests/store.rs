@@ -1,0 +1,711 @@
+//! Conversations, refs, runs and the derived index, through the public API.
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use sessctl_store::index::ConversationInfo;
+use sessctl_store::refs::{ConversationStatus, PreviousValue, RefEdit};
+use sessctl_store::{
+    Cut, Durability, Error, ForkOptions, Messages, OpenOptions, RefName, RefTarget, RepackOptions,
+    SessionStatus, Store, Transaction, Turn,
+};
+
+fn new_store() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    drop(Store::init(&path).unwrap());
+    (dir, path)
+}
+
+fn open(path: &Path) -> Store {
+    Store::open(path, &OpenOptions::default()).unwrap()
+}
+
+fn msgs(texts: &[&str]) -> Vec<Value> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": t}))
+        .collect()
+}
+
+fn turn(texts: &[&str]) -> Turn {
+    Turn {
+        messages: Messages::Added(msgs(texts)),
+        ..Turn::default()
+    }
+}
+
+fn contents(store: &Store, id: &sessctl_store::ObjectId) -> Vec<String> {
+    store
+        .odb()
+        .load_messages(id)
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_conversation_lives_forks_and_is_archived() {
+    let store = Store::in_memory().unwrap();
+    let (name, root) = store
+        .create(Some("fix"), turn(&["hi", "hello"]), Durability::Sync)
+        .unwrap();
+    assert_eq!(name, "fix");
+    let s1 = store
+        .commit("fix", Some(root), turn(&["more", "sure"]), Durability::Sync)
+        .unwrap();
+    let s2 = store
+        .commit("fix", None, turn(&["last", "done"]), Durability::Sync)
+        .unwrap();
+    assert_eq!(
+        contents(&store, &s2),
+        ["hi", "hello", "more", "sure", "last", "done"]
+    );
+    // Conversation ids: root -> its own id, continuation -> the parent's.
+    assert_eq!(store.odb().session(&root).unwrap().conversation, None);
+    assert_eq!(store.odb().session(&s2).unwrap().conversation, Some(root));
+    let info = store.conversation("fix").unwrap().unwrap();
+    assert_eq!((info.head, info.messages, info.sessions), (Some(s2), 6, 3));
+    assert_eq!(info.record.conversation_id, Some(root));
+    assert_eq!(info.preview, "hi");
+    assert_eq!(store.head_conversation().unwrap().as_deref(), Some("fix"));
+
+    // A stale expected head is a lost compare-and-swap.
+    let err = store
+        .commit("fix", Some(s1), turn(&["x"]), Durability::Sync)
+        .unwrap_err();
+    assert!(matches!(err, Error::RefOutOfDate { .. }), "{err}");
+
+    // A plain fork is a branch: no object, a new ref at the source.
+    let objects_before = store.odb().backend().ids().unwrap().len();
+    let (fork, head) = store
+        .fork(s1, ForkOptions::default(), Durability::Sync)
+        .unwrap();
+    assert_eq!(head, s1);
+    assert_eq!(store.odb().backend().ids().unwrap().len(), objects_before);
+    assert_eq!(
+        store
+            .conversation(&fork)
+            .unwrap()
+            .unwrap()
+            .record
+            .conversation_id,
+        None
+    );
+    // Its first commit starts the new conversation (fork -> new id).
+    let f1 = store
+        .commit(&fork, None, turn(&["branch"]), Durability::Sync)
+        .unwrap();
+    assert_eq!(store.odb().session(&f1).unwrap().conversation, None);
+    assert_eq!(
+        store
+            .conversation(&fork)
+            .unwrap()
+            .unwrap()
+            .record
+            .conversation_id,
+        Some(f1)
+    );
+    let f2 = store
+        .commit(&fork, None, turn(&["again"]), Durability::Sync)
+        .unwrap();
+    assert_eq!(store.odb().session(&f2).unwrap().conversation, Some(f1));
+    assert_eq!(
+        contents(&store, &f2),
+        ["hi", "hello", "more", "sure", "branch", "again"]
+    );
+    assert_eq!(store.conversation(&fork).unwrap().unwrap().sessions, 2);
+
+    // A fork mid-conversation keeps k messages and adds its own.
+    let (cut, c1) = store
+        .fork(
+            s2,
+            ForkOptions {
+                name: Some("cut".into()),
+                cut: Some(Cut::AtMessage(3)),
+                turn: Some(turn(&["other way"])),
+            },
+            Durability::Sync,
+        )
+        .unwrap();
+    assert_eq!(cut, "cut");
+    assert_eq!(contents(&store, &c1), ["hi", "hello", "more", "other way"]);
+    let s = store.odb().session(&c1).unwrap();
+    assert_eq!((s.messages.base, s.messages.added.len()), (3, 1));
+    // ... or up to a message id.
+    let third = store.odb().history(&s2).unwrap()[1];
+    let (_, c2) = store
+        .fork(
+            s2,
+            ForkOptions {
+                name: None,
+                cut: Some(Cut::AtMessageId(third)),
+                turn: Some(turn(&[])),
+            },
+            Durability::Sync,
+        )
+        .unwrap();
+    assert_eq!(contents(&store, &c2), ["hi", "hello"]);
+    assert!(store
+        .fork(
+            s2,
+            ForkOptions {
+                cut: Some(Cut::AtMessage(99)),
+                ..ForkOptions::default()
+            },
+            Durability::Sync
+        )
+        .is_err());
+
+    // Archive is a ref move; an archived conversation cannot be continued.
+    store.archive("fix", Durability::Sync).unwrap();
+    assert_eq!(
+        store
+            .get_ref(&RefName::conversation("fix").unwrap())
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store.get_ref(&RefName::archived("fix").unwrap()).unwrap(),
+        Some(RefTarget::Session(s2))
+    );
+    assert_eq!(
+        store.conversation("fix").unwrap().unwrap().record.status,
+        ConversationStatus::Archived
+    );
+    assert!(store
+        .commit("fix", None, turn(&["no"]), Durability::Sync)
+        .is_err());
+    assert!(store.archive("fix", Durability::Sync).is_err());
+    store.unarchive("fix", Durability::Sync).unwrap();
+    store
+        .commit("fix", None, turn(&["back"]), Durability::Sync)
+        .unwrap();
+
+    // Merge: a session with several parents.
+    let m = store
+        .merge("fix", &[f2], turn(&["merged"]), Durability::Sync)
+        .unwrap();
+    assert_eq!(store.odb().session(&m).unwrap().parents.len(), 2);
+
+    // Delete: the ref and record go, the objects stay.
+    store.delete("cut", Durability::Sync).unwrap();
+    assert!(store.conversation("cut").unwrap().is_none());
+    assert!(store.odb().contains(&c1).unwrap());
+    assert!(matches!(
+        store.commit("cut", None, turn(&["x"]), Durability::Sync),
+        Err(Error::NoSuchConversation { .. })
+    ));
+}
+
+#[test]
+fn names_are_checked_and_listing_is_by_activity() {
+    let store = Store::in_memory().unwrap();
+    assert!(matches!(
+        store.create(Some("a b"), turn(&["x"]), Durability::Sync),
+        Err(Error::BadName(_))
+    ));
+    assert!(matches!(
+        store.create(Some("nul"), turn(&["x"]), Durability::Sync),
+        Err(Error::BadName(_))
+    ));
+    let (auto, root) = store.create(None, turn(&["x"]), Durability::Sync).unwrap();
+    assert_eq!(auto, root.to_hex_prefix(12));
+    store
+        .create(Some("b"), turn(&["y"]), Durability::Sync)
+        .unwrap();
+    assert!(matches!(
+        store.create(Some("b"), turn(&["z"]), Durability::Sync),
+        Err(Error::ConversationExists { .. })
+    ));
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    store
+        .commit(&auto, None, turn(&["newer"]), Durability::Sync)
+        .unwrap();
+    let names: Vec<String> = store
+        .conversations(None)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(names, [auto.clone(), "b".to_owned()]);
+    assert_eq!(store.conversations(Some(1)).unwrap().len(), 1);
+}
+
+#[test]
+fn full_histories_commit_only_their_new_messages() {
+    let store = Store::in_memory().unwrap();
+    store
+        .create(Some("c"), turn(&["a", "b"]), Durability::Sync)
+        .unwrap();
+    let id = store
+        .commit(
+            "c",
+            None,
+            Turn {
+                messages: Messages::History(msgs(&["a", "b", "c"])),
+                ..Turn::default()
+            },
+            Durability::Sync,
+        )
+        .unwrap();
+    let s = store.odb().session(&id).unwrap();
+    assert_eq!((s.messages.base, s.messages.added.len()), (2, 1));
+    // A rewritten history keeps only the common prefix.
+    let id = store
+        .commit(
+            "c",
+            None,
+            Turn {
+                messages: Messages::History(msgs(&["a", "x"])),
+                ..Turn::default()
+            },
+            Durability::Sync,
+        )
+        .unwrap();
+    let s = store.odb().session(&id).unwrap();
+    assert_eq!((s.messages.base, s.messages.added.len()), (1, 1));
+}
+
+#[test]
+fn states_carry_over_until_replaced() {
+    let store = Store::in_memory().unwrap();
+    let (_, root) = store
+        .create(
+            Some("c"),
+            Turn {
+                context_state: Some(json!({"files": ["a.rs"]})),
+                ..turn(&["x"])
+            },
+            Durability::Sync,
+        )
+        .unwrap();
+    let next = store
+        .commit("c", None, turn(&["y"]), Durability::Sync)
+        .unwrap();
+    let a = store.odb().session(&root).unwrap().context_state;
+    assert!(a.is_some());
+    assert_eq!(store.odb().session(&next).unwrap().context_state, a);
+}
+
+#[test]
+fn one_run_at_a_time_and_dead_runs_are_failed_on_open() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    let (_, root) = store
+        .create(Some("c"), turn(&["go"]), Durability::Sync)
+        .unwrap();
+    let run = store.begin_run("c").unwrap();
+    match store.begin_run("c") {
+        Err(Error::Busy {
+            conversation,
+            run: r,
+            pid,
+        }) => {
+            assert_eq!(
+                (conversation.as_str(), r, pid),
+                ("c", run.id, std::process::id())
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // A plain commit does not slip past a running agent either.
+    assert!(matches!(
+        store.commit("c", None, turn(&["x"]), Durability::Sync),
+        Err(Error::Busy { .. })
+    ));
+    let id = store
+        .commit_run(&run, turn(&["ran"]), true, Durability::Sync)
+        .unwrap();
+    let s = store.odb().session(&id).unwrap();
+    assert_eq!(s.status, SessionStatus::AwaitingToolResults);
+    assert_eq!(s.parents, vec![root]);
+    assert!(store.running("c").unwrap().is_none());
+    // A failed run writes nothing.
+    let run = store.begin_run("c").unwrap();
+    store.fail_run(&run, "model error").unwrap();
+    assert_eq!(store.conversation("c").unwrap().unwrap().head, Some(id));
+    assert!(store
+        .commit_run(&run, turn(&["late"]), false, Durability::Sync)
+        .is_err());
+    // A run left open by a process that is gone.
+    let run = store.begin_run("c").unwrap();
+    drop(store);
+    let store = open(&path);
+    let notes = store.take_recovery_notes();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains(&format!("run {} on c", run.id))),
+        "{notes:?}"
+    );
+    assert!(store.running("c").unwrap().is_none());
+    let reasons: Vec<String> = store
+        .reflog_entries()
+        .unwrap()
+        .into_iter()
+        .map(|e| e.reason)
+        .collect();
+    assert!(reasons.contains(&"commit".to_owned()));
+}
+
+#[test]
+fn racing_writers_on_one_conversation_lose_cleanly() {
+    let store = Arc::new(Store::in_memory().unwrap());
+    store
+        .create(Some("race"), turn(&["start"]), Durability::Sync)
+        .unwrap();
+    let rounds = 20;
+    let threads = 6;
+    let mut total_wins = 0;
+    for round in 0..rounds {
+        let head = store.conversation("race").unwrap().unwrap().head.unwrap();
+        let barrier = Arc::new(std::sync::Barrier::new(threads));
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let store = store.clone();
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    store.commit(
+                        "race",
+                        Some(head),
+                        turn(&[&format!("round {round} thread {t}")]),
+                        Durability::Sync,
+                    )
+                })
+            })
+            .collect();
+        let mut wins = 0;
+        for h in handles {
+            match h.join().unwrap() {
+                Ok(_) => wins += 1,
+                Err(Error::RefOutOfDate { .. } | Error::Busy { .. }) => {}
+                Err(e) => panic!("unexpected error: {e}"),
+            }
+        }
+        assert_eq!(wins, 1, "round {round}: exactly one writer wins");
+        total_wins += wins;
+    }
+    // No turn lost or duplicated: the history has one message per win.
+    let info = store.conversation("race").unwrap().unwrap();
+    assert_eq!(info.messages, 1 + total_wins as u64);
+    assert_eq!(info.sessions, 1 + total_wins as u64);
+    let history = contents(&store, &info.head.unwrap());
+    for round in 0..rounds {
+        assert_eq!(
+            history
+                .iter()
+                .filter(|m| m.starts_with(&format!("round {round} ")))
+                .count(),
+            1
+        );
+    }
+}
+
+#[test]
+fn different_conversations_never_block_each_other() {
+    let (_d, path) = new_store();
+    let store = Arc::new(open(&path));
+    for t in 0..8 {
+        store
+            .create(Some(&format!("c{t}")), turn(&["x"]), Durability::Sync)
+            .unwrap();
+    }
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for i in 0..25 {
+                    store
+                        .commit(
+                            &format!("c{t}"),
+                            None,
+                            turn(&[&format!("{i}")]),
+                            Durability::Sync,
+                        )
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    for t in 0..8 {
+        assert_eq!(
+            store
+                .conversation(&format!("c{t}"))
+                .unwrap()
+                .unwrap()
+                .messages,
+            26
+        );
+    }
+    assert!(store.verify_chains().unwrap().is_empty());
+}
+
+fn snapshot(store: &Store) -> (Vec<String>, Vec<String>) {
+    let convs = store
+        .conversations(None)
+        .unwrap()
+        .iter()
+        .map(|c: &ConversationInfo| format!("{c:?}"))
+        .collect();
+    let log = store
+        .reflog_entries()
+        .unwrap()
+        .iter()
+        .map(|e| format!("{e:?} {}", sessctl_store::hash::hex(&e.hash())))
+        .collect();
+    (convs, log)
+}
+
+fn populate(store: &Store) {
+    store
+        .create(Some("a"), turn(&["one", "two"]), Durability::NoSync)
+        .unwrap();
+    store
+        .create(Some("b"), turn(&["three"]), Durability::NoSync)
+        .unwrap();
+    let s = store
+        .commit("a", None, turn(&["four"]), Durability::NoSync)
+        .unwrap();
+    store
+        .fork(
+            s,
+            ForkOptions {
+                name: Some("f".into()),
+                ..ForkOptions::default()
+            },
+            Durability::NoSync,
+        )
+        .unwrap();
+    store
+        .commit("f", None, turn(&["five"]), Durability::NoSync)
+        .unwrap();
+    store.archive("b", Durability::NoSync).unwrap();
+    let run = store.begin_run("a").unwrap();
+    store
+        .commit_run(&run, turn(&["six"]), false, Durability::Sync)
+        .unwrap();
+}
+
+#[test]
+fn reindex_and_a_deleted_index_give_the_same_answers() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    populate(&store);
+    let before = snapshot(&store);
+    assert_eq!(
+        store.reindex().unwrap(),
+        store
+            .reflog_entries()
+            .unwrap()
+            .iter()
+            .map(|e| e.op)
+            .max()
+            .unwrap() as usize
+    );
+    assert_eq!(snapshot(&store), before);
+    drop(store);
+    std::fs::remove_dir_all(path.join("index")).unwrap();
+    let store = open(&path);
+    assert_eq!(snapshot(&store), before);
+    // After a repack the operations live in the op log, and still rebuild.
+    store.odb().repack(&RepackOptions::default()).unwrap();
+    assert!(std::fs::read_dir(path.join("oplog")).unwrap().count() >= 1);
+    store
+        .commit("a", None, turn(&["seven"]), Durability::Sync)
+        .unwrap();
+    let after = snapshot(&store);
+    drop(store);
+    std::fs::remove_dir_all(path.join("index")).unwrap();
+    let store = open(&path);
+    assert_eq!(snapshot(&store), after);
+    assert!(store.verify_chains().unwrap().is_empty());
+    // A read-only opener (a second process while a writer holds the lock)
+    // builds the same answers without the lock.
+    let reader = Store::open(
+        &path,
+        &OpenOptions {
+            read_only: true,
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(snapshot(&reader), after);
+}
+
+#[test]
+fn an_index_ahead_of_the_journal_is_rebuilt() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    store
+        .create(Some("a"), turn(&["one"]), Durability::Sync)
+        .unwrap();
+    let before = snapshot(&store);
+    // An operation the index saw but the journal lost (a torn, unsynced tail).
+    store
+        .commit("a", None, turn(&["two"]), Durability::Sync)
+        .unwrap();
+    store.index().flush().unwrap();
+    drop(store);
+    let seg = std::fs::read_dir(path.join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "journal"))
+        .unwrap();
+    let bytes = std::fs::read(&seg).unwrap();
+    // Cut into the last frame.
+    std::fs::write(&seg, &bytes[..bytes.len() - 10]).unwrap();
+    let store = open(&path);
+    let notes = store.take_recovery_notes();
+    assert!(notes.iter().any(|n| n.contains("torn write")), "{notes:?}");
+    assert!(notes.iter().any(|n| n.contains("rebuilt")), "{notes:?}");
+    assert_eq!(snapshot(&store), before);
+}
+
+#[test]
+fn update_ref_transactions_check_their_expectations() {
+    let store = Store::in_memory().unwrap();
+    let (_, a) = store
+        .create(Some("a"), turn(&["x"]), Durability::Sync)
+        .unwrap();
+    let (_, b) = store
+        .create(Some("b"), turn(&["y"]), Durability::Sync)
+        .unwrap();
+    let tag = RefName::tag("golden").unwrap();
+    let edit = |expected, new| Transaction {
+        reason: "update-ref".into(),
+        edits: vec![RefEdit {
+            name: tag.clone(),
+            expected,
+            new,
+        }],
+        ..Transaction::default()
+    };
+    store
+        .transact(
+            edit(PreviousValue::MustNotExist, Some(RefTarget::Session(a))),
+            Durability::Sync,
+        )
+        .unwrap();
+    let err = store
+        .transact(
+            edit(PreviousValue::MustNotExist, Some(RefTarget::Session(b))),
+            Durability::Sync,
+        )
+        .unwrap_err();
+    match &err {
+        Error::RefOutOfDate {
+            name,
+            expected,
+            actual,
+        } => {
+            assert_eq!(name, "refs/tags/golden");
+            assert_eq!(expected, &None);
+            assert_eq!(actual.as_deref(), Some(a.to_hex().as_str()));
+        }
+        other => panic!("{other:?}"),
+    }
+    store
+        .transact(
+            edit(
+                PreviousValue::MustMatch(RefTarget::Session(a)),
+                Some(RefTarget::Session(b)),
+            ),
+            Durability::Sync,
+        )
+        .unwrap();
+    assert_eq!(store.resolve_rev("golden").unwrap(), b);
+    assert_eq!(store.resolve_rev("tags/golden").unwrap(), b);
+    // Several refs move together or not at all.
+    let both = Transaction {
+        reason: "update-ref".into(),
+        edits: vec![
+            RefEdit {
+                name: RefName::conversation("a").unwrap(),
+                expected: PreviousValue::Any,
+                new: Some(RefTarget::Session(b)),
+            },
+            RefEdit {
+                name: tag.clone(),
+                expected: PreviousValue::MustMatch(RefTarget::Session(a)),
+                new: None,
+            },
+        ],
+        ..Transaction::default()
+    };
+    assert!(store.transact(both, Durability::Sync).is_err());
+    assert_eq!(store.resolve_rev("a").unwrap(), a);
+    // Refs must point at sessions that exist.
+    let blob = store.odb().put_blob(&json!(1), Durability::Sync).unwrap();
+    assert!(matches!(
+        store.transact(
+            edit(PreviousValue::Any, Some(RefTarget::Session(blob))),
+            Durability::Sync
+        ),
+        Err(Error::WrongKind { .. })
+    ));
+    assert_eq!(store.resolve_rev("HEAD").unwrap(), b);
+    assert_eq!(store.resolve_rev(&a.to_hex()[..10]).unwrap(), a);
+    assert!(store.resolve_rev("nope").is_err());
+}
+
+#[test]
+fn the_reflog_is_a_hash_chain_and_tampering_shows() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    populate(&store);
+    assert!(store.verify_chains().unwrap().is_empty());
+    let entries = store.reflog_entries().unwrap();
+    let heads_a: Vec<_> = entries
+        .iter()
+        .filter(|e| e.name == RefName::conversation("a").unwrap())
+        .collect();
+    assert!(heads_a.len() >= 3);
+    for w in heads_a.windows(2) {
+        assert_eq!(w[1].prev, Some(w[0].hash()));
+    }
+    drop(store);
+    // Rewrite one operation in the journal: change its actor, keep the
+    // frame checksum valid (as a tamperer with write access would).
+    let seg = std::fs::read_dir(path.join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "journal"))
+        .unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let me = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+    let needle = format!("{me} (pid");
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle.as_bytes())
+        .expect("an actor string in the journal");
+    bytes[at] ^= 0x20; // change the case of the first letter
+                       // Recompute the checksum of the frame holding it.
+    let mut pos = 16;
+    loop {
+        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+        if at < pos + 16 + len {
+            let sum = sessctl_store::odb::journal::frame_checksum(
+                &bytes[pos..pos + 8],
+                &bytes[pos + 16..pos + 16 + len],
+            );
+            bytes[pos + 8..pos + 16].copy_from_slice(&sum);
+            break;
+        }
+        pos += 16 + len;
+    }
+    std::fs::write(&seg, &bytes).unwrap();
+    std::fs::remove_dir_all(path.join("index")).unwrap();
+    let store = open(&path);
+    let problems = store.verify_chains().unwrap();
+    assert!(!problems.is_empty(), "the edit went unnoticed");
+    assert!(problems[0].contains("operation"), "{problems:?}");
+}
