@@ -4,15 +4,17 @@
 //! and turns errors into one line on stderr and an exit code. It holds no
 //! storage logic: everything it does goes through `sessctl_store`.
 
+mod conversations;
 mod output;
 mod plumbing;
+mod refs;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use sessctl_store::{Error, Odb, OpenOptions};
+use sessctl_store::{Error, Odb, OpenOptions, Store};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -46,6 +48,28 @@ enum Command {
     CatObject(plumbing::CatObjectArgs),
     /// Move journal segments and packs into one new pack.
     Repack,
+    /// Record a turn: start a conversation (--new) or continue one.
+    Commit(conversations::CommitArgs),
+    /// Start a new conversation from any session, optionally cut short.
+    Fork(conversations::ForkArgs),
+    /// Move a conversation to refs/archive/ (it stays readable).
+    Archive(conversations::NameArgs),
+    /// Move an archived conversation back to refs/heads/.
+    Unarchive(conversations::NameArgs),
+    /// Delete a conversation's ref and record (its objects stay for gc).
+    Rm(conversations::NameArgs),
+    /// List conversations, most recently active first.
+    Ls(conversations::LsArgs),
+    /// Archive (or delete) all but the N most recently active conversations.
+    Prune(conversations::PruneArgs),
+    /// Show how refs moved, newest first.
+    Reflog(refs::ReflogArgs),
+    /// Rebuild the index from the journal and the objects.
+    Reindex,
+    /// Set or delete one ref, optionally only if it holds an expected value.
+    UpdateRef(refs::UpdateRefArgs),
+    /// List every ref and what it points at.
+    ForEachRef(refs::ForEachRefArgs),
 }
 
 /// A command's failure: what to print and how to exit.
@@ -90,6 +114,47 @@ impl Ctx {
         self.open(true)
     }
 
+    /// Opens the store for writing (its lock taken, runs left open by dead
+    /// processes recovered), printing what recovery did.
+    pub fn open_store(&self) -> CmdResult<Store> {
+        self.open_store_with(false, self.wait)
+    }
+
+    /// Opens the store for a command that only reads. The writable open
+    /// comes first because it uses the persistent index; when another
+    /// process holds the store, a read-only open builds a temporary index
+    /// from the journal instead (correct, slower). A reader never waits.
+    pub fn open_store_read(&self) -> CmdResult<Store> {
+        match self.open_store_with(false, None) {
+            // Another process writes it, or we may not: read it as it is.
+            Err(CommandError::Store(Error::Locked { .. })) => self.open_store_with(true, None),
+            Err(CommandError::Store(Error::Io { source, .. }))
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+                ) =>
+            {
+                self.open_store_with(true, None)
+            }
+            other => other,
+        }
+    }
+
+    fn open_store_with(&self, read_only: bool, wait: Option<Duration>) -> CmdResult<Store> {
+        let store = Store::open(
+            &self.store,
+            &OpenOptions {
+                read_only,
+                wait,
+                ..OpenOptions::default()
+            },
+        )?;
+        for note in store.take_recovery_notes() {
+            eprintln!("sessctl: warning: {note}");
+        }
+        Ok(store)
+    }
+
     fn open(&self, read_only: bool) -> CmdResult<Odb> {
         let odb = Odb::open(
             &self.store,
@@ -131,6 +196,17 @@ fn main() -> ExitCode {
         Command::HashObject(args) => plumbing::hash_object(&ctx, args),
         Command::CatObject(args) => plumbing::cat_object(&ctx, args),
         Command::Repack => plumbing::repack(&ctx),
+        Command::Commit(args) => conversations::commit(&ctx, args),
+        Command::Fork(args) => conversations::fork(&ctx, args),
+        Command::Archive(args) => conversations::archive(&ctx, args),
+        Command::Unarchive(args) => conversations::unarchive(&ctx, args),
+        Command::Rm(args) => conversations::rm(&ctx, args),
+        Command::Ls(args) => conversations::ls(&ctx, args),
+        Command::Prune(args) => conversations::prune(&ctx, args),
+        Command::Reflog(args) => refs::reflog(&ctx, args),
+        Command::Reindex => refs::reindex(&ctx),
+        Command::UpdateRef(args) => refs::update_ref(&ctx, args),
+        Command::ForEachRef(args) => refs::for_each_ref(&ctx, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -150,7 +226,8 @@ fn report(e: CommandError) -> ExitCode {
                 3
             } else if matches!(e, Error::Locked { .. }) {
                 4
-            } else if matches!(e, Error::BadId(_)) {
+            } else if matches!(e, Error::BadId(_) | Error::BadName(_)) {
+                // A malformed id or name on the command line.
                 2
             } else {
                 1

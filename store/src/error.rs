@@ -86,6 +86,9 @@ pub enum Error {
     ConversationExists { name: String },
     #[error("HEAD names no session yet: give a conversation, or start one with --new")]
     NoHead,
+    /// `HEAD` names a session, not a conversation, so there is nothing to continue.
+    #[error("HEAD is detached at {}, not on a conversation: give a conversation, or start one with --new", .id.to_hex_prefix(12))]
+    HeadDetached { id: ObjectId },
 }
 
 fn show_target(t: &Option<String>) -> String {

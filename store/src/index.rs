@@ -854,6 +854,10 @@ fn summarize(o: &mut Overlay<'_>, name: &str, time: i64) -> Result<()> {
         Some(RefTarget::Session(id)) => Some(id),
         _ => None,
     };
+    if info.head.is_none() {
+        info.messages = 0;
+        info.preview = String::new();
+    }
     if let Some(h) = info.head {
         if let Some(si) = o
             .get(&key("s:", h.as_bytes()))?

@@ -331,6 +331,11 @@ impl Store {
                     )));
                 }
             }
+            // An edit that changes nothing was a check only: it is not a
+            // move, so it leaves no reflog entry.
+            if current == e.new {
+                continue;
+            }
             updates.push(RefUpdate {
                 name: e.name.clone(),
                 old: current,
