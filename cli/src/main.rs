@@ -4,10 +4,15 @@
 //! and turns errors into one line on stderr and an exit code. It holds no
 //! storage logic: everything it does goes through `sessctl_store`.
 
+mod checkout;
+mod compact;
 mod conversations;
+mod lineage;
+mod maintenance;
 mod output;
 mod plumbing;
 mod refs;
+mod replay;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -66,10 +71,43 @@ enum Command {
     Reflog(refs::ReflogArgs),
     /// Rebuild the index from the journal and the objects.
     Reindex,
+    /// Drop what no ref, recent ref-log entry or open run reaches, past the
+    /// grace period; repack what is kept.
+    Gc(maintenance::GcArgs),
+    /// Check every object, reference, history length and chain; exit 0 only
+    /// when clean.
+    Fsck(maintenance::FsckArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Move HEAD to a conversation or session; -o DIR also writes the seed files.
+    Checkout(checkout::CheckoutArgs),
+    /// Print what a runtime resumes from: a summary, or with --json the history too.
+    Resume(checkout::ResumeArgs),
+    /// Replace a conversation's early messages with a summary (the old head stays a parent).
+    Compact(compact::CompactArgs),
+    /// Show a conversation turn by turn: inputs, answers, tool calls and results.
+    Replay(replay::ReplayArgs),
     /// Set or delete one ref, optionally only if it holds an expected value.
     UpdateRef(refs::UpdateRefArgs),
     /// List every ref and what it points at.
     ForEachRef(refs::ForEachRefArgs),
+    /// Show sessions newest first, never a session after its ancestors.
+    Log(lineage::LogArgs),
+    /// Print the best common ancestor of two sessions (--all: every one), or
+    /// with --is-ancestor answer by exit status alone.
+    MergeBase(lineage::MergeBaseArgs),
+    /// Print the full id of each revision (fix, HEAD~2, 7f3a^2, tag~1^2).
+    RevParse(lineage::RevParseArgs),
+    /// Draw the session DAG: lanes as text, or a Graphviz digraph.
+    Graph(lineage::GraphArgs),
+    /// Show a session: metadata, run, parents and the messages it added.
+    Show(lineage::ShowArgs),
+    /// Compare two sessions: the messages each has that the other lacks, and
+    /// what changed in title, metadata and states.
+    Diff(lineage::DiffArgs),
 }
 
 /// A command's failure: what to print and how to exit.
@@ -80,6 +118,8 @@ pub enum CommandError {
     Usage(String),
     /// Anything else, already phrased for the user.
     Failed(String),
+    /// A plain "no" (merge-base): exit with this code, print nothing.
+    Silent(u8),
 }
 
 impl From<Error> for CommandError {
@@ -205,8 +245,30 @@ fn main() -> ExitCode {
         Command::Prune(args) => conversations::prune(&ctx, args),
         Command::Reflog(args) => refs::reflog(&ctx, args),
         Command::Reindex => refs::reindex(&ctx),
+        Command::Gc(args) => maintenance::gc(&ctx, args),
+        Command::Fsck(args) => maintenance::fsck(&ctx, args),
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(
+                shell,
+                &mut <Cli as clap::CommandFactory>::command(),
+                "sessctl",
+                &mut script,
+            );
+            output::print(&String::from_utf8_lossy(&script))
+        }
+        Command::Checkout(args) => checkout::checkout(&ctx, args),
+        Command::Resume(args) => checkout::resume(&ctx, args),
+        Command::Compact(args) => compact::compact(&ctx, args),
+        Command::Replay(args) => replay::replay(&ctx, args),
         Command::UpdateRef(args) => refs::update_ref(&ctx, args),
         Command::ForEachRef(args) => refs::for_each_ref(&ctx, args),
+        Command::Log(args) => lineage::log(&ctx, args),
+        Command::MergeBase(args) => lineage::merge_base(&ctx, args),
+        Command::RevParse(args) => lineage::rev_parse(&ctx, args),
+        Command::Graph(args) => lineage::graph(&ctx, args),
+        Command::Show(args) => lineage::show(&ctx, args),
+        Command::Diff(args) => lineage::diff(&ctx, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -226,7 +288,7 @@ fn report(e: CommandError) -> ExitCode {
                 3
             } else if matches!(e, Error::Locked { .. }) {
                 4
-            } else if matches!(e, Error::BadId(_) | Error::BadName(_)) {
+            } else if matches!(e, Error::BadId(_) | Error::BadName(_) | Error::BadRev(_)) {
                 // A malformed id or name on the command line.
                 2
             } else {
@@ -236,6 +298,7 @@ fn report(e: CommandError) -> ExitCode {
         }
         CommandError::Usage(m) => (m, 2),
         CommandError::Failed(m) => (m, 1),
+        CommandError::Silent(code) => return ExitCode::from(code),
     };
     eprintln!("sessctl: {msg}");
     ExitCode::from(code)

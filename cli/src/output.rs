@@ -14,3 +14,20 @@ pub fn print(text: &str) -> CmdResult {
         Err(e) => Err(CommandError::Failed(format!("writing to stdout: {e}"))),
     }
 }
+
+/// Shows what a long command is doing, on a terminal only: pipes and
+/// scripts see nothing. The line is cleared by [`progress_done`].
+pub fn progress(what: &str) {
+    use std::io::IsTerminal;
+    if io::stderr().is_terminal() {
+        eprint!("\r\x1b[K{what}");
+    }
+}
+
+/// Clears the progress line.
+pub fn progress_done() {
+    use std::io::IsTerminal;
+    if io::stderr().is_terminal() {
+        eprint!("\r\x1b[K");
+    }
+}

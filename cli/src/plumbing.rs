@@ -236,7 +236,10 @@ fn session_text(id: &ObjectId, s: &Session) -> String {
 
 pub fn repack(ctx: &Ctx) -> CmdResult {
     let odb = ctx.open_write()?;
-    let stats = odb.repack(&RepackOptions::default())?;
+    crate::output::progress("repack: writing a pack of every object...");
+    let stats = odb.repack(&RepackOptions::default());
+    crate::output::progress_done();
+    let stats = stats?;
     let name = stats.pack_name.as_deref().unwrap_or("(no objects)");
     print(&format!(
         "{} objects in {name}; {} segments and {} packs before; {} -> {} bytes\n",

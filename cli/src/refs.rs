@@ -99,7 +99,11 @@ pub fn reflog(ctx: &Ctx, args: ReflogArgs) -> CmdResult {
 // ---- reindex ----
 
 pub fn reindex(ctx: &Ctx) -> CmdResult {
-    let n = ctx.open_store()?.reindex()?;
+    let store = ctx.open_store()?;
+    crate::output::progress("reindex: applying every operation...");
+    let n = store.reindex();
+    crate::output::progress_done();
+    let n = n?;
     print(&format!("reindexed {n} operations\n"))
 }
 

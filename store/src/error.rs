@@ -80,6 +80,9 @@ pub enum Error {
     },
     #[error(transparent)]
     BadName(#[from] crate::refs::NameError),
+    /// A malformed revision (`fix~x`): a usage error, not a lookup failure.
+    #[error(transparent)]
+    BadRev(#[from] crate::rev::RevParseError),
     #[error("no conversation named {name}")]
     NoSuchConversation { name: String },
     #[error("a conversation named {name} exists already")]

@@ -10,7 +10,7 @@
 //! index may have seen an operation whose frame a crash tore off). Each
 //! operation is applied as one atomic sled batch.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
 
 use serde_json::{json, Value};
@@ -694,10 +694,11 @@ fn index_sessions(o: &mut Overlay<'_>, odb: &Odb, id: ObjectId) -> Result<()> {
     let mut pending = vec![id];
     while let Some(start) = pending.pop() {
         let mut chain: Vec<(ObjectId, Option<Session>)> = Vec::new();
+        let mut on_chain: HashSet<ObjectId> = HashSet::new();
         let mut at = Some(start);
         while let Some(cur) = at {
-            if o.get(&key("s:", cur.as_bytes()))?.is_some() || chain.iter().any(|(c, _)| *c == cur)
-            {
+            // `on_chain` guards against a cycle, which only an edited store has.
+            if o.get(&key("s:", cur.as_bytes()))?.is_some() || !on_chain.insert(cur) {
                 break;
             }
             let s = odb.session(&cur).ok();
@@ -770,6 +771,18 @@ fn session_info(o: &Overlay<'_>, odb: &Odb, id: ObjectId, s: &Session) -> Result
                 .map(|p| p.preview.clone())
                 .unwrap_or_default();
             preview_at = Some(at);
+        }
+    }
+    // A compaction's history opens with the summary; the conversation is
+    // still about what the compacted session's preview says.
+    if let Some(c) = &s.compaction {
+        if let Some(before) = o
+            .get(&key("s:", c.session.as_bytes()))?
+            .and_then(|b| SessionInfo::from_bytes(c.session, &b))
+            .filter(|i| i.preview_at.is_some())
+        {
+            preview = before.preview;
+            preview_at = Some(0);
         }
     }
     if preview_at.is_none() {

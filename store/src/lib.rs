@@ -41,15 +41,23 @@
 
 #![deny(unsafe_code)]
 
+pub mod compact;
+pub mod diff;
 pub mod error;
+pub mod fsck;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod gc;
+pub mod graph;
 pub mod hash;
 pub mod index;
 pub mod object;
 #[allow(unsafe_code)] // memmap2, in odb::pack only
 pub mod odb;
 pub mod refs;
+pub mod replay;
+pub mod resume;
+pub mod rev;
 pub mod store;
 pub mod time;
 

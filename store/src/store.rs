@@ -13,12 +13,13 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
+use crate::compact::{AutoCompaction, AutoCompactionError};
 use crate::error::{Error, Result};
 use crate::hash::ObjectId;
 use crate::index::{CatchUp, ConversationInfo, Index, RunClaim, SessionInfo};
 use crate::object::{
-    blob, EncodedObject, MessageDelta, ObjectKind, RunSummary, Session, SessionMetadata,
-    SessionStatus,
+    blob, Compaction, EncodedObject, MessageDelta, ObjectKind, RunSummary, Session,
+    SessionMetadata, SessionStatus,
 };
 use crate::odb::{Durability, Odb, OpenOptions};
 use crate::refs::{
@@ -123,11 +124,15 @@ struct OpState {
 /// A sessctl store.
 #[derive(Debug)]
 pub struct Store {
+    root: Option<std::path::PathBuf>,
     odb: Odb,
     index: Index,
     state: Mutex<OpState>,
     actor: String,
     notes: Mutex<Vec<String>>,
+    /// Compaction applied after commits (see `compact.rs`).
+    pub(crate) auto_compaction: std::sync::RwLock<Option<AutoCompaction>>,
+    pub(crate) auto_compaction_errors: Mutex<Vec<AutoCompactionError>>,
 }
 
 impl Store {
@@ -147,7 +152,9 @@ impl Store {
         } else {
             Index::open(&path.join("index"))?
         };
-        Store::assemble(odb, index, !opts.read_only)
+        let mut store = Store::assemble(odb, index, !opts.read_only)?;
+        store.root = Some(path.to_path_buf());
+        Ok(store)
     }
 
     /// A store in memory only.
@@ -168,11 +175,14 @@ impl Store {
             None => (0, None),
         };
         let store = Store {
+            root: None,
             odb,
             index,
             state: Mutex::new(OpState { seq, hash }),
             actor: default_actor(),
             notes: Mutex::new(notes),
+            auto_compaction: std::sync::RwLock::new(None),
+            auto_compaction_errors: Mutex::new(Vec::new()),
         };
         if writable {
             store.recover_runs()?;
@@ -223,6 +233,16 @@ impl Store {
 
     pub fn odb(&self) -> &Odb {
         &self.odb
+    }
+
+    /// The store's directory; `None` for a store in memory.
+    pub fn root(&self) -> Option<&Path> {
+        self.root.as_deref()
+    }
+
+    /// Holds off every transaction while maintenance (gc) runs.
+    pub(crate) fn lock_state(&self) -> impl Drop + '_ {
+        self.state.lock().expect("state lock")
     }
 
     pub fn index(&self) -> &Index {
@@ -367,11 +387,18 @@ impl Store {
         Ok(Committed { op: op.seq })
     }
 
-    /// Resolves a revision to a session: `HEAD` or `@`, a conversation
+    /// Resolves a revision to a session: a name as [`Store::resolve_name`]
+    /// takes it, then any number of `~N` (N-th first-parent ancestor) and
+    /// `^N` (N-th parent) steps, as in git (see [`crate::rev`]).
+    pub fn resolve_rev(&self, rev: &str) -> Result<ObjectId> {
+        crate::rev::resolve(self, rev)
+    }
+
+    /// Resolves a name to a session: `HEAD` or `@`, a conversation
     /// name (its head), `archive/<name>`, `tags/<name>` or a tag name, a
     /// full ref name, a full id or a unique prefix of 4+ hex digits. Names
     /// win over prefixes, as in git.
-    pub fn resolve_rev(&self, rev: &str) -> Result<ObjectId> {
+    pub fn resolve_name(&self, rev: &str) -> Result<ObjectId> {
         let unknown = || {
             Error::Invalid(format!(
                 "unknown revision '{rev}': not a conversation, ref, tag or object id"
@@ -516,6 +543,7 @@ impl Store {
         turn: Turn,
         extra_parents: &[ObjectId],
         cut: Option<(u64, u64)>,
+        compaction: Option<Compaction>,
     ) -> Result<(Session, Vec<EncodedObject>)> {
         let mut objects = Vec::new();
         let mut put = |v: &Value| -> Result<ObjectId> {
@@ -555,12 +583,16 @@ impl Store {
             _ => (0, 0),
         };
         let (parent_len, parent_display_len) = cut.unwrap_or((parent_len, parent_display_len));
-        let messages = delta(
-            &turn.messages,
-            &|| parent.map_or(Ok(Vec::new()), |p| self.odb.history(&p)),
-            parent_len,
-            &mut put,
-        )?;
+        let messages = match compaction {
+            // A compaction replaces the whole history (objects-format.md, "History").
+            Some(_) => delta(&turn.messages, &|| Ok(Vec::new()), 0, &mut put)?,
+            None => delta(
+                &turn.messages,
+                &|| parent.map_or(Ok(Vec::new()), |p| self.odb.history(&p)),
+                parent_len,
+                &mut put,
+            )?,
+        };
         let display_messages = match &turn.display {
             Some(d) => delta(
                 d,
@@ -598,7 +630,7 @@ impl Store {
             context_state,
             environment_state,
             metadata: turn.metadata,
-            compaction: None,
+            compaction,
         };
         let encoded = session.encode()?;
         objects.push(encoded);
@@ -619,7 +651,7 @@ impl Store {
         }
         let title = turn.title.clone();
         let preset = turn.metadata.preset_id.clone();
-        let (session, objects) = self.build_session(None, None, turn, &[], None)?;
+        let (session, objects) = self.build_session(None, None, turn, &[], None, None)?;
         let id = objects.last().expect("the session is last").id();
         let name = name
             .map(str::to_owned)
@@ -678,7 +710,9 @@ impl Store {
         turn: Turn,
         durability: Durability,
     ) -> Result<ObjectId> {
-        self.commit_with(name, expected_head, turn, &[], None, durability)
+        let id = self.commit_with(name, expected_head, turn, &[], None, None, durability)?;
+        self.auto_compact_after_commit(name, id);
+        Ok(id)
     }
 
     /// Commits a session with several parents: the head and `others` (for
@@ -690,16 +724,22 @@ impl Store {
         turn: Turn,
         durability: Durability,
     ) -> Result<ObjectId> {
-        self.commit_with(name, None, turn, others, None, durability)
+        let id = self.commit_with(name, None, turn, others, None, None, durability)?;
+        self.auto_compact_after_commit(name, id);
+        Ok(id)
     }
 
-    fn commit_with(
+    /// With `compaction`, the session replaces the whole history (base 0)
+    /// and records what it summarised; the operation's reason is `compact`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn commit_with(
         &self,
         name: &str,
         expected_head: Option<ObjectId>,
         turn: Turn,
         extra_parents: &[ObjectId],
         run: Option<&Run>,
+        compaction: Option<Compaction>,
         durability: Durability,
     ) -> Result<ObjectId> {
         let info = self.require_conversation(name)?;
@@ -727,8 +767,14 @@ impl Store {
         if let Some(t) = &turn.title {
             record.title = Some(t.clone());
         }
-        let (session, objects) =
-            self.build_session(Some(head), conversation, turn, extra_parents, None)?;
+        let (session, objects) = self.build_session(
+            Some(head),
+            conversation,
+            turn,
+            extra_parents,
+            None,
+            compaction,
+        )?;
         let id = objects.last().expect("the session is last").id();
         if record.conversation_id.is_none() {
             record.conversation_id = Some(id);
@@ -736,7 +782,9 @@ impl Store {
         record.updated_at = session.created_at.max(record.updated_at);
         let conv_ref = RefName::conversation(name)?;
         let mut tx = Transaction {
-            reason: if extra_parents.is_empty() {
+            reason: if compaction.is_some() {
+                "compact"
+            } else if extra_parents.is_empty() {
                 "commit"
             } else {
                 "merge"
@@ -797,9 +845,19 @@ impl Store {
             None => self.free_name(&format!("fork-{}", from.to_hex_prefix(12)))?,
         };
         let now = now_ms();
+        // A fork is about what its source was about: the session's title, or
+        // else its conversation's.
+        let title = match &source.title {
+            Some(t) => Some(t.clone()),
+            None => self
+                .index
+                .conversation_name(&source.conversation_id(from))?
+                .and_then(|n| self.index.conversation(&n).ok().flatten())
+                .and_then(|c| c.record.title),
+        };
         let mut record = ConversationRecord {
             conversation_id: None,
-            title: source.title.clone(),
+            title,
             default_preset_id: source.metadata.preset_id.clone(),
             metadata: BTreeMap::new(),
             status: ConversationStatus::Active,
@@ -847,8 +905,14 @@ impl Store {
             if let Some(t) = &turn.title {
                 record.title = Some(t.clone());
             }
-            let (_, objects) =
-                self.build_session(Some(from), None, turn, &[], Some((keep, display_keep)))?;
+            let (_, objects) = self.build_session(
+                Some(from),
+                None,
+                turn,
+                &[],
+                Some((keep, display_keep)),
+                None,
+            )?;
             let id = objects.last().expect("the session is last").id();
             record.conversation_id = Some(id);
             (id, objects)
@@ -1076,14 +1140,17 @@ impl Store {
         } else {
             SessionStatus::Committed
         });
-        self.commit_with(
+        let id = self.commit_with(
             &run.conversation,
             run.head,
             turn,
             &[],
             Some(run),
+            None,
             durability,
-        )
+        )?;
+        self.auto_compact_after_commit(&run.conversation, id);
+        Ok(id)
     }
 
     /// Records that the run failed; writes no session.
@@ -1116,7 +1183,11 @@ impl Store {
     }
 }
 
+/// Who the ref log says made a change: `$SESSCTL_ACTOR`, else the user's
+/// login name, else "sessctl".
 fn default_actor() -> String {
-    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
-    format!("{user} (pid {})", std::process::id())
+    ["SESSCTL_ACTOR", "USER", "LOGNAME"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "sessctl".to_owned())
 }

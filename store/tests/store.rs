@@ -660,7 +660,8 @@ fn update_ref_transactions_check_their_expectations() {
 #[test]
 fn the_reflog_is_a_hash_chain_and_tampering_shows() {
     let (_d, path) = new_store();
-    let store = open(&path);
+    let mut store = open(&path);
+    store.set_actor("tamper-test-actor");
     populate(&store);
     assert!(store.verify_chains().unwrap().is_empty());
     let entries = store.reflog_entries().unwrap();
@@ -681,8 +682,7 @@ fn the_reflog_is_a_hash_chain_and_tampering_shows() {
         .find(|p| p.extension().is_some_and(|e| e == "journal"))
         .unwrap();
     let mut bytes = std::fs::read(&seg).unwrap();
-    let me = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
-    let needle = format!("{me} (pid");
+    let needle = "tamper-test-actor";
     let at = bytes
         .windows(needle.len())
         .position(|w| w == needle.as_bytes())

@@ -947,6 +947,16 @@ impl Journal {
             .collect()
     }
 
+    /// Every object id with the segment that holds it.
+    pub fn ids_with_segments(&self) -> Vec<(ObjectId, u64)> {
+        self.objects
+            .read()
+            .expect("object map lock")
+            .iter()
+            .map(|(id, l)| (*id, l.seq))
+            .collect()
+    }
+
     /// Object ids held in the given segments, in journal order.
     pub fn ids_in(&self, seqs: &[u64]) -> Vec<ObjectId> {
         let objects = self.objects.read().expect("object map lock");

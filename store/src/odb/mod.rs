@@ -66,11 +66,34 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
     fn ids_with_prefix(&self, prefix: &Prefix) -> Result<Vec<ObjectId>>;
     /// Every id, deduplicated, sorted.
     fn ids(&self) -> Result<Vec<ObjectId>>;
+    /// Every id once, in the order reading them is cheapest (storage
+    /// order: a pack's blocks one after another, then the journal).
+    fn ids_in_storage_order(&self) -> Result<Vec<ObjectId>> {
+        self.ids()
+    }
     /// Compacts storage; a no-op where there is nothing to compact.
-    fn repack(&self, opts: &RepackOptions) -> Result<RepackStats>;
+    fn repack(&self, opts: &RepackOptions) -> Result<RepackStats> {
+        self.repack_filtered(opts, None)
+    }
+    /// Compacts storage, keeping only the objects `keep` accepts (all,
+    /// without a filter). Objects written while it runs are kept.
+    fn repack_filtered(
+        &self,
+        opts: &RepackOptions,
+        keep: Option<&dyn Fn(&ObjectId) -> bool>,
+    ) -> Result<RepackStats>;
+    /// When each object was stored, as far as the storage can tell (ms since
+    /// the epoch): the modification time of the file that holds it, which
+    /// is never earlier than the write.
+    fn stored_at(&self) -> Result<HashMap<ObjectId, i64>>;
     fn stats(&self) -> Result<OdbStats>;
     /// What opening the backend had to repair or could not read.
     fn take_recovery_notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Checks the storage files themselves (checksums of packs and indexes,
+    /// damage found in the journal); one line per problem.
+    fn verify_storage(&self) -> Vec<String> {
         Vec::new()
     }
 }
@@ -399,6 +422,8 @@ pub struct DiskBackend {
     packs: RwLock<Vec<Arc<Pack>>>,
     repacking: Mutex<()>,
     notes: Mutex<Vec<String>>,
+    /// What the journal scan found damaged, kept for fsck.
+    damage: Vec<String>,
     _lock: Option<StoreLock>,
 }
 
@@ -434,6 +459,11 @@ impl DiskBackend {
             journal,
             packs: RwLock::new(packs),
             repacking: Mutex::new(()),
+            damage: notes
+                .iter()
+                .filter(|n| !n.contains("torn write"))
+                .cloned()
+                .collect(),
             notes: Mutex::new(notes),
             _lock: lock,
         })
@@ -706,12 +736,37 @@ impl ObjectBackend for DiskBackend {
         Ok(out)
     }
 
-    fn repack(&self, opts: &RepackOptions) -> Result<RepackStats> {
+    fn ids_in_storage_order(&self) -> Result<Vec<ObjectId>> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for p in self.packs() {
+            out.extend(
+                p.ids_in_pack_order()?
+                    .into_iter()
+                    .filter(|id| seen.insert(*id)),
+            );
+        }
+        let mut journal: Vec<(ObjectId, u64)> = self.journal.ids_with_segments();
+        journal.sort_unstable_by_key(|e| e.1);
+        out.extend(
+            journal
+                .into_iter()
+                .map(|e| e.0)
+                .filter(|id| seen.insert(*id)),
+        );
+        Ok(out)
+    }
+
+    fn repack_filtered(
+        &self,
+        opts: &RepackOptions,
+        keep: Option<&dyn Fn(&ObjectId) -> bool>,
+    ) -> Result<RepackStats> {
         let _one_at_a_time = self.repacking.lock().expect("repack lock");
         let before = self.stats()?;
         let sealed = self.journal.seal()?;
         let old = self.packs();
-        if old.len() <= 1 && sealed.is_empty() {
+        if keep.is_none() && old.len() <= 1 && sealed.is_empty() {
             return Ok(RepackStats {
                 objects: before.pack_objects,
                 packs_before: old.len(),
@@ -722,22 +777,34 @@ impl ObjectBackend for DiskBackend {
             });
         }
         let mut objects = Vec::new();
+        let kept = |id: &ObjectId| keep.is_none_or(|k| k(id));
         for p in &old {
             for id in p.ids_in_pack_order()? {
-                objects.push(p.read(&id)?.ok_or(Error::NotFound { id })?);
+                if kept(&id) {
+                    objects.push(p.read(&id)?.ok_or(Error::NotFound { id })?);
+                }
             }
         }
         for id in self.journal.ids_in(&sealed) {
-            objects.push(self.journal.read(&id)?.ok_or(Error::NotFound { id })?);
+            if kept(&id) {
+                objects.push(self.journal.read(&id)?.ok_or(Error::NotFound { id })?);
+            }
         }
         let ordered = Self::pack_order(objects);
         let packs_dir = self.root.join("packs");
-        let written = pack::write_pack(&packs_dir, &ordered, opts.pack)?;
-        let new_pack = Arc::new(Pack::open(&packs_dir, &written.name)?);
+        let written = if ordered.is_empty() {
+            None
+        } else {
+            Some(pack::write_pack(&packs_dir, &ordered, opts.pack)?)
+        };
         {
+            let new_pack = match &written {
+                Some(w) => Some(Arc::new(Pack::open(&packs_dir, &w.name)?)),
+                None => None,
+            };
             let mut packs = self.packs.write().expect("pack list lock");
             packs.retain(|p| !old.iter().any(|o| Arc::ptr_eq(o, p)));
-            packs.push(new_pack);
+            packs.extend(new_pack);
         }
         // Operations are history: they move to the op-log archive before
         // their segments go.
@@ -747,7 +814,7 @@ impl ObjectBackend for DiskBackend {
         }
         self.journal.retire(&sealed)?;
         for p in &old {
-            if p.name() == written.name {
+            if written.as_ref().is_some_and(|w| w.name == p.name()) {
                 continue;
             }
             // Index first: without it the pack is no longer listed.
@@ -758,13 +825,37 @@ impl ObjectBackend for DiskBackend {
         journal::sync_dir(&packs_dir)?;
         let after = self.stats()?;
         Ok(RepackStats {
-            objects: written.objects,
+            objects: written.as_ref().map_or(0, |w| w.objects),
             packs_before: old.len(),
             segments_packed: sealed.len(),
             bytes_before: before.disk_bytes(),
             bytes_after: after.disk_bytes(),
-            pack_name: Some(written.name),
+            pack_name: written.map(|w| w.name),
         })
+    }
+
+    fn stored_at(&self) -> Result<HashMap<ObjectId, i64>> {
+        let mtime = |path: &Path| -> i64 {
+            fs::metadata(path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(i64::MAX, |d| d.as_millis() as i64)
+        };
+        let mut out = HashMap::new();
+        for p in self.packs() {
+            let t = mtime(p.paths()[0]);
+            for id in p.ids()? {
+                out.insert(id, t);
+            }
+        }
+        for (id, seq) in self.journal.ids_with_segments() {
+            let t = mtime(&self.root.join("journal").join(journal::segment_name(seq)));
+            // An object in both: the later time is the safe one.
+            let e = out.entry(id).or_insert(t);
+            *e = (*e).max(t);
+        }
+        Ok(out)
     }
 
     fn stats(&self) -> Result<OdbStats> {
@@ -787,6 +878,14 @@ impl ObjectBackend for DiskBackend {
 
     fn take_recovery_notes(&self) -> Vec<String> {
         std::mem::take(&mut *self.notes.lock().expect("notes lock"))
+    }
+
+    fn verify_storage(&self) -> Vec<String> {
+        let mut problems = self.damage.clone();
+        for p in self.packs() {
+            problems.extend(p.verify());
+        }
+        problems
     }
 }
 
@@ -881,12 +980,30 @@ impl ObjectBackend for MemoryBackend {
         Ok(v)
     }
 
-    fn repack(&self, _opts: &RepackOptions) -> Result<RepackStats> {
-        let n = self.objects.read().expect("memory backend lock").len();
+    fn repack_filtered(
+        &self,
+        _opts: &RepackOptions,
+        keep: Option<&dyn Fn(&ObjectId) -> bool>,
+    ) -> Result<RepackStats> {
+        let mut map = self.objects.write().expect("memory backend lock");
+        if let Some(keep) = keep {
+            map.retain(|id, _| keep(id));
+        }
         Ok(RepackStats {
-            objects: n,
+            objects: map.len(),
             ..RepackStats::default()
         })
+    }
+
+    fn stored_at(&self) -> Result<HashMap<ObjectId, i64>> {
+        let now = crate::time::now_ms();
+        Ok(self
+            .objects
+            .read()
+            .expect("memory backend lock")
+            .keys()
+            .map(|id| (*id, now))
+            .collect())
     }
 
     fn stats(&self) -> Result<OdbStats> {

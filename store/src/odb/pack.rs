@@ -755,7 +755,15 @@ impl Pack {
                 self.index_path.display()
             ));
         }
-        for id in self.view().ids() {
+        // Pack order: each block is inflated once.
+        let ids = match self.ids_in_pack_order() {
+            Ok(ids) => ids,
+            Err(e) => {
+                problems.push(e.to_string());
+                return problems;
+            }
+        };
+        for id in ids {
             if let Err(e) = self.read(&id) {
                 problems.push(e.to_string());
             }

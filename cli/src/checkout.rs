@@ -1,0 +1,115 @@
+//! `checkout` and `resume`: picking a conversation back up.
+//!
+//! `checkout` moves `HEAD` (and with `-o` writes the seed files a runtime
+//! starts from); `resume` prints what a runtime resumes from. Both go
+//! through `sessctl_store::resume`.
+
+use std::fmt::Write;
+use std::path::PathBuf;
+
+use clap::Args;
+use serde_json::{json, Map, Value};
+use sessctl_store::resume::{self, ResumeSummary, Seed};
+use sessctl_store::time::format_rfc3339_ms;
+use sessctl_store::Durability;
+
+use crate::output::print;
+use crate::{CmdResult, Ctx};
+
+#[derive(Debug, Args)]
+pub struct CheckoutArgs {
+    /// A conversation (HEAD then names it), or any other revision: a session
+    /// id or prefix, a tag, archive/NAME (HEAD is then detached there).
+    rev: String,
+    /// Also write the seed layout into DIR (created if missing):
+    /// state.json ({"context_state", "environment_state",
+    /// "message_history"}) and display_messages.json, pretty JSON with
+    /// sorted keys, each replaced atomically.
+    #[arg(short = 'o', long = "output", value_name = "DIR")]
+    output: Option<PathBuf>,
+}
+
+/// Prints nothing; with `-o`, one line naming the two files written.
+pub fn checkout(ctx: &Ctx, args: CheckoutArgs) -> CmdResult {
+    let store = ctx.open_store()?;
+    let mut said = String::new();
+    if let Some(dir) = &args.output {
+        // The seed is written first: if that fails, HEAD has not moved.
+        let (_, target) = resume::checkout_target(&store, &args.rev)?;
+        let [state, display] = Seed::load(&store, &target.session)?.write(dir)?;
+        said = format!("wrote {} and {}\n", state.display(), display.display());
+    }
+    resume::checkout(&store, &args.rev, Durability::Sync)?;
+    print(&said)
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The session to resume: a conversation, a session id or prefix, a tag.
+    #[arg(default_value = "HEAD")]
+    rev: String,
+    /// Print {"history": [...], "summary": {...}} as one line of JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The JSON form of a resume summary.
+fn summary_json(s: &ResumeSummary) -> Value {
+    json!({
+        "session": s.session.to_hex(),
+        "conversation": s.conversation.to_hex(),
+        "title": s.title,
+        "created": s.created,
+        "last_activity": s.last_activity,
+        "messages": Value::Object(s.messages.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<Map<_, _>>()),
+        "message_count": s.message_count,
+        "description": s.description,
+        "first_topic": s.first_topic,
+        "compaction": s.compaction.map(|c| json!({
+            "session": c.session.to_hex(),
+            "messages": c.messages,
+            "summary": c.summary.to_hex(),
+        })),
+    })
+}
+
+/// Whitespace runs become one space, so that a field stays one line.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn summary_text(s: &ResumeSummary) -> String {
+    let mut t = String::new();
+    let _ = writeln!(t, "session {}", s.session);
+    let _ = writeln!(t, "conversation {}", s.conversation);
+    let _ = writeln!(t, "description {}", one_line(&s.description));
+    let _ = writeln!(t, "first-topic {}", one_line(&s.first_topic));
+    let _ = writeln!(t, "created {}", format_rfc3339_ms(s.created));
+    let _ = writeln!(t, "last-activity {}", format_rfc3339_ms(s.last_activity));
+    let roles: Vec<String> = s.messages.iter().map(|(r, n)| format!("{r} {n}")).collect();
+    let _ = write!(t, "messages {}", s.message_count);
+    if !roles.is_empty() {
+        let _ = write!(t, " ({})", roles.join(", "));
+    }
+    t.push('\n');
+    if let Some(c) = &s.compaction {
+        let _ = writeln!(
+            t,
+            "compacted {} messages of {}, summary {}",
+            c.messages, c.session, c.summary
+        );
+    }
+    t
+}
+
+pub fn resume(ctx: &Ctx, args: ResumeArgs) -> CmdResult {
+    let store = ctx.open_store_read()?;
+    let id = store.resolve_rev(&args.rev)?;
+    let r = resume::resume(&store, &id)?;
+    if args.json {
+        let v = json!({"history": r.history, "summary": summary_json(&r.summary)});
+        print(&format!("{v}\n"))
+    } else {
+        print(&summary_text(&r.summary))
+    }
+}

@@ -1,0 +1,122 @@
+//! Maintenance: `gc` and `fsck`.
+
+use std::io::IsTerminal;
+
+use clap::Args;
+use serde_json::json;
+use sessctl_store::fsck::FsckOptions;
+use sessctl_store::gc::{parse_prune, GcOptions};
+
+use crate::output::print;
+use crate::{CmdResult, CommandError, Ctx};
+
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Say what would go, and from which conversations; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Drop unreachable objects older than this: now, a date (2025-11-01),
+    /// an RFC 3339 time, or N.days.ago (minutes, hours, weeks). Default:
+    /// 2.weeks.ago.
+    #[arg(long, value_name = "WHEN")]
+    prune: Option<String>,
+}
+
+pub fn gc(ctx: &Ctx, args: GcArgs) -> CmdResult {
+    let mut opts = GcOptions {
+        dry_run: args.dry_run,
+        ..GcOptions::default()
+    };
+    if let Some(p) = &args.prune {
+        opts.prune = parse_prune(p).map_err(|e| CommandError::Usage(e.to_string()))?;
+    }
+    let store = ctx.open_store()?;
+    crate::output::progress("gc: marking and sweeping...");
+    let r = store.gc(&opts);
+    crate::output::progress_done();
+    let r = r?;
+    let mut out = String::new();
+    if args.dry_run {
+        out.push_str(&format!(
+            "would prune {} of {} objects ({} bytes); {} reachable, {} unreachable kept within the grace period\n",
+            r.pruned, r.objects, r.pruned_bytes, r.reachable, r.kept_young
+        ));
+    } else {
+        out.push_str(&format!(
+            "pruned {} of {} objects ({} bytes); {} reachable, {} unreachable kept within the grace period; {} -> {} bytes on disk\n",
+            r.pruned, r.objects, r.pruned_bytes, r.reachable, r.kept_young, r.bytes_before, r.bytes_after
+        ));
+    }
+    for (conv, (n, bytes)) in &r.by_conversation {
+        out.push_str(&format!("  {conv}: {n} objects, {bytes} bytes\n"));
+    }
+    print(&out)
+}
+
+#[derive(Debug, Args)]
+pub struct FsckArgs {
+    /// Also verify pack and index checksums and report journal damage.
+    #[arg(long)]
+    full: bool,
+    /// Print a JSON report instead of one line per problem.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn fsck(ctx: &Ctx, args: FsckArgs) -> CmdResult {
+    let store = ctx.open_store_read()?;
+    let tty = std::io::stderr().is_terminal();
+    let mut progress = |done: usize, total: usize| {
+        if tty {
+            eprint!("\rfsck: checking objects {done}/{total}");
+        }
+    };
+    let r = store.fsck(&FsckOptions { full: args.full }, &mut progress)?;
+    if tty {
+        eprint!("\r\x1b[K");
+    }
+    let text = if args.json {
+        format!(
+            "{}\n",
+            json!({
+                "clean": r.is_clean(),
+                "objects": r.objects,
+                "sessions": r.sessions,
+                "blobs": r.blobs,
+                "operations": r.operations,
+                "problems": r.problems,
+                "dangling": r.dangling.iter().map(|d| d.to_hex()).collect::<Vec<_>>(),
+            })
+        )
+    } else {
+        let mut t = String::new();
+        for p in &r.problems {
+            t.push_str(p);
+            t.push('\n');
+        }
+        for d in &r.dangling {
+            t.push_str(&format!("dangling session {d}\n"));
+        }
+        t
+    };
+    print(&text)?;
+    if !args.json {
+        eprintln!(
+            "sessctl: fsck: {} objects ({} sessions, {} blobs), {} operations: {}",
+            r.objects,
+            r.sessions,
+            r.blobs,
+            r.operations,
+            if r.is_clean() {
+                "clean".to_owned()
+            } else {
+                format!("{} problems", r.problems.len())
+            }
+        );
+    }
+    if r.is_clean() {
+        Ok(())
+    } else {
+        Err(CommandError::Silent(3))
+    }
+}

@@ -1,0 +1,659 @@
+//! Lossless compaction: a conversation's early messages replaced by a
+//! summary, in a new session whose first parent is the old head.
+//!
+//! This module owns the summarizer interface, the checkpoint format, one-shot
+//! compaction and auto-compaction after commits. It never rewrites or drops a
+//! session: a compaction is a commit like any other (objects-format.md,
+//! "History": `base` 0, the summary and the kept tail, a `compaction` record),
+//! checked against the head it summarised, so `log` and `diff` still reach
+//! every message through the parent.
+//!
+//! # The checkpoint message
+//!
+//! A structured checkpoint becomes one message of the new history:
+//!
+//! ```json
+//! {"role": "user", "content": "<rendered text>", "sessctl_checkpoint": {"completed": [...], ...}}
+//! ```
+//!
+//! The rendered text ([`Checkpoint::render`]) is, byte for byte, the line
+//! `[sessctl checkpoint] Summary of the conversation so far:` followed, for
+//! each of Completed, In progress, Pending, Blockers and Decisions in that
+//! order, by a blank line, the line `## <heading>`, and one line `- <item>`
+//! per item, or the line `(none)` when there is none. There is no trailing
+//! newline. `sessctl_checkpoint` holds the checkpoint object with all five
+//! keys; a runtime whose model API refuses unknown message keys strips it.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{Error, Result};
+use crate::hash::ObjectId;
+use crate::object::{Blob, Compaction, RunSummary, SessionMetadata};
+use crate::odb::Durability;
+use crate::replay::is_tool_result;
+use crate::store::{Messages, Store, Turn};
+
+/// The keys of a checkpoint object, in the order they are rendered.
+pub const CHECKPOINT_KEYS: [&str; 5] = [
+    "completed",
+    "in_progress",
+    "pending",
+    "blockers",
+    "decisions",
+];
+
+const CHECKPOINT_HEADINGS: [&str; 5] = [
+    "Completed",
+    "In progress",
+    "Pending",
+    "Blockers",
+    "Decisions",
+];
+
+/// The first line of a rendered checkpoint.
+pub const CHECKPOINT_TITLE: &str = "[sessctl checkpoint] Summary of the conversation so far:";
+
+/// The message key that carries the checkpoint object.
+pub const CHECKPOINT_MESSAGE_KEY: &str = "sessctl_checkpoint";
+
+/// Where the work stood when the conversation was compacted.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Checkpoint {
+    pub completed: Vec<String>,
+    pub in_progress: Vec<String>,
+    pub pending: Vec<String>,
+    pub blockers: Vec<String>,
+    pub decisions: Vec<String>,
+}
+
+impl Checkpoint {
+    fn lists(&self) -> [&Vec<String>; 5] {
+        [
+            &self.completed,
+            &self.in_progress,
+            &self.pending,
+            &self.blockers,
+            &self.decisions,
+        ]
+    }
+
+    /// Reads a checkpoint object: any of [`CHECKPOINT_KEYS`], each an array of
+    /// strings; missing keys are empty, other keys are refused.
+    pub fn from_value(v: &Value) -> std::result::Result<Checkpoint, String> {
+        let Value::Object(map) = v else {
+            return Err("a checkpoint must be a JSON object".into());
+        };
+        let mut c = Checkpoint::default();
+        for (k, items) in map {
+            let slot = match k.as_str() {
+                "completed" => &mut c.completed,
+                "in_progress" => &mut c.in_progress,
+                "pending" => &mut c.pending,
+                "blockers" => &mut c.blockers,
+                "decisions" => &mut c.decisions,
+                _ => {
+                    return Err(format!(
+                        "unknown checkpoint key {k:?} (expected any of {})",
+                        CHECKPOINT_KEYS.join(", ")
+                    ))
+                }
+            };
+            let Value::Array(items) = items else {
+                return Err(format!("checkpoint key {k} must be an array of strings"));
+            };
+            for item in items {
+                match item {
+                    Value::String(s) => slot.push(s.clone()),
+                    _ => return Err(format!("checkpoint key {k} must be an array of strings")),
+                }
+            }
+        }
+        Ok(c)
+    }
+
+    /// The checkpoint object with all five keys.
+    pub fn to_value(&self) -> Value {
+        let mut map = Map::new();
+        for (k, items) in CHECKPOINT_KEYS.iter().zip(self.lists()) {
+            map.insert((*k).to_owned(), json!(items));
+        }
+        Value::Object(map)
+    }
+
+    /// The text a model reads (see the module documentation).
+    pub fn render(&self) -> String {
+        let mut t = String::from(CHECKPOINT_TITLE);
+        for (heading, items) in CHECKPOINT_HEADINGS.iter().zip(self.lists()) {
+            t.push_str("\n\n## ");
+            t.push_str(heading);
+            if items.is_empty() {
+                t.push_str("\n(none)");
+            }
+            for item in items {
+                t.push_str("\n- ");
+                t.push_str(item);
+            }
+        }
+        t
+    }
+
+    /// The one message that stands for the checkpoint in the history.
+    pub fn to_message(&self) -> Value {
+        json!({
+            "role": "user",
+            "content": self.render(),
+            CHECKPOINT_MESSAGE_KEY: self.to_value(),
+        })
+    }
+}
+
+/// What a summarizer returns.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Summary {
+    /// A structured checkpoint; becomes one message.
+    Checkpoint(Checkpoint),
+    /// Summary messages, used as they are (never empty).
+    Messages(Vec<Value>),
+}
+
+impl Summary {
+    /// Reads a summarizer's answer: a checkpoint object or a non-empty array
+    /// of message objects.
+    pub fn from_value(v: Value) -> std::result::Result<Summary, String> {
+        match v {
+            Value::Object(_) => Checkpoint::from_value(&v).map(Summary::Checkpoint),
+            Value::Array(items) => {
+                if items.is_empty() {
+                    return Err("an empty array of summary messages".into());
+                }
+                if let Some(k) = items.iter().position(|m| !m.is_object()) {
+                    return Err(format!("summary message {} is not a JSON object", k + 1));
+                }
+                Ok(Summary::Messages(items))
+            }
+            _ => Err("expected a checkpoint object or an array of messages".into()),
+        }
+    }
+
+    /// The value recorded as the compaction's summary blob: the checkpoint
+    /// object (all five keys) or the array of messages.
+    pub fn to_value(&self) -> Value {
+        match self {
+            Summary::Checkpoint(c) => c.to_value(),
+            Summary::Messages(m) => Value::Array(m.clone()),
+        }
+    }
+
+    /// The messages that open the compacted history.
+    pub fn messages(&self) -> Vec<Value> {
+        match self {
+            Summary::Checkpoint(c) => vec![c.to_message()],
+            Summary::Messages(m) => m.clone(),
+        }
+    }
+}
+
+/// Summarises the part of a history being compacted.
+pub trait Summarizer {
+    /// `history` is the messages to replace, oldest first. An error is one
+    /// line saying what went wrong.
+    fn summarize(&self, history: &[Value]) -> std::result::Result<Summary, String>;
+}
+
+impl<F> Summarizer for F
+where
+    F: Fn(&[Value]) -> std::result::Result<Summary, String>,
+{
+    fn summarize(&self, history: &[Value]) -> std::result::Result<Summary, String> {
+        self(history)
+    }
+}
+
+/// A summarizer that is a shell command: `sh -c COMMAND` reads the history
+/// as a JSON array on stdin and prints the summary as JSON on stdout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandSummarizer {
+    pub command: String,
+    /// The command is killed (with its process group) after this long.
+    pub timeout: Duration,
+}
+
+impl CommandSummarizer {
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+    pub fn new(command: impl Into<String>) -> Self {
+        CommandSummarizer {
+            command: command.into(),
+            timeout: Self::DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+/// How much of a summarizer's output an error quotes.
+const EXCERPT_BYTES: usize = 200;
+
+/// The first bytes of some output, on one line, quoted.
+fn excerpt(bytes: &[u8]) -> String {
+    let cut = &bytes[..bytes.len().min(EXCERPT_BYTES)];
+    let text: String = String::from_utf8_lossy(cut)
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    format!("{:?}", text.trim())
+}
+
+fn read_all(r: Option<impl Read + Send + 'static>) -> mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::channel();
+    if let Some(mut r) = r {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            let _ = tx.send(buf);
+        });
+    } else {
+        let _ = tx.send(Vec::new());
+    }
+    rx
+}
+
+/// Kills the command and whatever it started (it leads its own group).
+fn kill_tree(child: &mut std::process::Child) {
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", child.id())])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+impl Summarizer for CommandSummarizer {
+    fn summarize(&self, history: &[Value]) -> std::result::Result<Summary, String> {
+        let input = serde_json::to_vec(history).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(&self.command)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::CommandExt;
+            // Its own process group, so a timeout kills what it started too.
+            cmd.process_group(0);
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot run the summarizer (sh -c): {e}"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            // A command that does not read its input closes the pipe; that
+            // is its business.
+            std::thread::spawn(move || {
+                let _ = stdin.write_all(&input);
+            });
+        }
+        let stdout = read_all(child.stdout.take());
+        let stderr = read_all(child.stderr.take());
+        let deadline = Instant::now() + self.timeout;
+        let timed_out = |child: &mut std::process::Child| {
+            kill_tree(child);
+            format!(
+                "the summarizer timed out after {} s",
+                self.timeout.as_secs_f64()
+            )
+        };
+        let mut pause = Duration::from_millis(1);
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(s)) => break s,
+                Ok(None) => {}
+                Err(e) => {
+                    kill_tree(&mut child);
+                    return Err(format!("waiting for the summarizer: {e}"));
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(timed_out(&mut child));
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(20));
+        };
+        // Something it started in the background may hold its output open.
+        let collect = |rx: &mpsc::Receiver<Vec<u8>>| {
+            let left = deadline.saturating_duration_since(Instant::now());
+            rx.recv_timeout(left).ok()
+        };
+        let (Some(out), Some(err)) = (collect(&stdout), collect(&stderr)) else {
+            return Err(timed_out(&mut child));
+        };
+        if !status.success() {
+            let how = match status.code() {
+                Some(c) => format!("exited with status {c}"),
+                None => {
+                    #[cfg(unix)]
+                    {
+                        use std::os::unix::process::ExitStatusExt;
+                        format!("was killed by signal {}", status.signal().unwrap_or(0))
+                    }
+                    #[cfg(not(unix))]
+                    {
+                        "was killed".to_owned()
+                    }
+                }
+            };
+            let said = if !err.iter().all(u8::is_ascii_whitespace) {
+                format!("; stderr: {}", excerpt(&err))
+            } else if !out.iter().all(u8::is_ascii_whitespace) {
+                format!("; stdout: {}", excerpt(&out))
+            } else {
+                String::new()
+            };
+            return Err(format!("the summarizer {how}{said}"));
+        }
+        if out.iter().all(u8::is_ascii_whitespace) {
+            return Err("the summarizer printed nothing".into());
+        }
+        let value = Blob::from_json_slice(&out)
+            .map_err(|e| {
+                format!(
+                    "the summarizer's output is not JSON ({e}); stdout: {}",
+                    excerpt(&out)
+                )
+            })?
+            .into_value();
+        Summary::from_value(value).map_err(|e| {
+            format!(
+                "the summarizer's output is neither a checkpoint object nor an array of \
+                 messages: {e}; stdout: {}",
+                excerpt(&out)
+            )
+        })
+    }
+}
+
+/// The estimated prompt size of a history in tokens: the bytes of its
+/// canonical JSON (compact, keys sorted) divided by 4.
+pub fn estimate_tokens(history: &[Value]) -> u64 {
+    let bytes = serde_json::to_vec(history).map_or(0, |b| b.len());
+    bytes as u64 / 4
+}
+
+/// Whether an estimate has reached `threshold` × `max_tokens`.
+pub fn threshold_reached(estimate: u64, max_tokens: u64, threshold: f64) -> bool {
+    estimate as f64 >= threshold * max_tokens as f64
+}
+
+/// How many leading messages a compaction that keeps `keep_last` summarises.
+///
+/// The cut moves earlier while the kept tail would start with a tool
+/// result: a result without the call that asked for it is refused by model
+/// APIs, so the call and its results stay together in the tail.
+pub fn cut_point(history: &[Value], keep_last: usize) -> usize {
+    let mut cut = history.len().saturating_sub(keep_last);
+    while cut > 0 && cut < history.len() && is_tool_result(&history[cut]) {
+        cut -= 1;
+    }
+    cut
+}
+
+/// Compacts a conversation's head: its first messages (all but the last
+/// `keep_last`, see [`cut_point`]) are replaced by `summarizer`'s summary.
+/// Returns the new session. A summarizer that fails or answers garbage
+/// leaves the conversation as it was.
+pub fn compact(
+    store: &Store,
+    conversation: &str,
+    summarizer: &dyn Summarizer,
+    keep_last: usize,
+) -> Result<ObjectId> {
+    let info = store
+        .conversation(conversation)?
+        .ok_or_else(|| Error::NoSuchConversation {
+            name: conversation.to_owned(),
+        })?;
+    let head = info.head.ok_or_else(|| {
+        Error::Invalid(format!(
+            "conversation {conversation} has no head to compact"
+        ))
+    })?;
+    compact_at(
+        store,
+        conversation,
+        head,
+        summarizer,
+        keep_last,
+        Durability::Sync,
+    )
+}
+
+/// [`compact`] of a given head: the commit fails with `RefOutOfDate` when the
+/// conversation has moved on since.
+pub fn compact_at(
+    store: &Store,
+    conversation: &str,
+    head: ObjectId,
+    summarizer: &dyn Summarizer,
+    keep_last: usize,
+    durability: Durability,
+) -> Result<ObjectId> {
+    let session = store.odb().session(&head)?;
+    let history = store.odb().load_messages(&head)?;
+    let cut = cut_point(&history, keep_last);
+    if cut == 0 {
+        return Err(Error::Invalid(format!(
+            "nothing to compact in {conversation}: its {} messages are all kept (keep-last {keep_last})",
+            history.len()
+        )));
+    }
+    let started = Instant::now();
+    let summary = summarizer
+        .summarize(&history[..cut])
+        .map_err(|e| Error::Invalid(format!("cannot compact {conversation}: {e}")))?;
+    let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let summary_value = Blob::new(summary.to_value())?.into_value();
+    let mut messages = summary.messages();
+    messages.extend_from_slice(&history[cut..]);
+    // The summary is written first: should the commit fail, it is an
+    // unreferenced blob, which gc collects.
+    let summary_id = store.odb().put_blob(&summary_value, durability)?;
+    let turn = Turn {
+        messages: Messages::Added(messages),
+        // The display history stays as it was: people still see every turn.
+        display: Some(Messages::Added(Vec::new())),
+        run: RunSummary {
+            duration_ms,
+            ..RunSummary::default()
+        },
+        metadata: SessionMetadata {
+            session_type: session.metadata.session_type,
+            preset_id: session.metadata.preset_id.clone(),
+            ..SessionMetadata::default()
+        },
+        ..Turn::default()
+    };
+    store.commit_with(
+        conversation,
+        Some(head),
+        turn,
+        &[],
+        None,
+        Some(Compaction {
+            session: head,
+            messages: cut as u64,
+            summary: summary_id,
+        }),
+        durability,
+    )
+}
+
+/// Compaction a store applies after each commit, continuation, merge or run
+/// commit, when the new head's estimated prompt size ([`estimate_tokens`])
+/// reaches `threshold` × `max_tokens`.
+#[derive(Clone)]
+pub struct AutoCompaction {
+    pub max_tokens: u64,
+    /// A fraction of `max_tokens`; 0.9 by default.
+    pub threshold: f64,
+    pub keep_last: usize,
+    pub summarizer: Arc<dyn Summarizer + Send + Sync>,
+}
+
+impl AutoCompaction {
+    pub const DEFAULT_THRESHOLD: f64 = 0.9;
+
+    pub fn new(
+        max_tokens: u64,
+        keep_last: usize,
+        summarizer: Arc<dyn Summarizer + Send + Sync>,
+    ) -> Self {
+        AutoCompaction {
+            max_tokens,
+            threshold: Self::DEFAULT_THRESHOLD,
+            keep_last,
+            summarizer,
+        }
+    }
+}
+
+impl std::fmt::Debug for AutoCompaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AutoCompaction")
+            .field("max_tokens", &self.max_tokens)
+            .field("threshold", &self.threshold)
+            .field("keep_last", &self.keep_last)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An auto-compaction that failed after a commit that stands.
+#[derive(Debug)]
+pub struct AutoCompactionError {
+    pub conversation: String,
+    /// The session that was committed and could not be compacted.
+    pub session: ObjectId,
+    pub error: Error,
+}
+
+impl std::fmt::Display for AutoCompactionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "auto-compaction of {} after {} failed: {}",
+            self.conversation, self.session, self.error
+        )
+    }
+}
+
+/// What [`Store::commit_and_compact`] did.
+#[derive(Debug)]
+pub struct CommitOutcome {
+    /// The committed session.
+    pub session: ObjectId,
+    /// `None`: no compaction was due (or none is configured); otherwise the
+    /// compaction session, or why compacting failed (the commit stands).
+    pub compaction: Option<Result<ObjectId>>,
+}
+
+impl CommitOutcome {
+    /// The conversation's head after the call: the compaction when it
+    /// succeeded, else the committed session.
+    pub fn head(&self) -> ObjectId {
+        match &self.compaction {
+            Some(Ok(id)) => *id,
+            _ => self.session,
+        }
+    }
+}
+
+impl Store {
+    /// Sets (or with `None` clears) the compaction applied after commits.
+    ///
+    /// [`Store::commit`], [`Store::merge`] and [`Store::commit_run`] return
+    /// the committed session either way; a compaction that fails leaves that
+    /// commit in place and is reported by
+    /// [`Store::take_auto_compaction_errors`]. [`Store::commit_and_compact`]
+    /// returns both outcomes instead.
+    pub fn set_auto_compaction(&self, auto: Option<AutoCompaction>) {
+        *self.auto_compaction.write().expect("auto-compaction lock") = auto;
+    }
+
+    pub fn auto_compaction(&self) -> Option<AutoCompaction> {
+        self.auto_compaction
+            .read()
+            .expect("auto-compaction lock")
+            .clone()
+    }
+
+    /// Auto-compactions that failed since the last call, oldest first.
+    pub fn take_auto_compaction_errors(&self) -> Vec<AutoCompactionError> {
+        std::mem::take(
+            &mut *self
+                .auto_compaction_errors
+                .lock()
+                .expect("auto-compaction errors lock"),
+        )
+    }
+
+    /// Commits a turn like [`Store::commit`], then applies auto-compaction
+    /// and returns both outcomes (a failed compaction is returned here, not
+    /// kept for [`Store::take_auto_compaction_errors`]).
+    pub fn commit_and_compact(
+        &self,
+        name: &str,
+        expected_head: Option<ObjectId>,
+        turn: Turn,
+        durability: Durability,
+    ) -> Result<CommitOutcome> {
+        let session = self.commit_with(name, expected_head, turn, &[], None, None, durability)?;
+        Ok(CommitOutcome {
+            session,
+            compaction: self.run_auto_compaction(name, session, durability),
+        })
+    }
+
+    pub(crate) fn auto_compact_after_commit(&self, name: &str, session: ObjectId) {
+        if let Some(Err(error)) = self.run_auto_compaction(name, session, Durability::Sync) {
+            self.auto_compaction_errors
+                .lock()
+                .expect("auto-compaction errors lock")
+                .push(AutoCompactionError {
+                    conversation: name.to_owned(),
+                    session,
+                    error,
+                });
+        }
+    }
+
+    fn run_auto_compaction(
+        &self,
+        name: &str,
+        session: ObjectId,
+        durability: Durability,
+    ) -> Option<Result<ObjectId>> {
+        // Cloned out of the lock: the summarizer may take minutes.
+        let auto = self.auto_compaction()?;
+        let due = self.odb().load_messages(&session).map(|history| {
+            threshold_reached(estimate_tokens(&history), auto.max_tokens, auto.threshold)
+        });
+        match due {
+            Ok(false) => None,
+            Ok(true) => Some(compact_at(
+                self,
+                name,
+                session,
+                &*auto.summarizer,
+                auto.keep_last,
+                durability,
+            )),
+            Err(e) => Some(Err(e)),
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! Integrity check: every object re-hashed and decoded, every session's
+//! parents and blobs present and of the right kind, every history length
+//! consistent, the operation and ref-log chains intact, and the index in
+//! agreement with the operations. Each problem is one line naming the object
+//! or ref. Unreachable ("dangling") sessions are listed, not counted as
+//! problems.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use petgraph::algo::is_cyclic_directed;
+use petgraph::graphmap::DiGraphMap;
+use petgraph::visit::Dfs;
+
+use crate::error::Result;
+use crate::hash::ObjectId;
+use crate::object::{Blob, ObjectKind, Session};
+use crate::refs::{RefName, RefTarget};
+use crate::store::Store;
+
+/// How thorough to be.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FsckOptions {
+    /// Also verify pack and index checksums and report damaged journal frames.
+    pub full: bool,
+}
+
+/// What fsck found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FsckReport {
+    pub objects: usize,
+    pub sessions: usize,
+    pub blobs: usize,
+    pub operations: usize,
+    /// One line per problem; empty means clean.
+    pub problems: Vec<String>,
+    /// Unreachable sessions that no other unreachable session names as a
+    /// parent (the tips of what gc would drop).
+    pub dangling: Vec<ObjectId>,
+}
+
+impl FsckReport {
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+impl Store {
+    /// Checks the whole store. `progress(done, total)` is called as objects
+    /// are checked.
+    pub fn fsck(
+        &self,
+        opts: &FsckOptions,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<FsckReport> {
+        let odb = self.odb();
+        let mut report = FsckReport::default();
+        // Storage order: each pack block is inflated once, not once per object.
+        let ids = odb.backend().ids_in_storage_order()?;
+        report.objects = ids.len();
+        let mut kinds: HashMap<ObjectId, ObjectKind> = HashMap::with_capacity(ids.len());
+        let mut sessions: BTreeMap<ObjectId, Session> = BTreeMap::new();
+        for (n, id) in ids.iter().enumerate() {
+            if n % 1024 == 0 {
+                progress(n, ids.len());
+            }
+            let obj = match odb.read(id) {
+                Ok(o) => o,
+                Err(e) => {
+                    report.problems.push(e.to_string());
+                    continue;
+                }
+            };
+            kinds.insert(*id, obj.kind());
+            match obj.kind() {
+                ObjectKind::Blob => {
+                    report.blobs += 1;
+                    if let Err(e) = Blob::decode(obj.payload()) {
+                        report.problems.push(format!("blob {id}: {e}"));
+                    }
+                }
+                ObjectKind::Session => {
+                    report.sessions += 1;
+                    match Session::decode(obj.payload()) {
+                        Ok(s) => {
+                            sessions.insert(*id, s);
+                        }
+                        Err(e) => report.problems.push(format!("session {id}: {e}")),
+                    }
+                }
+            }
+        }
+        progress(ids.len(), ids.len());
+
+        // Every session's references, and the session graph.
+        let mut graph: DiGraphMap<ObjectId, ()> = DiGraphMap::new();
+        for (id, s) in &sessions {
+            graph.add_node(*id);
+            let expect = |what: &str,
+                          target: &ObjectId,
+                          kind: ObjectKind,
+                          problems: &mut Vec<String>| {
+                match kinds.get(target) {
+                    Some(k) if *k == kind => {}
+                    Some(k) => problems.push(format!(
+                        "session {id}: its {what} {target} is a {k}, not a {kind}"
+                    )),
+                    None => problems.push(format!("session {id}: its {what} {target} is missing")),
+                }
+            };
+            for p in &s.parents {
+                expect("parent", p, ObjectKind::Session, &mut report.problems);
+                graph.add_edge(*id, *p, ());
+            }
+            for m in &s.messages.added {
+                expect("message", m, ObjectKind::Blob, &mut report.problems);
+            }
+            for m in &s.display_messages.added {
+                expect("display message", m, ObjectKind::Blob, &mut report.problems);
+            }
+            for (what, b) in [
+                ("context state", &s.context_state),
+                ("environment state", &s.environment_state),
+            ] {
+                if let Some(b) = b {
+                    expect(what, b, ObjectKind::Blob, &mut report.problems);
+                }
+            }
+            if let Some(c) = &s.compaction {
+                expect(
+                    "compacted session",
+                    &c.session,
+                    ObjectKind::Session,
+                    &mut report.problems,
+                );
+                expect(
+                    "compaction summary",
+                    &c.summary,
+                    ObjectKind::Blob,
+                    &mut report.problems,
+                );
+            }
+        }
+        if is_cyclic_directed(&graph) {
+            report.problems.push(
+                "the session graph has a cycle (ids cannot do that: the store was edited)".into(),
+            );
+        }
+
+        // History lengths: a session keeps no more than its parent has.
+        let mut lengths: HashMap<ObjectId, (u64, u64)> = HashMap::new();
+        for id in sessions.keys() {
+            let mut chain = vec![*id];
+            while let Some(&top) = chain.last() {
+                if lengths.contains_key(&top) {
+                    chain.pop();
+                    continue;
+                }
+                let s = &sessions[&top];
+                match s.first_parent() {
+                    Some(p) if sessions.contains_key(&p) && !lengths.contains_key(&p) => {
+                        if chain.contains(&p) {
+                            break; // a cycle, reported above
+                        }
+                        chain.push(p);
+                        continue;
+                    }
+                    _ => {}
+                }
+                let (plen, pdisp) = s
+                    .first_parent()
+                    .and_then(|p| lengths.get(&p).copied())
+                    .unwrap_or((0, 0));
+                let parent_known = s.first_parent().is_none_or(|p| sessions.contains_key(&p));
+                if parent_known && s.messages.base > plen {
+                    report.problems.push(format!(
+                        "session {top}: keeps {} messages of its parent, which has {plen}",
+                        s.messages.base
+                    ));
+                }
+                if parent_known && s.display_messages.base > pdisp {
+                    report.problems.push(format!(
+                        "session {top}: keeps {} display messages of its parent, which has {pdisp}",
+                        s.display_messages.base
+                    ));
+                }
+                lengths.insert(top, (s.messages.len(), s.display_messages.len()));
+                chain.pop();
+            }
+        }
+
+        // Refs point at sessions that exist.
+        let refs = self.refs()?;
+        for (name, target) in &refs {
+            match target {
+                RefTarget::Session(id) => match kinds.get(id) {
+                    Some(ObjectKind::Session) => {}
+                    Some(k) => report
+                        .problems
+                        .push(format!("{name}: points at {id}, a {k}")),
+                    None => report
+                        .problems
+                        .push(format!("{name}: points at {id}, which is missing")),
+                },
+                RefTarget::Symbolic(r) => {
+                    if *name != RefName::Head {
+                        report
+                            .problems
+                            .push(format!("{name}: only HEAD may be symbolic"));
+                    } else if !refs.iter().any(|(n, _)| n == r) {
+                        report
+                            .problems
+                            .push(format!("HEAD: points at {r}, which does not exist"));
+                    }
+                }
+            }
+        }
+
+        // The operation and ref-log chains, and the index against them.
+        report.problems.extend(self.verify_chains()?);
+        let entries = self.reflog_entries()?;
+        report.operations = entries.iter().map(|e| e.op).collect::<HashSet<_>>().len();
+        let mut folded: BTreeMap<String, Option<RefTarget>> = BTreeMap::new();
+        for e in &entries {
+            folded.insert(e.name.to_string(), e.new.clone());
+        }
+        let indexed: BTreeMap<String, RefTarget> = refs
+            .iter()
+            .map(|(n, t)| (n.to_string(), t.clone()))
+            .collect();
+        for (name, value) in &folded {
+            if indexed.get(name) != value.as_ref() {
+                report.problems.push(format!(
+                    "index: {name} is {}, the operations say {}; run sessctl reindex",
+                    indexed
+                        .get(name)
+                        .map_or("absent".to_owned(), |t| t.to_string()),
+                    value
+                        .as_ref()
+                        .map_or("absent".to_owned(), |t| t.to_string())
+                ));
+            }
+        }
+        for name in indexed.keys() {
+            if !folded.contains_key(name) {
+                report.problems.push(format!(
+                    "index: {name} exists, but no operation made it; run sessctl reindex"
+                ));
+            }
+        }
+
+        // Dangling sessions: unreachable from every ref.
+        let mut reachable: HashSet<ObjectId> = HashSet::new();
+        for (_, t) in &refs {
+            if let RefTarget::Session(id) = t {
+                if graph.contains_node(*id) {
+                    let mut dfs = Dfs::new(&graph, *id);
+                    while let Some(n) = dfs.next(&graph) {
+                        if !reachable.insert(n) {
+                            continue;
+                        }
+                    }
+                }
+            }
+        }
+        let unreachable: HashSet<ObjectId> = sessions
+            .keys()
+            .filter(|id| !reachable.contains(id))
+            .copied()
+            .collect();
+        let named_by_unreachable: HashSet<ObjectId> = unreachable
+            .iter()
+            .flat_map(|id| sessions[id].parents.iter().copied())
+            .collect();
+        report.dangling = unreachable
+            .into_iter()
+            .filter(|id| !named_by_unreachable.contains(id))
+            .collect();
+        report.dangling.sort_unstable();
+
+        if opts.full {
+            report.problems.extend(odb.backend().verify_storage());
+        }
+        Ok(report)
+    }
+}

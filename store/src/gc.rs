@@ -1,0 +1,361 @@
+//! Garbage collection: keep what refs, recent ref-log entries and open runs
+//! can reach; drop what nothing reaches once it is past the grace period;
+//! repack what is kept (objects-format.md, "Garbage collection").
+//!
+//! Marking reads sessions only, never a blob's content: a session names its
+//! blobs. Commits through the store wait while gc runs (it holds the state
+//! lock), so a commit cannot start using an object gc is about to drop.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use petgraph::graphmap::DiGraphMap;
+
+use crate::error::{Error, IoResultExt, Result};
+use crate::hash::ObjectId;
+use crate::object::{ObjectKind, Session};
+use crate::odb::pack::PackOptions;
+use crate::odb::RepackOptions;
+use crate::refs::{RefName, RefTarget};
+use crate::store::Store;
+use crate::time::now_ms;
+
+/// Ref-log entries younger than this keep their sessions alive (90 days).
+pub const DEFAULT_REFLOG_EXPIRY_MS: i64 = 90 * 24 * 3600 * 1000;
+/// Unreachable objects younger than this survive (2 weeks).
+pub const DEFAULT_GRACE_MS: i64 = 14 * 24 * 3600 * 1000;
+/// `gc.ledger` entries: 32-byte id, i64 LE ms.
+const LEDGER_ENTRY: usize = 40;
+
+/// Which unreachable objects go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prune {
+    /// Those unreachable for longer than this many milliseconds.
+    OlderThan(i64),
+    /// Those unreachable since before this time (ms since the epoch).
+    Before(i64),
+    /// All of them.
+    Now,
+}
+
+/// How to collect.
+#[derive(Debug, Clone, Copy)]
+pub struct GcOptions {
+    pub dry_run: bool,
+    pub prune: Prune,
+    pub reflog_expiry_ms: i64,
+    pub pack: PackOptions,
+}
+
+impl Default for GcOptions {
+    fn default() -> Self {
+        GcOptions {
+            dry_run: false,
+            prune: Prune::OlderThan(DEFAULT_GRACE_MS),
+            reflog_expiry_ms: DEFAULT_REFLOG_EXPIRY_MS,
+            pack: PackOptions::default(),
+        }
+    }
+}
+
+/// What a gc found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcReport {
+    pub objects: usize,
+    pub reachable: usize,
+    pub unreachable: usize,
+    /// Unreachable objects kept because they are within the grace period.
+    pub kept_young: usize,
+    /// Objects dropped (or, in a dry run, that would be).
+    pub pruned: usize,
+    /// Canonical payload bytes of the dropped objects.
+    pub pruned_bytes: u64,
+    /// Dropped objects and bytes by the conversation they belonged to.
+    pub by_conversation: BTreeMap<String, (usize, u64)>,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+}
+
+/// The sessions and blobs reachable from `roots`, and the session graph
+/// (child -> parent) they form. Reads sessions only.
+pub(crate) fn mark(
+    store: &Store,
+    roots: &[ObjectId],
+) -> Result<(HashSet<ObjectId>, DiGraphMap<ObjectId, ()>)> {
+    let odb = store.odb();
+    let mut graph: DiGraphMap<ObjectId, ()> = DiGraphMap::new();
+    let mut live: HashSet<ObjectId> = HashSet::new();
+    let mut stack: Vec<ObjectId> = roots.to_vec();
+    while let Some(id) = stack.pop() {
+        if !live.insert(id) {
+            continue;
+        }
+        graph.add_node(id);
+        // A missing or damaged session keeps what it is (fsck names it);
+        // what it would have reached stays unmarked only if nothing else
+        // reaches it.
+        let Ok(s) = odb.session(&id) else { continue };
+        for blob in session_blobs(&s) {
+            live.insert(blob);
+        }
+        for p in s
+            .parents
+            .iter()
+            .chain(s.compaction.as_ref().map(|c| &c.session))
+        {
+            graph.add_edge(id, *p, ());
+            stack.push(*p);
+        }
+    }
+    Ok((live, graph))
+}
+
+/// The blobs a session names.
+pub(crate) fn session_blobs(s: &Session) -> impl Iterator<Item = ObjectId> + '_ {
+    s.messages
+        .added
+        .iter()
+        .chain(&s.display_messages.added)
+        .chain(s.context_state.iter())
+        .chain(s.environment_state.iter())
+        .chain(s.compaction.as_ref().map(|c| &c.summary))
+        .copied()
+}
+
+/// The sessions gc keeps alive: every ref (HEAD included) and the old and
+/// new values of ref-log entries younger than `expiry_ms`.
+pub(crate) fn roots(store: &Store, expiry_ms: Option<i64>) -> Result<Vec<ObjectId>> {
+    let mut roots = Vec::new();
+    for (_, target) in store.refs()? {
+        if let RefTarget::Session(id) = target {
+            roots.push(id);
+        }
+    }
+    if let Some(r) = store.resolve_ref(&RefName::Head)? {
+        roots.push(r);
+    }
+    if let Some(expiry) = expiry_ms {
+        let now = now_ms();
+        for e in store.reflog_entries()? {
+            // Younger than the expiry, strictly: an expiry of 0 keeps none.
+            if now.saturating_sub(e.time) < expiry {
+                for t in [&e.old, &e.new].into_iter().flatten() {
+                    if let RefTarget::Session(id) = t {
+                        roots.push(*id);
+                    }
+                }
+            }
+        }
+    }
+    // Objects a root names that are gone are fsck's to report.
+    let odb = store.odb();
+    roots.retain(|id| odb.contains(id).unwrap_or(false));
+    roots.sort_unstable();
+    roots.dedup();
+    Ok(roots)
+}
+
+fn ledger_path(root: &Path) -> PathBuf {
+    root.join("gc.ledger")
+}
+
+fn read_ledger(path: &Path) -> HashMap<ObjectId, i64> {
+    let Ok(bytes) = fs::read(path) else {
+        return HashMap::new();
+    };
+    bytes
+        .chunks_exact(LEDGER_ENTRY)
+        .filter_map(|c| {
+            let id = ObjectId::from_slice(&c[..32])?;
+            let t = i64::from_le_bytes(c[32..].try_into().ok()?);
+            Some((id, t))
+        })
+        .collect()
+}
+
+fn write_ledger(path: &Path, entries: &HashMap<ObjectId, i64>) -> Result<()> {
+    let mut sorted: Vec<_> = entries.iter().collect();
+    sorted.sort_unstable();
+    let mut bytes = Vec::with_capacity(sorted.len() * LEDGER_ENTRY);
+    for (id, t) in sorted {
+        bytes.extend_from_slice(id.as_bytes());
+        bytes.extend_from_slice(&t.to_le_bytes());
+    }
+    let tmp = path.with_extension("tmp");
+    fs::write(&tmp, &bytes).at(&tmp)?;
+    fs::File::open(&tmp).and_then(|f| f.sync_all()).at(&tmp)?;
+    fs::rename(&tmp, path).at(path)?;
+    Ok(())
+}
+
+impl Store {
+    /// Collects garbage; see [`GcOptions`]. In a dry run nothing changes.
+    pub fn gc(&self, opts: &GcOptions) -> Result<GcReport> {
+        let _writers_wait = self.lock_state();
+        let odb = self.odb();
+        let before = odb.stats()?;
+        let all = odb.backend().ids()?;
+        let roots = roots(self, Some(opts.reflog_expiry_ms))?;
+        let (live, _) = mark(self, &roots)?;
+        let now = now_ms();
+        let stored = odb.backend().stored_at()?;
+        let root_dir = self.root().map(Path::to_path_buf);
+        let mut ledger = root_dir
+            .as_deref()
+            .map(|r| read_ledger(&ledger_path(r)))
+            .unwrap_or_default();
+        let mut report = GcReport {
+            objects: all.len(),
+            bytes_before: before.disk_bytes(),
+            ..GcReport::default()
+        };
+        let mut doomed: HashSet<ObjectId> = HashSet::new();
+        let mut next_ledger = HashMap::new();
+        for id in &all {
+            if live.contains(id) {
+                report.reachable += 1;
+                continue;
+            }
+            report.unreachable += 1;
+            let seen = stored.get(id).copied().unwrap_or(now);
+            let first = ledger.remove(id).map_or(seen, |l| l.min(seen));
+            let goes = match opts.prune {
+                Prune::Now => true,
+                Prune::Before(t) => first < t,
+                Prune::OlderThan(g) => first <= now.saturating_sub(g),
+            };
+            if goes {
+                doomed.insert(*id);
+            } else {
+                report.kept_young += 1;
+                next_ledger.insert(*id, first);
+            }
+        }
+        report.pruned = doomed.len();
+        self.attribute(&doomed, &mut report)?;
+        if opts.dry_run {
+            report.bytes_after = report.bytes_before;
+            return Ok(report);
+        }
+        let keep = |id: &ObjectId| !doomed.contains(id);
+        odb.backend().repack_filtered(
+            &RepackOptions { pack: opts.pack },
+            if doomed.is_empty() { None } else { Some(&keep) },
+        )?;
+        if let Some(r) = &root_dir {
+            write_ledger(&ledger_path(r), &next_ledger)?;
+        }
+        report.bytes_after = odb.stats()?.disk_bytes();
+        Ok(report)
+    }
+
+    /// Sizes the doomed objects and names the conversations they belonged
+    /// to: a session's own, a blob's through the doomed session naming it.
+    fn attribute(&self, doomed: &HashSet<ObjectId>, report: &mut GcReport) -> Result<()> {
+        let odb = self.odb();
+        let mut owner: HashMap<ObjectId, String> = HashMap::new();
+        let mut sizes: HashMap<ObjectId, u64> = HashMap::new();
+        for id in doomed {
+            let obj = match odb.read(id) {
+                Ok(o) => o,
+                Err(e) if e.is_corruption() => {
+                    owner.insert(*id, "(corrupt)".into());
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            sizes.insert(*id, obj.payload().len() as u64);
+            if obj.kind() != ObjectKind::Session {
+                continue;
+            }
+            let Ok(s) = Session::decode(obj.payload()) else {
+                continue;
+            };
+            let conv = s.conversation_id(*id);
+            let name = self
+                .index()
+                .conversation_name(&conv)?
+                .unwrap_or_else(|| format!("(deleted) {}", conv.to_hex_prefix(12)));
+            for b in session_blobs(&s) {
+                if doomed.contains(&b) {
+                    owner.entry(b).or_insert_with(|| name.clone());
+                }
+            }
+            owner.insert(*id, name);
+        }
+        for id in doomed {
+            let bytes = sizes.get(id).copied().unwrap_or(0);
+            report.pruned_bytes += bytes;
+            let name = owner
+                .get(id)
+                .cloned()
+                .unwrap_or_else(|| "(no session)".into());
+            let e = report.by_conversation.entry(name).or_insert((0, 0));
+            e.0 += 1;
+            e.1 += bytes;
+        }
+        Ok(())
+    }
+}
+
+/// Parses `--prune`: `now`, an RFC 3339 time, a date (`YYYY-MM-DD`), or
+/// `N.minutes.ago` / `N.hours.ago` / `N.days.ago` / `N.weeks.ago`.
+pub fn parse_prune(text: &str) -> Result<Prune> {
+    if text == "now" {
+        return Ok(Prune::Now);
+    }
+    if let Some(ms) = crate::time::parse_rfc3339_ms(text) {
+        return Ok(Prune::Before(ms));
+    }
+    if text.len() == 10 {
+        if let Some(ms) = crate::time::parse_rfc3339_ms(&format!("{text}T00:00:00Z")) {
+            return Ok(Prune::Before(ms));
+        }
+    }
+    if let Some(rest) = text.strip_suffix(".ago") {
+        if let Some((n, unit)) = rest.split_once('.') {
+            let unit_ms: i64 = match unit.trim_end_matches('s') {
+                "minute" => 60_000,
+                "hour" => 3_600_000,
+                "day" => 86_400_000,
+                "week" => 7 * 86_400_000,
+                _ => 0,
+            };
+            if let (Ok(n), true) = (n.parse::<i64>(), unit_ms > 0) {
+                return Ok(Prune::OlderThan(n.saturating_mul(unit_ms)));
+            }
+        }
+    }
+    Err(Error::Invalid(format!(
+        "--prune takes now, a date (2025-11-01), an RFC 3339 time or N.days.ago (also minutes, hours, weeks), not '{text}'"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prune_times_parse() {
+        assert_eq!(parse_prune("now").unwrap(), Prune::Now);
+        assert_eq!(
+            parse_prune("2.weeks.ago").unwrap(),
+            Prune::OlderThan(14 * 86_400_000)
+        );
+        assert_eq!(
+            parse_prune("1.day.ago").unwrap(),
+            Prune::OlderThan(86_400_000)
+        );
+        assert_eq!(
+            parse_prune("1970-01-02").unwrap(),
+            Prune::Before(86_400_000)
+        );
+        assert!(matches!(
+            parse_prune("2025-11-13T02:13:20Z").unwrap(),
+            Prune::Before(_)
+        ));
+        assert!(parse_prune("soon").is_err());
+        assert!(parse_prune("3.fortnights.ago").is_err());
+    }
+}

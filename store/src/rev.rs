@@ -1,0 +1,261 @@
+//! Revisions: how a person names a session (`fix`, `HEAD~2`, `7f3a^2`,
+//! `archive/old~1^2~3`).
+//!
+//! A revision is a *name* followed by any number of steps:
+//!
+//! - `REV~N`: the N-th first-parent ancestor (`REV~` is `REV~1`, `REV~0` is
+//!   REV);
+//! - `REV^N`: the N-th parent (`REV^` is `REV^1`, `REV^0` is REV).
+//!
+//! This module owns that syntax and the walk along parents it implies; what
+//! a name means (refs, prefixes) is [`Store::resolve_name`]'s. The walk reads
+//! parents through a [`Lineage`], never a message body.
+
+use crate::error::{Error, Result};
+use crate::graph::Lineage;
+use crate::hash::ObjectId;
+use crate::refs::{validate_name, NameError, RefName};
+use crate::store::Store;
+
+/// One step after a revision's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// `~N`: follow the first parent N times.
+    Ancestor(u64),
+    /// `^N`: the N-th parent (1-based); `^0` is the session itself.
+    Parent(u64),
+}
+
+/// A parsed revision: a name and the steps after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevSpec {
+    text: String,
+    base_len: usize,
+    /// Each step and where its text ends in the revision.
+    steps: Vec<(Step, usize)>,
+}
+
+/// Why a revision is malformed (a usage error, not a lookup failure).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RevParseError {
+    #[error("a revision cannot be empty")]
+    Empty,
+    #[error("'{rev}' is not a revision: '{op}' needs a name or id before it")]
+    NoName { rev: String, op: char },
+    #[error(
+        "'{rev}' is not a revision: after '{op}' expected a number, '~' or '^', found '{found}'"
+    )]
+    BadStep { rev: String, op: char, found: char },
+    #[error("'{rev}' is not a revision: {number} is too large a step")]
+    TooLarge { rev: String, number: String },
+    #[error("'{rev}' is not a revision: {reason}")]
+    BadName { rev: String, reason: NameError },
+}
+
+impl RevSpec {
+    /// Parses a revision's syntax; names are not looked up.
+    pub fn parse(rev: &str) -> Result<RevSpec, RevParseError> {
+        if rev.is_empty() {
+            return Err(RevParseError::Empty);
+        }
+        let base_len = rev.find(['~', '^']).unwrap_or(rev.len());
+        let base = &rev[..base_len];
+        if base.is_empty() {
+            return Err(RevParseError::NoName {
+                rev: rev.to_owned(),
+                op: rev.chars().next().expect("not empty"),
+            });
+        }
+        check_name(base).map_err(|reason| RevParseError::BadName {
+            rev: rev.to_owned(),
+            reason,
+        })?;
+        let bytes = rev.as_bytes();
+        let mut steps = Vec::new();
+        let mut at = base_len;
+        while at < bytes.len() {
+            let op = bytes[at] as char;
+            let digits_start = at + 1;
+            let mut end = digits_start;
+            while end < bytes.len() && bytes[end].is_ascii_digit() {
+                end += 1;
+            }
+            if end < bytes.len() && !matches!(bytes[end], b'~' | b'^') {
+                return Err(RevParseError::BadStep {
+                    rev: rev.to_owned(),
+                    op,
+                    found: rev[end..].chars().next().expect("not at the end"),
+                });
+            }
+            let number = &rev[digits_start..end];
+            let n = if number.is_empty() {
+                1
+            } else {
+                number.parse::<u64>().map_err(|_| RevParseError::TooLarge {
+                    rev: rev.to_owned(),
+                    number: number.to_owned(),
+                })?
+            };
+            let step = if op == '~' {
+                Step::Ancestor(n)
+            } else {
+                Step::Parent(n)
+            };
+            steps.push((step, end));
+            at = end;
+        }
+        Ok(RevSpec {
+            text: rev.to_owned(),
+            base_len,
+            steps,
+        })
+    }
+
+    /// The name the steps start from.
+    pub fn name(&self) -> &str {
+        &self.text[..self.base_len]
+    }
+
+    pub fn steps(&self) -> impl Iterator<Item = Step> + '_ {
+        self.steps.iter().map(|(s, _)| *s)
+    }
+
+    /// Applies the steps to the session `name` resolved to.
+    pub fn walk(&self, lineage: &(impl Lineage + ?Sized), start: ObjectId) -> Result<ObjectId> {
+        let mut at = start;
+        let mut done = self.base_len;
+        for (step, end) in &self.steps {
+            let so_far = &self.text[..done];
+            let upto = &self.text[..*end];
+            match *step {
+                Step::Parent(0) | Step::Ancestor(0) => {}
+                Step::Parent(n) => {
+                    let parents = lineage.parents(&at)?;
+                    at = *usize::try_from(n - 1)
+                        .ok()
+                        .and_then(|i| parents.get(i))
+                        .ok_or_else(|| {
+                            Error::Invalid(format!(
+                                "{upto}: session {so_far} has {}",
+                                count_of(parents.len() as u64, "parent", "parents")
+                            ))
+                        })?;
+                }
+                Step::Ancestor(n) => {
+                    for k in 0..n {
+                        match lineage.parents(&at)?.first() {
+                            Some(p) => at = *p,
+                            None => {
+                                let msg = if k == 0 {
+                                    format!("{upto}: {so_far} has no parents")
+                                } else {
+                                    format!(
+                                        "{upto}: {so_far} has only {}",
+                                        count_of(
+                                            k,
+                                            "first-parent ancestor",
+                                            "first-parent ancestors"
+                                        )
+                                    )
+                                };
+                                return Err(Error::Invalid(msg));
+                            }
+                        }
+                    }
+                }
+            }
+            done = *end;
+        }
+        Ok(at)
+    }
+}
+
+fn count_of(n: u64, one: &str, many: &str) -> String {
+    match n {
+        0 => format!("no {many}"),
+        1 => format!("1 {one}"),
+        n => format!("{n} {many}"),
+    }
+}
+
+/// Whether `name` could name a session at all: `HEAD`, `@`, a full ref
+/// name, `archive/NAME`, `tags/NAME`, a conversation or tag name, or hex.
+fn check_name(name: &str) -> Result<(), NameError> {
+    if name == "HEAD" || name == "@" {
+        return Ok(());
+    }
+    if name.starts_with("refs/") {
+        return RefName::parse(name).map(|_| ());
+    }
+    if let Some(n) = name
+        .strip_prefix("archive/")
+        .or_else(|| name.strip_prefix("tags/"))
+    {
+        return validate_name(n);
+    }
+    validate_name(name)
+}
+
+/// Resolves a revision against a store (see the module docs).
+pub fn resolve(store: &Store, rev: &str) -> Result<ObjectId> {
+    let spec = RevSpec::parse(rev)?;
+    let start = store.resolve_name(spec.name())?;
+    spec.walk(store, start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn steps(rev: &str) -> Vec<Step> {
+        RevSpec::parse(rev).expect("parses").steps().collect()
+    }
+
+    #[test]
+    fn steps_parse_with_implicit_ones() {
+        assert_eq!(steps("fix"), vec![]);
+        assert_eq!(steps("fix~"), vec![Step::Ancestor(1)]);
+        assert_eq!(steps("fix^"), vec![Step::Parent(1)]);
+        assert_eq!(steps("HEAD~12"), vec![Step::Ancestor(12)]);
+        assert_eq!(
+            steps("fix~2^2~1"),
+            vec![Step::Ancestor(2), Step::Parent(2), Step::Ancestor(1)]
+        );
+        assert_eq!(
+            steps("@^^0~"),
+            vec![Step::Parent(1), Step::Parent(0), Step::Ancestor(1)]
+        );
+        assert_eq!(
+            RevSpec::parse("archive/old~3").expect("ok").name(),
+            "archive/old"
+        );
+        assert_eq!(
+            RevSpec::parse("refs/tags/v1^2").expect("ok").name(),
+            "refs/tags/v1"
+        );
+    }
+
+    #[test]
+    fn malformed_revisions_say_why() {
+        let err = |rev: &str| RevSpec::parse(rev).expect_err(rev).to_string();
+        assert_eq!(err(""), "a revision cannot be empty");
+        assert_eq!(
+            err("~2"),
+            "'~2' is not a revision: '~' needs a name or id before it"
+        );
+        assert_eq!(
+            err("fix~x"),
+            "'fix~x' is not a revision: after '~' expected a number, '~' or '^', found 'x'"
+        );
+        assert_eq!(
+            err("fix^{commit}"),
+            "'fix^{commit}' is not a revision: after '^' expected a number, '~' or '^', found '{'"
+        );
+        assert_eq!(
+            err("fix~99999999999999999999"),
+            "'fix~99999999999999999999' is not a revision: 99999999999999999999 is too large a step"
+        );
+        assert!(err("fi x~1").starts_with("'fi x~1' is not a revision: name 'fi x' contains ' '"));
+        assert!(err("refs/nope/x").starts_with("'refs/nope/x' is not a revision: "));
+    }
+}
