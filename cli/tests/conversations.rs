@@ -3,48 +3,15 @@
 //! user or a script sees them.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+mod support;
+use support::sessctl;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 use sessctl_store::time::format_rfc3339_ms;
-
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn sessctl(store: &Path, args: &[&str], stdin: Option<&str>) -> Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessctl"));
-    cmd.arg("--store")
-        .arg(store)
-        .args(args)
-        .env_remove("SESSCTL_STORE")
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    if let Some(input) = stdin {
-        // A command that fails before reading its input closes the pipe.
-        match child.stdin.take().unwrap().write_all(input.as_bytes()) {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-            r => r.unwrap(),
-        }
-    }
-    let out = child.wait_with_output().unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
-}
 
 /// Runs a command that must succeed silently on stderr; returns stdout.
 fn ok(store: &Path, args: &[&str], stdin: Option<&str>) -> String {

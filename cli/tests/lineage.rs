@@ -3,8 +3,10 @@
 //! the library with fixed times so that ids and output are exact.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+mod support;
+use support::Run;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 use sessctl_store::refs::{PreviousValue, RefEdit};
@@ -13,26 +15,9 @@ use sessctl_store::{
     SessionMetadata, Store, Transaction, Turn, Usage,
 };
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
+/// The lineage commands read no standard input.
 fn sessctl(store: &Path, args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_sessctl"))
-        .arg("--store")
-        .arg(store)
-        .args(args)
-        .env_remove("SESSCTL_STORE")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
+    support::sessctl(store, args, None)
 }
 
 fn ok(store: &Path, args: &[&str]) -> String {

@@ -1,34 +1,14 @@
 //! End to end: gc, fsck and completions through the real binary.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
-use std::io::Write;
+mod support;
+use support::sessctl;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 fn run(store: &Path, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sessctl"))
-        .arg("--store")
-        .arg(store)
-        .args(args)
-        .env_remove("SESSCTL_STORE")
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    if let Some(input) = stdin {
-        let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
-    }
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
+    let r = sessctl(store, args, stdin);
+    (r.code, r.stdout, r.stderr)
 }
 
 fn store() -> (tempfile::TempDir, PathBuf) {

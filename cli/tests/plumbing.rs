@@ -2,45 +2,12 @@
 //! stderr and exit codes compared as a user or a script sees them.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+mod support;
+use support::sessctl;
+
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn sessctl(store: &Path, args: &[&str], stdin: Option<&str>) -> Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessctl"));
-    cmd.arg("--store")
-        .arg(store)
-        .args(args)
-        .env_remove("SESSCTL_STORE")
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
-}
 
 fn store() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();

@@ -147,12 +147,31 @@ impl Store {
     /// takes no lock and builds a temporary index.
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Store> {
         let odb = Odb::open(path, opts)?;
+        let mut set_aside = None;
         let index = if opts.read_only {
             Index::temporary()?
         } else {
-            Index::open(&path.join("index"))?
+            let dir = path.join("index");
+            match Index::open(&dir) {
+                Ok(i) => i,
+                // The index is derived: a damaged one is set aside (never
+                // deleted on a guess) and rebuilt from the journal.
+                Err(e) if dir.exists() => {
+                    let aside = path.join(format!("index.broken-{}", now_ms()));
+                    std::fs::rename(&dir, &aside).map_err(|io| Error::io(&dir, io))?;
+                    set_aside = Some(format!(
+                        "the index did not open ({e}); moved it to {} and rebuilt it",
+                        aside.display()
+                    ));
+                    Index::open(&dir)?
+                }
+                Err(e) => return Err(e),
+            }
         };
         let mut store = Store::assemble(odb, index, !opts.read_only)?;
+        if let Some(n) = set_aside {
+            store.note(n);
+        }
         store.root = Some(path.to_path_buf());
         Ok(store)
     }
@@ -362,6 +381,17 @@ impl Store {
                 new: e.new.clone(),
                 prev: self.index.reflog_head(&e.name)?,
             });
+        }
+        let new_objects = tx
+            .objects
+            .iter()
+            .map(|o| self.odb.contains(&o.id()).map(|has| !has))
+            .collect::<Result<Vec<bool>>>()?
+            .into_iter()
+            .any(|new| new);
+        if updates.is_empty() && tx.conversations.is_empty() && tx.runs.is_empty() && !new_objects {
+            // Nothing would change: no operation, nothing to sync.
+            return Ok(Committed { op: st.seq });
         }
         let op = Operation {
             seq: st.seq + 1,
@@ -668,36 +698,7 @@ impl Store {
             created_at: session.created_at,
             updated_at: session.created_at,
         };
-        let conv_ref = RefName::conversation(&name)?;
-        self.transact(
-            Transaction {
-                reason: "create".into(),
-                edits: vec![
-                    RefEdit {
-                        name: conv_ref.clone(),
-                        expected: PreviousValue::MustNotExist,
-                        new: Some(RefTarget::Session(id)),
-                    },
-                    RefEdit {
-                        name: RefName::archived(&name)?,
-                        expected: PreviousValue::MustNotExist,
-                        new: None,
-                    },
-                    RefEdit {
-                        name: RefName::Head,
-                        expected: PreviousValue::Any,
-                        new: Some(RefTarget::Symbolic(conv_ref)),
-                    },
-                ],
-                conversations: vec![ConversationUpdate {
-                    name: name.clone(),
-                    record: Some(record),
-                }],
-                objects,
-                ..Transaction::default()
-            },
-            durability,
-        )?;
+        self.start_conversation("create", &name, id, record, objects, durability)?;
         Ok((name, id))
     }
 
@@ -917,10 +918,26 @@ impl Store {
             record.conversation_id = Some(id);
             (id, objects)
         };
-        let conv_ref = RefName::conversation(&name)?;
+        self.start_conversation("fork", &name, head, record, objects, durability)?;
+        Ok((name, head))
+    }
+
+    /// Creates `refs/heads/<name>` at `head` (neither it nor an archived
+    /// conversation of that name may exist), records the conversation and
+    /// points `HEAD` at it, in one transaction.
+    fn start_conversation(
+        &self,
+        reason: &str,
+        name: &str,
+        head: ObjectId,
+        record: ConversationRecord,
+        objects: Vec<EncodedObject>,
+        durability: Durability,
+    ) -> Result<()> {
+        let conv_ref = RefName::conversation(name)?;
         self.transact(
             Transaction {
-                reason: "fork".into(),
+                reason: reason.into(),
                 edits: vec![
                     RefEdit {
                         name: conv_ref.clone(),
@@ -928,7 +945,7 @@ impl Store {
                         new: Some(RefTarget::Session(head)),
                     },
                     RefEdit {
-                        name: RefName::archived(&name)?,
+                        name: RefName::archived(name)?,
                         expected: PreviousValue::MustNotExist,
                         new: None,
                     },
@@ -939,7 +956,7 @@ impl Store {
                     },
                 ],
                 conversations: vec![ConversationUpdate {
-                    name: name.clone(),
+                    name: name.to_owned(),
                     record: Some(record),
                 }],
                 objects,
@@ -947,7 +964,7 @@ impl Store {
             },
             durability,
         )?;
-        Ok((name, head))
+        Ok(())
     }
 
     fn free_name(&self, base: &str) -> Result<String> {

@@ -709,3 +709,23 @@ fn the_reflog_is_a_hash_chain_and_tampering_shows() {
     assert!(!problems.is_empty(), "the edit went unnoticed");
     assert!(problems[0].contains("operation"), "{problems:?}");
 }
+
+#[test]
+fn a_damaged_index_is_set_aside_and_rebuilt() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    populate(&store);
+    let before = snapshot(&store);
+    drop(store);
+    // Garble every file of sled's directory.
+    for e in std::fs::read_dir(path.join("index")).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            std::fs::write(&p, b"not sled at all").unwrap();
+        }
+    }
+    let store = open(&path);
+    assert_eq!(snapshot(&store), before);
+    let notes = store.take_recovery_notes();
+    assert!(notes.iter().any(|n| n.contains("rebuilt")), "{notes:?}");
+}
