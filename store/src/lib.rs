@@ -39,6 +39,34 @@
 //! # Ok::<(), sessctl_store::Error>(())
 //! ```
 
+//! A runtime embeds the [`Store`]: conversations, runs and forks, with every
+//! write journaled and every ref move compare-and-swapped (this is the
+//! README's example, compiled):
+//!
+//! ```
+//! use sessctl_store::{Cut, Durability, ForkOptions, Messages, Store, Turn};
+//! use serde_json::json;
+//!
+//! let store = Store::in_memory()?; // or Store::open(path, &OpenOptions::default())
+//! let turn = |m: serde_json::Value| Turn { messages: Messages::Added(vec![m]), ..Turn::default() };
+//! let (name, _root) = store.create(Some("fix"), turn(json!({"role": "user", "content": "hi"})), Durability::Sync)?;
+//! let run = store.begin_run(&name)?;
+//! let reply = store.commit_run(&run, turn(json!({"role": "assistant", "content": "hello"})), false, Durability::Sync)?;
+//! let (retry, _) = store.fork(
+//!     reply,
+//!     ForkOptions {
+//!         name: Some("retry".into()),
+//!         cut: Some(Cut::AtMessage(1)),
+//!         turn: Some(turn(json!({"role": "user", "content": "again"}))),
+//!     },
+//!     Durability::Sync,
+//! )?;
+//! let history = store.odb().load_messages(&store.resolve_rev(&retry)?)?;
+//! assert_eq!(history[1]["content"], "again");
+//! assert_eq!(store.conversations(Some(20))?.len(), 2);
+//! # Ok::<(), sessctl_store::Error>(())
+//! ```
+
 #![deny(unsafe_code)]
 
 pub mod compact;
