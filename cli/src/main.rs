@@ -12,6 +12,7 @@ mod maintenance;
 mod output;
 mod plumbing;
 mod refs;
+mod remote;
 mod replay;
 
 use std::path::PathBuf;
@@ -108,6 +109,15 @@ enum Command {
     /// Compare two sessions: the messages each has that the other lacks, and
     /// what changed in title, metadata and states.
     Diff(lineage::DiffArgs),
+    /// Write, check or apply a bundle: sessions, their objects and refs in one file.
+    Bundle(remote::BundleArgs),
+    /// Copy a store (every ref, record and object) into a new directory.
+    Clone(remote::CloneArgs),
+    /// Send conversations to another store: only the objects it lacks;
+    /// refs are created or fast-forwarded, a diverged one refuses all.
+    Push(remote::RemoteArgs),
+    /// Fetch conversations from another store, as push does the other way.
+    Pull(remote::RemoteArgs),
 }
 
 /// A command's failure: what to print and how to exit.
@@ -269,6 +279,10 @@ fn main() -> ExitCode {
         Command::Graph(args) => lineage::graph(&ctx, args),
         Command::Show(args) => lineage::show(&ctx, args),
         Command::Diff(args) => lineage::diff(&ctx, args),
+        Command::Bundle(args) => remote::bundle(&ctx, args),
+        Command::Clone(args) => remote::clone(&ctx, args),
+        Command::Push(args) => remote::push(&ctx, args),
+        Command::Pull(args) => remote::pull(&ctx, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -542,8 +542,14 @@ impl Index {
             }
             touched.insert(r.conversation.clone());
         }
+        // Receiving a conversation from another store is not activity on
+        // it: its records' times carry over (remote.rs).
+        let activity = match op.reason.as_str() {
+            "unbundle" | "clone" | "push" | "pull" => i64::MIN,
+            _ => op.time,
+        };
         for name in &touched {
-            summarize(&mut o, name, op.time)?;
+            summarize(&mut o, name, activity)?;
         }
         let mut applied = op.seq.to_be_bytes().to_vec();
         applied.extend_from_slice(&op.hash());

@@ -69,6 +69,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod bundle;
 pub mod compact;
 pub mod diff;
 pub mod error;
@@ -83,6 +84,7 @@ pub mod object;
 #[allow(unsafe_code)] // memmap2, in odb::pack only
 pub mod odb;
 pub mod refs;
+pub mod remote;
 pub mod replay;
 pub mod resume;
 pub mod rev;

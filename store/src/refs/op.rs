@@ -446,6 +446,22 @@ fn decode_run(d: &mut Decoder<'_>) -> Result<RunEvent, CborError> {
     }
 }
 
+/// A conversation record's canonical bytes, as inside an operation (bundles
+/// carry records in this form: objects-format.md, "Bundles").
+pub(crate) fn record_bytes(r: &ConversationRecord) -> Vec<u8> {
+    let mut e = Encoder::with_capacity(128);
+    encode_record(&mut e, r);
+    e.into_bytes()
+}
+
+/// Strictly decodes [`record_bytes`].
+pub(crate) fn record_from_bytes(bytes: &[u8]) -> Result<ConversationRecord, CborError> {
+    let mut d = Decoder::new(bytes);
+    let r = decode_record(&mut d)?;
+    d.finish()?;
+    Ok(r)
+}
+
 fn encode_record(e: &mut Encoder, r: &ConversationRecord) {
     e.map(
         3 + r.title.is_some() as usize

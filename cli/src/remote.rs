@@ -1,0 +1,241 @@
+//! Bundles and remotes: `bundle create|verify|unbundle`, `clone`, `push`,
+//! `pull`. Every transfer goes through `sessctl_store::remote::apply`; this
+//! module reads arguments and prints what moved.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use sessctl_store::bundle::{Bundle, ProblemKind, Selection};
+use sessctl_store::remote::{self, TransferReport};
+use sessctl_store::{Durability, Error, OpenOptions, Store};
+
+use crate::output::print;
+use crate::{CmdResult, CommandError, Ctx};
+
+#[derive(Debug, Args)]
+pub struct BundleArgs {
+    #[command(subcommand)]
+    command: BundleCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum BundleCommand {
+    /// Write the objects the REVs reach (minus what --since reaches), their
+    /// refs and conversation records to FILE.
+    Create(CreateArgs),
+    /// Check a bundle's checksum, objects and closure, and (in a store)
+    /// its prerequisites; print what it holds. Exit 3 corrupt, 1 missing
+    /// prerequisites.
+    Verify(VerifyArgs),
+    /// Check a bundle, then write its objects and move its refs (new,
+    /// fast-forward or unchanged; a diverged ref refuses the whole bundle).
+    Unbundle(UnbundleArgs),
+}
+
+#[derive(Debug, Args)]
+struct CreateArgs {
+    /// The bundle file to write.
+    file: PathBuf,
+    /// Conversations (their refs and records come along) or any revision.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    revs: Vec<String>,
+    /// Every ref but HEAD, and every conversation record.
+    #[arg(long)]
+    all: bool,
+    /// Leave out what these revisions reach: the receiver has it.
+    #[arg(long, value_name = "REV", num_args = 1.., action = clap::ArgAction::Append)]
+    since: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct VerifyArgs {
+    file: PathBuf,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct UnbundleArgs {
+    file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CloneArgs {
+    /// The store to copy (opened read-only).
+    path: PathBuf,
+    /// The new store's directory: must not exist, or be empty.
+    dest: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct RemoteArgs {
+    /// The other store's directory.
+    remote: PathBuf,
+    /// Conversations to transfer (default: every ref).
+    conversations: Vec<String>,
+}
+
+pub fn bundle(ctx: &Ctx, args: BundleArgs) -> CmdResult {
+    match args.command {
+        BundleCommand::Create(a) => create(ctx, a),
+        BundleCommand::Verify(a) => verify(ctx, a),
+        BundleCommand::Unbundle(a) => unbundle(ctx, a),
+    }
+}
+
+fn create(ctx: &Ctx, args: CreateArgs) -> CmdResult {
+    let store = ctx.open_store_read()?;
+    let selection = if args.all {
+        Selection::All
+    } else {
+        Selection::Revs(args.revs)
+    };
+    let bundle = Bundle::create(&store, &selection, &args.since)?;
+    let size = bundle.write(&args.file)?;
+    print(&format!(
+        "wrote {}: {} refs, {} objects ({} sessions), {} prerequisites, {size} bytes\n",
+        args.file.display(),
+        bundle.refs.len(),
+        bundle.objects.len(),
+        bundle.session_count(),
+        bundle.prerequisites.len(),
+    ))
+}
+
+/// The store a command may check a bundle against, when there is one.
+fn optional_store(ctx: &Ctx) -> CmdResult<Option<Store>> {
+    match ctx.open_store_read() {
+        Ok(s) => Ok(Some(s)),
+        Err(CommandError::Store(Error::NotAStore { .. })) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn verify(ctx: &Ctx, args: VerifyArgs) -> CmdResult {
+    let file = args.file.display().to_string();
+    let bundle = match Bundle::read(&args.file) {
+        Ok(b) => b,
+        Err(e) if args.json => {
+            let code = if e.is_corruption() { 3 } else { 1 };
+            print(&format!(
+                "{}\n",
+                json!({"file": file, "ok": false, "problems": [e.to_string()]})
+            ))?;
+            return Err(CommandError::Silent(code));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let store = optional_store(ctx)?;
+    let problems = bundle.problems(store.as_ref())?;
+    let code = if problems.iter().any(|p| p.kind == ProblemKind::Corrupt) {
+        3
+    } else if problems.is_empty() {
+        0
+    } else {
+        1
+    };
+    if args.json {
+        let v = json!({
+            "file": file,
+            "ok": problems.is_empty(),
+            "refs": bundle.refs.iter().map(|(n, id)| json!({"name": n.to_string(), "target": id.to_hex()})).collect::<Vec<_>>(),
+            "conversations": bundle.conversations.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
+            "prerequisites": bundle.prerequisites.iter().map(|id| id.to_hex()).collect::<Vec<_>>(),
+            "objects": bundle.objects.len(),
+            "sessions": bundle.session_count(),
+            "blobs": bundle.objects.len() - bundle.session_count(),
+            "bytes": bundle.payload_bytes(),
+            "problems": problems.iter().map(|p| Value::String(p.to_string())).collect::<Vec<_>>(),
+        });
+        print(&format!("{v}\n"))?;
+    } else if problems.is_empty() {
+        let mut out = String::new();
+        for (name, id) in &bundle.refs {
+            out.push_str(&format!("{id} {name}\n"));
+        }
+        out.push_str(&format!(
+            "{} objects ({} sessions, {} blobs, {} bytes), {} conversation records, {} prerequisites\n",
+            bundle.objects.len(),
+            bundle.session_count(),
+            bundle.objects.len() - bundle.session_count(),
+            bundle.payload_bytes(),
+            bundle.conversations.len(),
+            bundle.prerequisites.len(),
+        ));
+        print(&out)?;
+    } else {
+        for p in &problems {
+            eprintln!("sessctl: {file}: {p}");
+        }
+    }
+    match code {
+        0 => Ok(()),
+        c => Err(CommandError::Silent(c)),
+    }
+}
+
+fn unbundle(ctx: &Ctx, args: UnbundleArgs) -> CmdResult {
+    let bundle = Bundle::read(&args.file)?;
+    let store = ctx.open_store()?;
+    let report = remote::apply(&store, &bundle, "unbundle", "the bundle", Durability::Sync)?;
+    finish(&report, "unbundled")
+}
+
+/// Prints one line per ref and the summary; a refusal exits 1.
+fn finish(report: &TransferReport, verb: &str) -> CmdResult {
+    let mut out = String::new();
+    for (name, outcome) in &report.refs {
+        out.push_str(&format!("{name}: {outcome}\n"));
+    }
+    if report.applied {
+        out.push_str(&format!(
+            "{verb} {} objects ({} bytes)\n",
+            report.objects, report.bytes
+        ));
+    }
+    print(&out)?;
+    match report.refusals().len() {
+        0 => Ok(()),
+        n => Err(CommandError::Failed(format!(
+            "{n} ref{} refused; nothing was updated",
+            if n == 1 { "" } else { "s" }
+        ))),
+    }
+}
+
+pub fn clone(_ctx: &Ctx, args: CloneArgs) -> CmdResult {
+    let (_, report) = remote::clone(&args.path, &args.dest)?;
+    finish(&report, "sent")
+}
+
+/// Opens the other store: for writing (its lock taken) or read-only.
+fn open_remote(ctx: &Ctx, path: &Path, write: bool) -> CmdResult<Store> {
+    let store = Store::open(
+        path,
+        &OpenOptions {
+            read_only: !write,
+            wait: if write { ctx.wait } else { None },
+            ..OpenOptions::default()
+        },
+    )?;
+    for note in store.take_recovery_notes() {
+        eprintln!("sessctl: warning: {}: {note}", path.display());
+    }
+    Ok(store)
+}
+
+pub fn push(ctx: &Ctx, args: RemoteArgs) -> CmdResult {
+    let local = ctx.open_store_read()?;
+    let remote_store = open_remote(ctx, &args.remote, true)?;
+    let report = remote::push(&local, &remote_store, &args.conversations, Durability::Sync)?;
+    finish(&report, "sent")
+}
+
+pub fn pull(ctx: &Ctx, args: RemoteArgs) -> CmdResult {
+    let local = ctx.open_store()?;
+    let remote_store = open_remote(ctx, &args.remote, false)?;
+    let report = remote::pull(&local, &remote_store, &args.conversations, Durability::Sync)?;
+    finish(&report, "sent")
+}

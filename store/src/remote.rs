@@ -1,0 +1,360 @@
+//! Transfers between stores: `unbundle`, `push`, `pull` and `clone` all
+//! apply a [`Bundle`] (the objects the receiver lacks, plus ref values) to a
+//! receiving store with one compare-and-swap transaction.
+//!
+//! A ref that does not exist is created; one the incoming value descends
+//! from fast-forwards; one holding the same value (or a descendant of it)
+//! is left alone; one that has diverged is refused, and then nothing moves
+//! at all. Every object is checked (hash, decoding, closure, prerequisites)
+//! before any ref moves. This module never deletes a ref.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use crate::bundle::{collect, select, Bundle, ProblemKind, Selected, Selection};
+use crate::error::{Error, Result};
+use crate::hash::ObjectId;
+use crate::odb::{Durability, OpenOptions};
+use crate::refs::{ConversationUpdate, PreviousValue, RefEdit, RefName, RefTarget};
+use crate::store::{Store, Transaction};
+
+/// What a transfer did, or would have done, to one ref.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefOutcome {
+    Created(ObjectId),
+    FastForward {
+        from: ObjectId,
+        to: ObjectId,
+    },
+    /// It already holds the value, or a session descending from it.
+    UpToDate,
+    /// It has diverged; the message names both heads.
+    Refused(String),
+}
+
+impl std::fmt::Display for RefOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RefOutcome::Created(id) => write!(f, "created {}", id.to_hex_prefix(12)),
+            RefOutcome::FastForward { from, to } => write!(
+                f,
+                "fast-forward {}..{}",
+                from.to_hex_prefix(12),
+                to.to_hex_prefix(12)
+            ),
+            RefOutcome::UpToDate => f.write_str("up to date"),
+            RefOutcome::Refused(m) => write!(f, "refused: {m}"),
+        }
+    }
+}
+
+/// What a transfer did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TransferReport {
+    /// Every ref the transfer carried, by name.
+    pub refs: Vec<(RefName, RefOutcome)>,
+    /// Objects written to the receiver (0 when refused).
+    pub objects: usize,
+    /// Their canonical payload bytes.
+    pub bytes: u64,
+    /// False when a ref was refused: then nothing was written.
+    pub applied: bool,
+}
+
+impl TransferReport {
+    /// The refusal messages, if any.
+    pub fn refusals(&self) -> Vec<&str> {
+        self.refs
+            .iter()
+            .filter_map(|(_, o)| match o {
+                RefOutcome::Refused(m) => Some(m.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Whether `ancestor` is `from` or one of its ancestors. Parents come from
+/// the bundle's sessions first, then from the store's index.
+fn descends_from(
+    store: &Store,
+    bundle_parents: &HashMap<ObjectId, Vec<ObjectId>>,
+    from: ObjectId,
+    ancestor: ObjectId,
+) -> Result<bool> {
+    let mut seen = HashSet::new();
+    let mut stack = vec![from];
+    while let Some(id) = stack.pop() {
+        if id == ancestor {
+            return Ok(true);
+        }
+        if !seen.insert(id) {
+            continue;
+        }
+        if let Some(ps) = bundle_parents.get(&id) {
+            stack.extend(ps);
+        } else if let Some(info) = store.session_info(&id)? {
+            stack.extend(info.parents);
+        } else if store.odb().contains(&id)? {
+            stack.extend(store.odb().session(&id)?.parents);
+        }
+    }
+    Ok(false)
+}
+
+/// Applies `bundle` to `store`: checks every object first, then writes the
+/// objects the store lacks and moves the refs in one transaction (recorded
+/// with `reason`). `source` names the sender in refusal messages ("the
+/// bundle", a remote's path). A refused ref makes the whole transfer a
+/// no-op, reported with `applied: false`. A corrupt bundle is
+/// [`Error::Corrupt`]; missing prerequisites are [`Error::Invalid`].
+pub fn apply(
+    store: &Store,
+    bundle: &Bundle,
+    reason: &str,
+    source: &str,
+    durability: Durability,
+) -> Result<TransferReport> {
+    let problems = bundle.problems(Some(store))?;
+    if let Some(p) = problems.iter().find(|p| p.kind == ProblemKind::Corrupt) {
+        return Err(p.clone().into_error());
+    }
+    if !problems.is_empty() {
+        let more = match problems.len() {
+            1 => String::new(),
+            n => format!(" (and {} more)", n - 1),
+        };
+        return Err(Error::Invalid(format!("{}{more}", problems[0])));
+    }
+    let parents = bundle.session_parents();
+    let mut report = TransferReport::default();
+    let mut edits = Vec::new();
+    let mut moved: HashSet<String> = HashSet::new();
+    let mut fast_forwarded: HashSet<String> = HashSet::new();
+    for (name, target) in &bundle.refs {
+        let outcome = ref_outcome(store, &parents, name, *target, source)?;
+        match &outcome {
+            RefOutcome::Created(id) => edits.push(RefEdit {
+                name: name.clone(),
+                expected: PreviousValue::MustNotExist,
+                new: Some(RefTarget::Session(*id)),
+            }),
+            RefOutcome::FastForward { from, to } => {
+                if let RefName::Conversation(n) | RefName::Archived(n) = name {
+                    fast_forwarded.insert(n.clone());
+                }
+                edits.push(RefEdit {
+                    name: name.clone(),
+                    expected: PreviousValue::MustMatch(RefTarget::Session(*from)),
+                    new: Some(RefTarget::Session(*to)),
+                })
+            }
+            RefOutcome::UpToDate | RefOutcome::Refused(_) => {}
+        }
+        if let RefName::Conversation(n) | RefName::Archived(n) = name {
+            moved.insert(n.clone());
+        }
+        report.refs.push((name.clone(), outcome));
+    }
+    if !report.refusals().is_empty() {
+        return Ok(report);
+    }
+    // A new conversation takes the sender's record; one that moves takes it
+    // when the sender's is newer (its title and times follow the turns).
+    let mut conversations = Vec::new();
+    for (name, record) in &bundle.conversations {
+        let take = match store.conversation(name)? {
+            None => moved.contains(name),
+            Some(local) => {
+                fast_forwarded.contains(name) && record.updated_at > local.record.updated_at
+            }
+        };
+        if take {
+            conversations.push(ConversationUpdate {
+                name: name.clone(),
+                record: Some(record.clone()),
+            });
+        }
+    }
+    let mut objects = Vec::new();
+    for o in &bundle.objects {
+        if !store.odb().contains(&o.id())? {
+            report.bytes += o.payload().len() as u64;
+            objects.push(o.clone());
+        }
+    }
+    report.objects = objects.len();
+    store.transact(
+        Transaction {
+            reason: reason.to_owned(),
+            edits,
+            conversations,
+            objects,
+            ..Transaction::default()
+        },
+        durability,
+    )?;
+    report.applied = true;
+    Ok(report)
+}
+
+fn ref_outcome(
+    store: &Store,
+    parents: &HashMap<ObjectId, Vec<ObjectId>>,
+    name: &RefName,
+    target: ObjectId,
+    source: &str,
+) -> Result<RefOutcome> {
+    // A conversation is live or archived, never both.
+    let other = match name {
+        RefName::Conversation(n) => Some((RefName::archived(n)?, "archived")),
+        RefName::Archived(n) => Some((RefName::conversation(n)?, "live")),
+        _ => None,
+    };
+    if let Some((other, state)) = other {
+        if store.get_ref(&other)?.is_some() {
+            return Ok(RefOutcome::Refused(format!(
+                "refusing to update {name}: conversation {} is {state} here ({other})",
+                name.short()
+            )));
+        }
+    }
+    let current = match store.get_ref(name)? {
+        None => return Ok(RefOutcome::Created(target)),
+        Some(RefTarget::Session(id)) => id,
+        Some(RefTarget::Symbolic(r)) => {
+            return Ok(RefOutcome::Refused(format!(
+                "refusing to update {name}: it points at {r}, not a session"
+            )))
+        }
+    };
+    if current == target {
+        return Ok(RefOutcome::UpToDate);
+    }
+    if descends_from(store, parents, target, current)? {
+        return Ok(RefOutcome::FastForward {
+            from: current,
+            to: target,
+        });
+    }
+    if store.odb().contains(&target)? && descends_from(store, parents, current, target)? {
+        return Ok(RefOutcome::UpToDate);
+    }
+    Ok(RefOutcome::Refused(format!(
+        "refusing to update {name}: it is at {}, {source} has {}, and neither contains the other",
+        current.to_hex_prefix(12),
+        target.to_hex_prefix(12)
+    )))
+}
+
+/// Which conversations a push or pull carries: none named means every ref
+/// but `HEAD`, and every record.
+fn selection(conversations: &[String]) -> Result<Selection> {
+    if conversations.is_empty() {
+        return Ok(Selection::All);
+    }
+    for c in conversations {
+        crate::refs::validate_name(c)?;
+    }
+    Ok(Selection::Revs(conversations.to_vec()))
+}
+
+/// The transfer from `sender` to `receiver`: the selected refs and records,
+/// and the objects `receiver` lacks (the walk stops at every session it
+/// holds already).
+pub fn pack_for(sender: &Store, receiver: &Store, conversations: &[String]) -> Result<Bundle> {
+    for c in conversations {
+        if sender.conversation(c)?.is_none() {
+            return Err(Error::NoSuchConversation { name: c.clone() });
+        }
+    }
+    let Selected {
+        refs,
+        records,
+        tips,
+    } = select(sender, &selection(conversations)?)?;
+    let odb = receiver.odb();
+    let (objects, prerequisites) = collect(sender.odb(), &tips, &mut |id| odb.contains(id))?;
+    Ok(Bundle::new(refs, records, prerequisites, objects))
+}
+
+/// Sends `local`'s conversations (all when none are named) to `remote`.
+pub fn push(
+    local: &Store,
+    remote: &Store,
+    conversations: &[String],
+    durability: Durability,
+) -> Result<TransferReport> {
+    let bundle = pack_for(local, remote, conversations)?;
+    apply(remote, &bundle, "push", "this store", durability)
+}
+
+/// Fetches `remote`'s conversations (all when none are named) into `local`.
+pub fn pull(
+    local: &Store,
+    remote: &Store,
+    conversations: &[String],
+    durability: Durability,
+) -> Result<TransferReport> {
+    let bundle = pack_for(remote, local, conversations)?;
+    let source = match remote.root() {
+        Some(p) => p.display().to_string(),
+        None => "the remote".to_owned(),
+    };
+    apply(local, &bundle, "pull", &source, durability)
+}
+
+/// Creates a store at `dest` (which must not exist, or be an empty
+/// directory) holding every ref, record and reachable object of the store
+/// at `source`, opened read-only (no lock taken). `HEAD` follows the
+/// source's when it names a conversation.
+pub fn clone(source: &Path, dest: &Path) -> Result<(Store, TransferReport)> {
+    if dest.exists() {
+        let empty = std::fs::read_dir(dest)
+            .map_err(|e| Error::Io {
+                path: dest.to_path_buf(),
+                source: e,
+            })?
+            .next()
+            .is_none();
+        if !empty {
+            return Err(Error::Invalid(format!(
+                "{} exists and is not an empty directory",
+                dest.display()
+            )));
+        }
+    }
+    let from = Store::open(
+        source,
+        &OpenOptions {
+            read_only: true,
+            ..OpenOptions::default()
+        },
+    )?;
+    let store = Store::init(dest)?;
+    let bundle = pack_for(&from, &store, &[])?;
+    let report = apply(
+        &store,
+        &bundle,
+        "clone",
+        &source.display().to_string(),
+        Durability::Sync,
+    )?;
+    if let Some(RefTarget::Symbolic(head)) = from.get_ref(&RefName::Head)? {
+        if store.get_ref(&head)?.is_some() {
+            store.transact(
+                Transaction {
+                    reason: "clone".into(),
+                    edits: vec![RefEdit {
+                        name: RefName::Head,
+                        expected: PreviousValue::Any,
+                        new: Some(RefTarget::Symbolic(head)),
+                    }],
+                    ..Transaction::default()
+                },
+                Durability::Sync,
+            )?;
+        }
+    }
+    Ok((store, report))
+}

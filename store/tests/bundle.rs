@@ -1,0 +1,312 @@
+//! Bundles: the file round-trips ids and histories, `--since` leaves out
+//! what the receiver has, damage is refused before any ref moves, and the
+//! objects-format.md example bundle has a pinned checksum.
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+use std::path::Path;
+
+use serde_json::json;
+use sessctl_store::bundle::{Bundle, ProblemKind, Selection};
+use sessctl_store::refs::{ConversationRecord, ConversationStatus};
+use sessctl_store::remote::{apply, RefOutcome};
+use sessctl_store::{
+    Blob, Durability, Error, MessageDelta, Messages, ObjectId, RefName, Session, Store, Turn, Usage,
+};
+
+fn turn(text: &str) -> Turn {
+    Turn {
+        messages: Messages::Added(vec![json!({"role": "user", "content": text})]),
+        ..Turn::default()
+    }
+}
+
+/// Two conversations, one of them archived; returns the store and `fix`'s head.
+fn source() -> (Store, ObjectId) {
+    let s = Store::in_memory().unwrap();
+    s.create(Some("fix"), turn("a"), Durability::Sync).unwrap();
+    let head = s.commit("fix", None, turn("b"), Durability::Sync).unwrap();
+    s.create(Some("old"), turn("c"), Durability::Sync).unwrap();
+    s.archive("old", Durability::Sync).unwrap();
+    (s, head)
+}
+
+fn refs(s: &Store) -> Vec<(RefName, ObjectId)> {
+    s.refs()
+        .unwrap()
+        .into_iter()
+        .filter_map(|(n, t)| match t {
+            sessctl_store::RefTarget::Session(id) if n != RefName::Head => Some((n, id)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn roundtrip(b: &Bundle) -> Bundle {
+    Bundle::decode(&b.encode(), Path::new("b")).unwrap()
+}
+
+#[test]
+fn an_all_bundle_recreates_ids_histories_and_records() {
+    let (src, head) = source();
+    let b = roundtrip(&Bundle::create(&src, &Selection::All, &[]).unwrap());
+    assert_eq!(b.objects.len(), 6, "3 sessions, 3 blobs");
+    assert!(b.prerequisites.is_empty());
+    assert!(b.problems(None).unwrap().is_empty());
+    let dst = Store::in_memory().unwrap();
+    let r = apply(&dst, &b, "unbundle", "the bundle", Durability::Sync).unwrap();
+    assert!(r.applied);
+    assert_eq!(r.objects, 6);
+    assert_eq!(refs(&dst), refs(&src));
+    assert_eq!(
+        dst.odb().load_messages(&head).unwrap(),
+        src.odb().load_messages(&head).unwrap()
+    );
+    let names = |s: &Store| {
+        let mut v: Vec<_> = s
+            .conversations(None)
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.name, c.record, c.head, c.messages, c.sessions))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    assert_eq!(names(&dst), names(&src));
+    // Again: everything is up to date and nothing is written.
+    let r = apply(&dst, &b, "unbundle", "the bundle", Durability::Sync).unwrap();
+    assert!(r.refs.iter().all(|(_, o)| *o == RefOutcome::UpToDate));
+    assert_eq!(r.objects, 0);
+}
+
+#[test]
+fn a_since_bundle_holds_only_the_new_turns_and_needs_its_prerequisites() {
+    let (src, old_head) = source();
+    let full = Bundle::create(&src, &Selection::Revs(vec!["fix".into()]), &[]).unwrap();
+    let with = Store::in_memory().unwrap();
+    apply(&with, &full, "unbundle", "the bundle", Durability::Sync).unwrap();
+    let new_head = src
+        .commit("fix", None, turn("d"), Durability::Sync)
+        .unwrap();
+    let b = roundtrip(
+        &Bundle::create(
+            &src,
+            &Selection::Revs(vec!["fix".into()]),
+            &[old_head.to_hex()],
+        )
+        .unwrap(),
+    );
+    assert_eq!(b.objects.len(), 2, "the new session and its message");
+    assert_eq!(b.prerequisites, vec![old_head]);
+    // A store without the prerequisite refuses it, and nothing moves.
+    let without = Store::in_memory().unwrap();
+    let problems = b.problems(Some(&without)).unwrap();
+    assert_eq!(problems.len(), 1);
+    assert_eq!(problems[0].kind, ProblemKind::MissingPrerequisite);
+    let e = apply(&without, &b, "unbundle", "the bundle", Durability::Sync).unwrap_err();
+    assert!(
+        matches!(e, Error::Invalid(ref m) if m.contains("missing prerequisite")),
+        "{e}"
+    );
+    assert!(without.refs().unwrap().is_empty());
+    assert!(!without.odb().contains(&new_head).unwrap());
+    // One that has it fast-forwards.
+    let r = apply(&with, &b, "unbundle", "the bundle", Durability::Sync).unwrap();
+    assert_eq!(
+        r.refs,
+        vec![(
+            RefName::conversation("fix").unwrap(),
+            RefOutcome::FastForward {
+                from: old_head,
+                to: new_head
+            }
+        )]
+    );
+    assert_eq!(r.objects, 2);
+    assert_eq!(with.odb().load_messages(&new_head).unwrap().len(), 3);
+}
+
+#[test]
+fn damaged_bundles_are_corrupt_and_move_nothing() {
+    let (src, _) = source();
+    let bytes = Bundle::create(&src, &Selection::All, &[]).unwrap().encode();
+    let mut flipped = bytes.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x40;
+    let truncated = &bytes[..bytes.len() - 10];
+    for bad in [&flipped[..], truncated, &bytes[..3]] {
+        let e = Bundle::decode(bad, Path::new("b")).unwrap_err();
+        assert!(e.is_corruption(), "{e}");
+    }
+    // A bundle whose checksum is right but whose closure is not (a writer
+    // bug): a session's parent is missing.
+    let mut b = Bundle::decode(&bytes, Path::new("b")).unwrap();
+    let root = b
+        .objects
+        .iter()
+        .position(|o| {
+            o.kind() == sessctl_store::ObjectKind::Session
+                && Session::decode(o.payload()).unwrap().parents.is_empty()
+                && src.resolve_rev("fix~1").unwrap() == o.id()
+        })
+        .unwrap();
+    b.objects.remove(root);
+    let b = roundtrip(&b);
+    let dst = Store::in_memory().unwrap();
+    let e = apply(&dst, &b, "unbundle", "the bundle", Durability::Sync).unwrap_err();
+    assert!(e.is_corruption(), "{e}");
+    assert!(dst.refs().unwrap().is_empty());
+}
+
+#[test]
+fn a_diverged_ref_refuses_the_whole_bundle() {
+    let (src, _) = source();
+    let dst = Store::in_memory().unwrap();
+    let b = Bundle::create(&src, &Selection::All, &[]).unwrap();
+    apply(&dst, &b, "unbundle", "the bundle", Durability::Sync).unwrap();
+    let theirs = dst
+        .commit("fix", None, turn("x"), Durability::Sync)
+        .unwrap();
+    let ours = src
+        .commit("fix", None, turn("y"), Durability::Sync)
+        .unwrap();
+    src.create(Some("new"), turn("z"), Durability::Sync)
+        .unwrap();
+    let b = Bundle::create(&src, &Selection::All, &[]).unwrap();
+    let before = refs(&dst);
+    let r = apply(&dst, &b, "unbundle", "the bundle", Durability::Sync).unwrap();
+    assert!(!r.applied);
+    let msg = format!(
+        "refusing to update refs/heads/fix: it is at {}, the bundle has {}, and neither contains the other",
+        theirs.to_hex_prefix(12),
+        ours.to_hex_prefix(12)
+    );
+    assert_eq!(r.refusals(), vec![msg.as_str()]);
+    assert_eq!(refs(&dst), before, "nothing moved, not even the new ref");
+    assert!(dst.conversation("new").unwrap().is_none());
+}
+
+// ---- the golden bundle of objects-format.md ----
+
+fn example_bundle() -> Bundle {
+    let hello = Blob::from_json_str(r#"{"role": "user", "content": "Hello"}"#)
+        .unwrap()
+        .encode();
+    let mut s = Session::new_root(1_763_000_000_000);
+    s.title = Some("Greeting".into());
+    s.messages.added = vec![hello.id()];
+    s.display_messages.added = vec![hello.id()];
+    s.metadata.transport = Some("cli".into());
+    let root = s.encode().unwrap();
+    let reply = Blob::from_json_str(r#"{"role": "assistant", "content": "Hi!"}"#)
+        .unwrap()
+        .encode();
+    let mut c = Session::new_root(1_763_000_001_500);
+    c.parents = vec![root.id()];
+    c.conversation = Some(root.id());
+    c.messages = MessageDelta {
+        base: 1,
+        added: vec![reply.id()],
+    };
+    c.display_messages = c.messages.clone();
+    c.run.duration_ms = 1500;
+    c.run.usage = Usage {
+        total_tokens: 42,
+        prompt_tokens: 30,
+        completion_tokens: 12,
+        requests: 1,
+    };
+    let cont = c.encode().unwrap();
+    let record = ConversationRecord {
+        conversation_id: Some(root.id()),
+        title: Some("Greeting".into()),
+        default_preset_id: None,
+        metadata: Default::default(),
+        status: ConversationStatus::Active,
+        created_at: 1_763_000_000_000,
+        updated_at: 1_763_000_001_500,
+    };
+    Bundle::new(
+        vec![(RefName::conversation("greeting").unwrap(), cont.id())],
+        vec![("greeting".into(), record)],
+        vec![],
+        vec![hello, root, reply, cont],
+    )
+}
+
+#[test]
+fn the_example_bundle_has_the_pinned_checksum() {
+    let bytes = example_bundle().encode();
+    let checksum = sessctl_store::hash::hex(&bytes[bytes.len() - 32..]);
+    let spec =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../objects-format.md"))
+            .unwrap();
+    assert_eq!(
+        checksum, "43e8a2c72dad10ee1ac42753ef82a5b9e4377b04f1034eb32d64546e85c2e0ae",
+        "the example bundle's checksum changed"
+    );
+    assert!(
+        spec.contains(&format!("({} bytes)", bytes.len())),
+        "objects-format.md lacks the bundle's length {}",
+        bytes.len()
+    );
+    assert!(spec.contains(&checksum));
+    assert_eq!(
+        Bundle::decode(&bytes, Path::new("b")).unwrap(),
+        example_bundle()
+    );
+    let dst = Store::in_memory().unwrap();
+    apply(
+        &dst,
+        &example_bundle(),
+        "unbundle",
+        "the bundle",
+        Durability::Sync,
+    )
+    .unwrap();
+    assert_eq!(
+        dst.resolve_rev("greeting").unwrap().to_hex(),
+        "f196d7d40477112bc8ba254286581f9f17f0382243e934cb87cdefc1da5d8a12"
+    );
+}
+
+// ---- decoding never panics ----
+
+/// Re-seals mutated bytes with a valid checksum, so that the structure
+/// behind the checksum is exercised too.
+fn reseal(mut bytes: Vec<u8>) -> Vec<u8> {
+    if bytes.len() >= 40 {
+        let end = bytes.len() - 32;
+        let sum = *blake3::hash(&bytes[..end]).as_bytes();
+        bytes[end..].copy_from_slice(&sum);
+    }
+    bytes
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+    #[test]
+    fn mutated_bundles_are_refused_not_panicked_on(
+        at in 0usize..4096,
+        byte in proptest::prelude::any::<u8>(),
+        cut in 0usize..4096,
+        resealed in proptest::prelude::any::<bool>(),
+    ) {
+        let valid = example_bundle().encode();
+        let mut bytes = valid.clone();
+        let i = at % bytes.len();
+        bytes[i] = byte;
+        if cut % 3 == 0 {
+            bytes.truncate(cut % valid.len());
+        }
+        let bytes = if resealed { reseal(bytes) } else { bytes };
+        match Bundle::decode(&bytes, Path::new("b")) {
+            Ok(b) => {
+                let _ = b.problems(None).unwrap();
+                if bytes != valid && !resealed {
+                    panic!("a damaged bundle decoded without its checksum being fixed");
+                }
+            }
+            Err(e) => proptest::prop_assert!(e.is_corruption(), "{e}"),
+        }
+    }
+}
