@@ -37,7 +37,8 @@ struct Cli {
     /// The store to use.
     #[arg(long, global = true, env = "SESSCTL_STORE", default_value = ".sessctl")]
     store: PathBuf,
-    /// Wait up to this many seconds for another process to release the store.
+    /// Wait up to this many seconds for another process to release the store
+    /// (commands that write wait 2 seconds by default; 0: fail at once).
     #[arg(long, global = true, value_name = "SECONDS")]
     wait: Option<f64>,
     #[command(subcommand)]
@@ -146,6 +147,9 @@ impl From<std::io::Error> for CommandError {
 
 pub type CmdResult<T = ()> = Result<T, CommandError>;
 
+/// See [`Ctx::writer_wait`].
+const DEFAULT_WRITER_WAIT: Duration = Duration::from_secs(2);
+
 /// What commands need from the global flags.
 #[derive(Debug)]
 pub struct Ctx {
@@ -167,13 +171,21 @@ impl Ctx {
     /// Opens the store for writing (its lock taken, runs left open by dead
     /// processes recovered), printing what recovery did.
     pub fn open_store(&self) -> CmdResult<Store> {
-        self.open_store_with(false, self.wait)
+        self.open_store_with(false, Some(self.writer_wait()))
     }
 
     /// Opens the store for a command that only reads. The writable open
     /// comes first because it uses the persistent index; when another
     /// process holds the store, a read-only open builds a temporary index
     /// from the journal instead (correct, slower). A reader never waits.
+    /// How long a writing command waits for the lock: `--wait`, or a short
+    /// default that rides out another command's brief hold (a concurrent
+    /// `sessctl ls` takes the lock to use the index). A long-running holder
+    /// still gets the "in use by pid N" error after it.
+    fn writer_wait(&self) -> Duration {
+        self.wait.unwrap_or(DEFAULT_WRITER_WAIT)
+    }
+
     pub fn open_store_read(&self) -> CmdResult<Store> {
         match self.open_store_with(false, None) {
             // Another process writes it, or we may not: read it as it is.
@@ -210,7 +222,7 @@ impl Ctx {
             &self.store,
             &OpenOptions {
                 read_only,
-                wait: self.wait,
+                wait: (!read_only).then(|| self.writer_wait()),
                 ..OpenOptions::default()
             },
         )?;
@@ -235,7 +247,8 @@ fn main() -> ExitCode {
             eprintln!("sessctl: --wait takes a number of seconds, not {s}");
             return ExitCode::from(2);
         }
-        w => w.map(Duration::from_secs_f64),
+        // Beyond what a Duration holds is as good as forever.
+        w => w.map(|s| Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)),
     };
     let ctx = Ctx {
         store: cli.store,

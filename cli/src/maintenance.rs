@@ -86,6 +86,7 @@ pub fn fsck(ctx: &Ctx, args: FsckArgs) -> CmdResult {
                 "operations": r.operations,
                 "problems": r.problems,
                 "dangling": r.dangling.iter().map(|d| d.to_hex()).collect::<Vec<_>>(),
+                "notes": r.notes,
             })
         )
     } else {
@@ -100,7 +101,11 @@ pub fn fsck(ctx: &Ctx, args: FsckArgs) -> CmdResult {
         t
     };
     print(&text)?;
-    if !args.json {
+    for n in &r.notes {
+        eprintln!("sessctl: note: {n}");
+    }
+    // Silent when clean in a pipe; a person at a terminal gets a summary.
+    if !args.json && (tty || !r.is_clean()) {
         eprintln!(
             "sessctl: fsck: {} objects ({} sessions, {} blobs), {} operations: {}",
             r.objects,

@@ -240,6 +240,9 @@ pub fn repack(ctx: &Ctx) -> CmdResult {
     let stats = odb.repack(&RepackOptions::default());
     crate::output::progress_done();
     let stats = stats?;
+    for c in &stats.corrupt {
+        eprintln!("sessctl: warning: left in place, damaged: {c}");
+    }
     let name = stats.pack_name.as_deref().unwrap_or("(no objects)");
     print(&format!(
         "{} objects in {name}; {} segments and {} packs before; {} -> {} bytes\n",

@@ -36,6 +36,8 @@ pub struct FsckReport {
     /// Unreachable sessions that no other unreachable session names as a
     /// parent (the tips of what gc would drop).
     pub dangling: Vec<ObjectId>,
+    /// Worth a look but not problems: bytes recovery set aside.
+    pub notes: Vec<String>,
 }
 
 impl FsckReport {
@@ -277,6 +279,8 @@ impl Store {
             .collect();
         report.dangling.sort_unstable();
 
+        report.problems.extend(odb.backend().damage());
+        report.notes = odb.backend().set_aside();
         if opts.full {
             report.problems.extend(odb.backend().verify_storage());
         }

@@ -92,10 +92,13 @@ pub(crate) fn mark(
             continue;
         }
         graph.add_node(id);
-        // A missing or damaged session keeps what it is (fsck names it);
-        // what it would have reached stays unmarked only if nothing else
-        // reaches it.
-        let Ok(s) = odb.session(&id) else { continue };
+        // A reachable session that cannot be read hides what it reaches:
+        // sweeping then could drop live history. Stop instead.
+        let s = odb.session(&id).map_err(|e| {
+            Error::Invalid(format!(
+                "gc stops: session {id} is reachable but cannot be read ({e}); run sessctl fsck"
+            ))
+        })?;
         for blob in session_blobs(&s) {
             live.insert(blob);
         }
@@ -230,6 +233,36 @@ impl Store {
             } else {
                 report.kept_young += 1;
                 next_ledger.insert(*id, first);
+            }
+        }
+        // A young unreachable session is kept, and so must be everything it
+        // names, however old: keeping the session alone would leave it
+        // broken.
+        let young_sessions: Vec<ObjectId> = next_ledger
+            .keys()
+            .filter(|id| matches!(odb.read(id), Ok(o) if o.kind() == ObjectKind::Session))
+            .copied()
+            .collect();
+        if !young_sessions.is_empty() {
+            let mut stack = young_sessions;
+            let mut seen: HashSet<ObjectId> = HashSet::new();
+            while let Some(id) = stack.pop() {
+                if !seen.insert(id) || live.contains(&id) {
+                    continue;
+                }
+                if doomed.remove(&id) {
+                    report.kept_young += 1;
+                    next_ledger.insert(id, now);
+                }
+                let Ok(s) = odb.session(&id) else { continue };
+                for b in session_blobs(&s) {
+                    if doomed.remove(&b) {
+                        report.kept_young += 1;
+                        next_ledger.insert(b, now);
+                    }
+                }
+                stack.extend(s.parents.iter().copied());
+                stack.extend(s.compaction.map(|c| c.session));
             }
         }
         report.pruned = doomed.len();

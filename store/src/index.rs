@@ -542,10 +542,11 @@ impl Index {
             }
             touched.insert(r.conversation.clone());
         }
-        // Receiving a conversation from another store is not activity on
-        // it: its records' times carry over (remote.rs).
+        // Receiving a conversation from another store or importing it from
+        // an agent's files is not activity on it: the record's times, taken
+        // from the source, carry over (remote.rs, import/).
         let activity = match op.reason.as_str() {
-            "unbundle" | "clone" | "push" | "pull" => i64::MIN,
+            "unbundle" | "clone" | "push" | "pull" | "import" => i64::MIN,
             _ => op.time,
         };
         for name in &touched {

@@ -300,13 +300,29 @@ impl Store {
     /// checked, then objects and the operation are appended in one frame,
     /// then (with [`Durability::Sync`]) synced.
     pub fn transact(&self, tx: Transaction, durability: Durability) -> Result<Committed> {
+        let mut named: Vec<(ObjectId, ObjectId)> = Vec::new();
         for o in &tx.objects {
             if o.kind() == ObjectKind::Session {
                 // Decoding proves the bytes are a session; the index reads it next.
-                Session::decode(o.payload()).map_err(|e| Error::decode(o.id(), e))?;
+                let s = Session::decode(o.payload()).map_err(|e| Error::decode(o.id(), e))?;
+                for r in crate::gc::session_blobs(&s)
+                    .chain(s.parents.iter().copied())
+                    .chain(s.compaction.map(|c| c.session))
+                {
+                    named.push((o.id(), r));
+                }
             }
         }
         let mut st = self.state.lock().expect("state lock");
+        // Under the lock gc also holds: nothing a new session names can be
+        // swept between this check and the append.
+        for (session, r) in &named {
+            if !tx.objects.iter().any(|o| o.id() == *r) && !self.odb.contains(r)? {
+                return Err(Error::Invalid(format!(
+                    "session {session} names {r}, which the store does not have"
+                )));
+            }
+        }
         for conv in &tx.require_unclaimed {
             if let Some(c) = self.index.claim(conv)? {
                 return Err(Error::Busy {

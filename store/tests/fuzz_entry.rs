@@ -18,8 +18,8 @@ use proptest::sample::Index;
 use serde_json::{json, Value};
 use sessctl_store::fuzzing;
 use sessctl_store::odb::journal::{
-    entries, frame_checksum, parse_frame, parse_object_entry, FRAME_HEADER_LEN, OBJECT_ENTRY_FIXED,
-    SEGMENT_HEADER_LEN,
+    entries, frame_checksum, parse_frame, parse_object_entry, FRAME_CHECKSUM_AT, FRAME_HEADER_LEN,
+    OBJECT_ENTRY_FIXED, SEGMENT_HEADER_LEN,
 };
 use sessctl_store::odb::pack::{
     parse_index, verify_index, write_pack, IndexView, PackOptions, CHECKSUM_LEN, INDEX_HEADER_LEN,
@@ -286,8 +286,11 @@ fn fix_frame_checksums(frames: &mut [u8]) {
         else {
             break;
         };
-        let sum = frame_checksum(&frames[pos..pos + 8], &frames[pos + FRAME_HEADER_LEN..end]);
-        frames[pos + 8..pos + 16].copy_from_slice(&sum);
+        let sum = frame_checksum(
+            &frames[pos..pos + FRAME_CHECKSUM_AT],
+            &frames[pos + FRAME_HEADER_LEN..end],
+        );
+        frames[pos + FRAME_CHECKSUM_AT..pos + FRAME_HEADER_LEN].copy_from_slice(&sum);
         pos = end;
     }
 }

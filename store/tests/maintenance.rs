@@ -254,3 +254,40 @@ fn gc_in_memory_behaves_the_same() {
         ["(no session)"]
     );
 }
+
+#[test]
+fn a_kept_young_session_keeps_the_old_blobs_it_names() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    store
+        .create(Some("main"), turn("hello"), Durability::Sync)
+        .unwrap();
+    let mut b = WriteBatch::new();
+    let old_blob = b.blob(&json!("an old, unreachable message")).unwrap();
+    store.odb().write(&b, Durability::Sync).unwrap();
+    let opts = GcOptions {
+        reflog_expiry_ms: 0,
+        prune: Prune::OlderThan(3_600_000),
+        ..GcOptions::default()
+    };
+    assert_eq!(store.gc(&opts).unwrap().kept_young, 1);
+    // Later a new (young) session names the old blob, with no ref yet.
+    let t1 = sessctl_store::time::now_ms() + 1;
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let mut s = Session::new_root(9);
+    s.messages.added = vec![old_blob];
+    let mut b = WriteBatch::new();
+    let young = b.session(&s).unwrap();
+    store.odb().write(&b, Durability::Sync).unwrap();
+    // Everything seen unreachable before t1 may go: the blob qualifies, but
+    // the young session keeps it.
+    let report = store
+        .gc(&GcOptions {
+            prune: Prune::Before(t1),
+            ..opts
+        })
+        .unwrap();
+    assert!(store.odb().contains(&young).unwrap(), "{report:?}");
+    assert!(store.odb().contains(&old_blob).unwrap(), "{report:?}");
+    assert!(fsck(&store, false).problems.is_empty());
+}

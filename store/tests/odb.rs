@@ -498,3 +498,86 @@ fn a_damaged_frame_in_a_sealed_segment_costs_only_its_own_objects() {
         odb.read(id).unwrap();
     }
 }
+
+/// Frame starts in a segment file.
+fn frame_starts(bytes: &[u8]) -> Vec<usize> {
+    let mut starts = Vec::new();
+    let mut pos = SEGMENT_HEADER_LEN as usize;
+    while pos + FRAME_HEADER_LEN <= bytes.len() {
+        starts.push(pos);
+        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+        pos += FRAME_HEADER_LEN + len;
+    }
+    starts
+}
+
+#[test]
+fn a_flipped_bit_in_a_synced_frame_never_cuts_later_commits() {
+    let (_d, path) = new_store();
+    let odb = open(&path);
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(
+            odb.put_blob(&json!({"i": i, "pad": "y".repeat(200)}), Durability::Sync)
+                .unwrap(),
+        );
+    }
+    drop(odb);
+    let seg = only_segment(&path);
+    let mut bytes = fs::read(&seg).unwrap();
+    let starts = frame_starts(&bytes);
+    // A bit of the second frame's body: it was synced before the third was written.
+    bytes[starts[1] + FRAME_HEADER_LEN + 40] ^= 0x01;
+    fs::write(&seg, &bytes).unwrap();
+    let odb = open(&path);
+    let notes = odb.take_recovery_notes();
+    assert!(notes.iter().any(|n| n.contains("damaged")), "{notes:?}");
+    assert!(!notes.iter().any(|n| n.contains("torn")), "{notes:?}");
+    assert_eq!(
+        fs::read(&seg).unwrap().len(),
+        bytes.len(),
+        "nothing was cut"
+    );
+    assert!(odb.read(&ids[1]).unwrap_err().is_corruption());
+    for i in [0, 2, 3, 4] {
+        odb.read(&ids[i]).unwrap();
+    }
+    // The store keeps working, and repack keeps the damaged segment.
+    odb.put_blob(&json!("after"), Durability::Sync).unwrap();
+    odb.repack(&RepackOptions::default()).unwrap();
+    assert!(seg.exists(), "a segment with damage is never deleted");
+    for i in [0, 2, 3, 4] {
+        odb.read(&ids[i]).unwrap();
+    }
+}
+
+#[test]
+fn a_bad_frame_in_an_unsynced_group_is_torn_with_everything_after_it() {
+    let (_d, path) = new_store();
+    let odb = open(&path);
+    let first = odb.put_blob(&json!("synced"), Durability::Sync).unwrap();
+    let mut later = Vec::new();
+    for i in 0..4 {
+        later.push(
+            odb.put_blob(&json!({"unsynced": i}), Durability::NoSync)
+                .unwrap(),
+        );
+    }
+    drop(odb);
+    let seg = only_segment(&path);
+    let mut bytes = fs::read(&seg).unwrap();
+    let starts = frame_starts(&bytes);
+    assert_eq!(starts.len(), 5);
+    // Damage the second frame: no later frame's watermark passes it (none
+    // of them was synced), so it and all after it are a torn write.
+    bytes[starts[1] + FRAME_HEADER_LEN + 2] ^= 0x01;
+    fs::write(&seg, &bytes).unwrap();
+    let odb = open(&path);
+    let notes = odb.take_recovery_notes();
+    assert!(notes.iter().any(|n| n.contains("torn write")), "{notes:?}");
+    odb.read(&first).unwrap();
+    for id in &later {
+        assert!(!odb.contains(id).unwrap());
+    }
+    assert_eq!(fs::read(&seg).unwrap().len(), starts[1]);
+}

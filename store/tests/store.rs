@@ -692,15 +692,17 @@ fn the_reflog_is_a_hash_chain_and_tampering_shows() {
     let mut pos = 16;
     loop {
         let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
-        if at < pos + 16 + len {
+        let hl = sessctl_store::odb::journal::FRAME_HEADER_LEN;
+        let ck = sessctl_store::odb::journal::FRAME_CHECKSUM_AT;
+        if at < pos + hl + len {
             let sum = sessctl_store::odb::journal::frame_checksum(
-                &bytes[pos..pos + 8],
-                &bytes[pos + 16..pos + 16 + len],
+                &bytes[pos..pos + ck],
+                &bytes[pos + hl..pos + hl + len],
             );
-            bytes[pos + 8..pos + 16].copy_from_slice(&sum);
+            bytes[pos + ck..pos + hl].copy_from_slice(&sum);
             break;
         }
-        pos += 16 + len;
+        pos += hl + len;
     }
     std::fs::write(&seg, &bytes).unwrap();
     std::fs::remove_dir_all(path.join("index")).unwrap();

@@ -27,11 +27,13 @@ pub const SEGMENT_MAGIC: [u8; 4] = *b"SJNL";
 /// `oplog/<first>-<last>.ops` starts with these 4 bytes (objects-format.md, "Operation log").
 pub const OPLOG_MAGIC: [u8; 4] = *b"SOPL";
 /// Version of the segment and frame layout (objects-format.md, "Versioning").
-pub const JOURNAL_FORMAT_VERSION: u32 = 1;
+pub const JOURNAL_FORMAT_VERSION: u32 = 2;
 /// Bytes before the first frame of a segment.
 pub const SEGMENT_HEADER_LEN: u64 = 16;
-/// Bytes of a frame header: body length, entry count, checksum.
-pub const FRAME_HEADER_LEN: usize = 16;
+/// Bytes of a frame header: body length, entry count, sync watermark, checksum.
+pub const FRAME_HEADER_LEN: usize = 24;
+/// Where a frame header's checksum starts; the bytes before it are checksummed.
+pub const FRAME_CHECKSUM_AT: usize = 16;
 /// Bytes of an entry header: type, payload length.
 pub const ENTRY_HEADER_LEN: usize = 5;
 /// Fixed bytes of an object entry before its data: kind, codec, id, raw length.
@@ -56,15 +58,39 @@ pub const DEFAULT_SEGMENT_TARGET: u64 = 64 << 20;
 const COMPRESS_MIN: usize = 96;
 const JOURNAL_ZSTD_LEVEL: i32 = 1;
 
-/// The frame checksum: the first 8 bytes of blake3 over the first 8 header
-/// bytes and the body, so a torn length or count is caught as well.
-pub fn frame_checksum(header8: &[u8], body: &[u8]) -> [u8; 8] {
+/// The frame checksum: the first 8 bytes of blake3 over the body and then
+/// the header bytes before the checksum (length, count, watermark), so a
+/// torn or flipped header is caught as well. The body comes first so that a
+/// writer can hash it before it knows the watermark.
+pub fn frame_checksum(header: &[u8], body: &[u8]) -> [u8; 8] {
     let mut h = blake3::Hasher::new();
-    h.update(header8);
     h.update(body);
+    seal_checksum(h, header)
+}
+
+fn seal_checksum(mut body_hash: blake3::Hasher, header: &[u8]) -> [u8; 8] {
+    body_hash.update(header);
     let mut out = [0u8; 8];
-    out.copy_from_slice(&h.finalize().as_bytes()[..8]);
+    out.copy_from_slice(&body_hash.finalize().as_bytes()[..8]);
     out
+}
+
+/// A frame whose body is laid out and hashed, waiting for its watermark.
+struct PreparedFrame {
+    bytes: Vec<u8>,
+    body_hash: blake3::Hasher,
+}
+
+impl PreparedFrame {
+    /// Fills in the header for watermark `synced`.
+    fn seal(mut self, synced: u64) -> Vec<u8> {
+        let body_len = (self.bytes.len() - FRAME_HEADER_LEN) as u32;
+        self.bytes[8..16].copy_from_slice(&synced.to_le_bytes());
+        self.bytes[0..4].copy_from_slice(&body_len.to_le_bytes());
+        let sum = seal_checksum(self.body_hash, &self.bytes[..FRAME_CHECKSUM_AT]);
+        self.bytes[FRAME_CHECKSUM_AT..FRAME_HEADER_LEN].copy_from_slice(&sum);
+        self.bytes
+    }
 }
 
 /// A complete frame (header and body) built from entries.
@@ -135,13 +161,24 @@ impl FrameBuilder {
 
     /// The frame's bytes.
     pub fn finish(&self) -> Vec<u8> {
-        let mut frame = Vec::with_capacity(FRAME_HEADER_LEN + self.body.len());
-        frame.extend_from_slice(&(self.body.len() as u32).to_le_bytes());
-        frame.extend_from_slice(&self.entries.to_le_bytes());
-        let sum = frame_checksum(&frame[..8], &self.body);
-        frame.extend_from_slice(&sum);
-        frame.extend_from_slice(&self.body);
-        frame
+        self.finish_synced(0)
+    }
+
+    /// The frame's bytes, recording that the segment was durable up to byte
+    /// `synced` when the frame was appended (the sync watermark).
+    pub fn finish_synced(&self, synced: u64) -> Vec<u8> {
+        self.prepare().seal(synced)
+    }
+
+    fn prepare(&self) -> PreparedFrame {
+        let mut bytes = Vec::with_capacity(FRAME_HEADER_LEN + self.body.len());
+        bytes.extend_from_slice(&[0u8; 4]);
+        bytes.extend_from_slice(&self.entries.to_le_bytes());
+        bytes.extend_from_slice(&[0u8; 16]);
+        bytes.extend_from_slice(&self.body);
+        let mut body_hash = blake3::Hasher::new();
+        body_hash.update(&self.body);
+        PreparedFrame { bytes, body_hash }
     }
 }
 
@@ -182,6 +219,8 @@ impl std::fmt::Display for FrameError {
 #[derive(Debug, Clone, Copy)]
 pub struct Frame<'a> {
     pub entry_count: u32,
+    /// The segment was durable up to this byte when the frame was appended.
+    pub synced: u64,
     pub body: &'a [u8],
 }
 
@@ -201,6 +240,7 @@ pub fn parse_frame(buf: &[u8]) -> Result<Frame<'_>, FrameError> {
     }
     let body_len = u32::from_le_bytes(buf[0..4].try_into().expect("4 bytes")) as usize;
     let entry_count = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes"));
+    let synced = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
     if body_len > MAX_FRAME_BODY {
         return Err(FrameError::TooLarge {
             declared_body: body_len,
@@ -211,12 +251,16 @@ pub fn parse_frame(buf: &[u8]) -> Result<Frame<'_>, FrameError> {
             declared_body: Some(body_len),
         });
     };
-    if frame_checksum(&buf[..8], body) != buf[8..16] {
+    if frame_checksum(&buf[..FRAME_CHECKSUM_AT], body) != buf[FRAME_CHECKSUM_AT..FRAME_HEADER_LEN] {
         return Err(FrameError::BadChecksum {
             declared_body: body_len,
         });
     }
-    Ok(Frame { entry_count, body })
+    Ok(Frame {
+        entry_count,
+        synced,
+        body,
+    })
 }
 
 /// One entry of a frame body.
@@ -426,6 +470,9 @@ pub struct Journal {
     objects: RwLock<HashMap<ObjectId, EntryLoc>>,
     /// Operation entries in journal order: (sequence number, where).
     ops: RwLock<Vec<(u64, EntryLoc)>>,
+    /// Segments holding damaged bytes: never retired, so nothing that could
+    /// still be salvaged is deleted.
+    damaged: Mutex<std::collections::BTreeSet<u64>>,
     notes: Mutex<Vec<String>>,
 }
 
@@ -484,6 +531,7 @@ impl Journal {
             segments: RwLock::new(BTreeMap::new()),
             objects: RwLock::new(HashMap::new()),
             ops: RwLock::new(Vec::new()),
+            damaged: Mutex::new(Default::default()),
             notes: Mutex::new(Vec::new()),
         };
         let mut last: Option<(u64, Arc<File>, u64)> = None;
@@ -509,6 +557,9 @@ impl Journal {
                     (1, file, len)
                 }
             };
+            // What a dead process wrote may still sit in the page cache;
+            // sync it before frames start saying it is durable.
+            file.sync_data().at(&journal.segment_path(seq))?;
             journal.writer = Some(Mutex::new(WriterState {
                 file,
                 seq,
@@ -584,34 +635,39 @@ impl Journal {
                     pos += frame.total_len();
                 }
                 Err(err) => {
-                    // In a sealed segment, a frame whose declared length lands
-                    // on a valid frame is damaged in place: keep going, and
-                    // let each of its objects be verified when read. Not so in
-                    // the newest segment: a power loss during group commit can
-                    // persist a later frame without an earlier one, neither
-                    // acknowledged, and the later one may build on the lost
-                    // one, so there everything from the bad frame on is a torn
-                    // tail.
-                    let next = match err {
-                        FrameError::BadChecksum { declared_body } if !is_last => {
-                            Some(pos + FRAME_HEADER_LEN + declared_body)
-                        }
-                        _ => None,
+                    // Where does readable history resume, and were the bad
+                    // bytes ever durable? A sealed segment was synced whole
+                    // before the next was started, so a bad frame there is
+                    // damage. In the newest segment it is damage only if a
+                    // later frame's sync watermark passes its start (a sync
+                    // completed after it was written); otherwise it is a torn
+                    // write that no one was told had landed, and a later
+                    // frame may build on it, so from it on is cut.
+                    let next = first_frame_after(&buf, pos);
+                    let damaged = match next {
+                        Some(n) => !is_last || durable_evidence(&buf, n, pos),
+                        None => false,
                     };
-                    if let Some(next) = next.filter(|&n| parse_frame(&buf[n..]).is_ok()) {
+                    if let (true, Some(next)) = (damaged, next) {
                         self.note(format!(
-                            "{}: {err} at byte {pos}; its objects are verified one by one when read, its operations are skipped",
+                            "{}: {err} at byte {pos}: bytes {pos}..{next} are damaged; the objects there are verified one by one when read, the operations skipped; run sessctl fsck",
                             path.display()
                         ));
-                        // An operation cannot be verified on its own, so a
-                        // damaged frame's operations are not replayed.
-                        index_frame(
-                            &mut objects,
-                            None,
-                            seq,
-                            (pos + FRAME_HEADER_LEN) as u64,
-                            &buf[pos + FRAME_HEADER_LEN..next],
-                        );
+                        self.damaged.lock().expect("damage lock").insert(seq);
+                        // The damaged frame's objects, when its length still
+                        // leads to the next frame. An operation cannot be
+                        // verified on its own, so none is replayed.
+                        if let FrameError::BadChecksum { declared_body } = err {
+                            if pos + FRAME_HEADER_LEN + declared_body == next {
+                                index_frame(
+                                    &mut objects,
+                                    None,
+                                    seq,
+                                    (pos + FRAME_HEADER_LEN) as u64,
+                                    &buf[pos + FRAME_HEADER_LEN..next],
+                                );
+                            }
+                        }
                         pos = next;
                         continue;
                     }
@@ -631,8 +687,9 @@ impl Journal {
                             path.display()
                         ));
                     } else {
+                        self.damaged.lock().expect("damage lock").insert(seq);
                         self.note(format!(
-                            "{}: {err} at byte {pos}: {lost} bytes of a sealed segment are unreadable; run sessctl fsck",
+                            "{}: {err} at byte {pos}: {lost} bytes of a sealed segment are damaged and unreadable; run sessctl fsck",
                             path.display()
                         ));
                     }
@@ -744,11 +801,19 @@ impl Journal {
                 frame.body_len()
             )));
         }
-        let bytes = frame.finish();
+        let prepared = frame.prepare();
         let mut st = self.writer()?;
-        if st.len + bytes.len() as u64 > self.segment_target && st.len > SEGMENT_HEADER_LEN {
+        let frame_len = (FRAME_HEADER_LEN + frame.body_len()) as u64;
+        if st.len + frame_len > self.segment_target && st.len > SEGMENT_HEADER_LEN {
             self.rotate(&mut st)?;
         }
+        // The watermark: how far this segment is known durable right now.
+        let synced = if st.synced.0 == st.seq {
+            st.synced.1
+        } else {
+            SEGMENT_HEADER_LEN
+        };
+        let bytes = prepared.seal(synced);
         let at = st.len;
         if let Err(e) = st.file.write_all_at(&bytes, at) {
             // Cut whatever part landed, so the next frame starts clean.
@@ -970,7 +1035,16 @@ impl Journal {
     }
 
     /// Forgets and deletes sealed segments whose objects are now in a pack.
+    /// A segment with damaged bytes is kept (its objects are in the pack
+    /// too; the duplicates are harmless).
     pub fn retire(&self, seqs: &[u64]) -> Result<()> {
+        let damaged = self.damaged.lock().expect("damage lock").clone();
+        let seqs: Vec<u64> = seqs
+            .iter()
+            .copied()
+            .filter(|s| !damaged.contains(s))
+            .collect();
+        let seqs = &seqs[..];
         if let Some(w) = &self.writer {
             let st = w.lock().expect("journal writer lock");
             if seqs.contains(&st.seq) {
@@ -1012,6 +1086,35 @@ impl Journal {
     pub fn object_count(&self) -> usize {
         self.objects.read().expect("object map lock").len()
     }
+}
+
+/// The start of the first valid frame after a bad one at `bad`, found by
+/// scanning, since the bad frame's own length cannot be trusted. Cheap
+/// checks come before the checksum, so garbage is skipped quickly.
+fn first_frame_after(buf: &[u8], bad: usize) -> Option<usize> {
+    let last = buf.len().checked_sub(FRAME_HEADER_LEN)?;
+    (bad + 1..=last).find(|&p| {
+        let body = u32::from_le_bytes(buf[p..p + 4].try_into().expect("4 bytes")) as usize;
+        let synced = u64::from_le_bytes(buf[p + 8..p + 16].try_into().expect("8 bytes"));
+        body <= MAX_FRAME_BODY
+            && p + FRAME_HEADER_LEN + body <= buf.len()
+            && synced <= p as u64
+            && parse_frame(&buf[p..]).is_ok()
+    })
+}
+
+/// Whether a valid frame from `start` on says the segment had been synced
+/// past `bad`: then the bytes at `bad` were durable, and are damage.
+fn durable_evidence(buf: &[u8], start: usize, bad: usize) -> bool {
+    let mut p = start;
+    while p < buf.len() {
+        match parse_frame(&buf[p..]) {
+            Ok(f) if f.synced > bad as u64 => return true,
+            Ok(f) => p += f.total_len(),
+            Err(_) => return false,
+        }
+    }
+    false
 }
 
 fn index_frame(

@@ -31,7 +31,8 @@ impl StoreLock {
             .truncate(false)
             .open(path)
             .at(path)?;
-        let deadline = wait.map(|w| Instant::now() + w);
+        // A wait too long to add to the clock is a wait with no end.
+        let deadline = wait.map(|w| Instant::now().checked_add(w));
         let mut pause = Duration::from_millis(5);
         loop {
             match file.try_lock() {
@@ -39,7 +40,11 @@ impl StoreLock {
                 Err(std::fs::TryLockError::WouldBlock) => {
                     let now = Instant::now();
                     match deadline {
-                        Some(d) if now < d => {
+                        Some(None) => {
+                            std::thread::sleep(pause);
+                            pause = (pause * 2).min(Duration::from_millis(100));
+                        }
+                        Some(Some(d)) if now < d => {
                             std::thread::sleep(pause.min(d - now));
                             pause = (pause * 2).min(Duration::from_millis(100));
                         }

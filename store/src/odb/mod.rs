@@ -91,9 +91,17 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
     fn take_recovery_notes(&self) -> Vec<String> {
         Vec::new()
     }
-    /// Checks the storage files themselves (checksums of packs and indexes,
-    /// damage found in the journal); one line per problem.
+    /// Checks the storage files themselves (checksums of packs and
+    /// indexes); one line per problem.
     fn verify_storage(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Damage found when the storage was opened; one line each.
+    fn damage(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// What recovery set aside earlier (torn writes), for a person to look at.
+    fn set_aside(&self) -> Vec<String> {
         Vec::new()
     }
 }
@@ -130,6 +138,9 @@ pub struct RepackStats {
     pub bytes_before: u64,
     pub bytes_after: u64,
     pub pack_name: Option<String>,
+    /// Objects that failed verification: left where they were (their pack
+    /// or segment is kept), one line each.
+    pub corrupt: Vec<String>,
 }
 
 /// How to open a store.
@@ -774,20 +785,39 @@ impl ObjectBackend for DiskBackend {
                 bytes_before: before.disk_bytes(),
                 bytes_after: before.disk_bytes(),
                 pack_name: old.first().map(|p| p.name().to_owned()),
+                corrupt: Vec::new(),
             });
         }
         let mut objects = Vec::new();
         let kept = |id: &ObjectId| keep.is_none_or(|k| k(id));
+        // A damaged object is not carried into the new pack, and the file
+        // holding it is not deleted: its bytes may still be salvaged.
+        let mut corrupt = Vec::new();
+        let mut keep_packs: HashSet<String> = HashSet::new();
         for p in &old {
             for id in p.ids_in_pack_order()? {
                 if kept(&id) {
-                    objects.push(p.read(&id)?.ok_or(Error::NotFound { id })?);
+                    match p.read(&id) {
+                        Ok(Some(o)) => objects.push(o),
+                        Ok(None) => return Err(Error::NotFound { id }),
+                        Err(e) if e.is_corruption() => {
+                            corrupt.push(e.to_string());
+                            keep_packs.insert(p.name().to_owned());
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
             }
         }
         for id in self.journal.ids_in(&sealed) {
             if kept(&id) {
-                objects.push(self.journal.read(&id)?.ok_or(Error::NotFound { id })?);
+                match self.journal.read(&id) {
+                    Ok(Some(o)) => objects.push(o),
+                    Ok(None) => return Err(Error::NotFound { id }),
+                    // Its segment holds damage, and damaged segments stay.
+                    Err(e) if e.is_corruption() => corrupt.push(e.to_string()),
+                    Err(e) => return Err(e),
+                }
             }
         }
         let ordered = Self::pack_order(objects);
@@ -803,7 +833,9 @@ impl ObjectBackend for DiskBackend {
                 None => None,
             };
             let mut packs = self.packs.write().expect("pack list lock");
-            packs.retain(|p| !old.iter().any(|o| Arc::ptr_eq(o, p)));
+            packs.retain(|p| {
+                keep_packs.contains(p.name()) || !old.iter().any(|o| Arc::ptr_eq(o, p))
+            });
             packs.extend(new_pack);
         }
         // Operations are history: they move to the op-log archive before
@@ -814,7 +846,8 @@ impl ObjectBackend for DiskBackend {
         }
         self.journal.retire(&sealed)?;
         for p in &old {
-            if written.as_ref().is_some_and(|w| w.name == p.name()) {
+            if written.as_ref().is_some_and(|w| w.name == p.name()) || keep_packs.contains(p.name())
+            {
                 continue;
             }
             // Index first: without it the pack is no longer listed.
@@ -831,6 +864,7 @@ impl ObjectBackend for DiskBackend {
             bytes_before: before.disk_bytes(),
             bytes_after: after.disk_bytes(),
             pack_name: written.map(|w| w.name),
+            corrupt,
         })
     }
 
@@ -881,11 +915,30 @@ impl ObjectBackend for DiskBackend {
     }
 
     fn verify_storage(&self) -> Vec<String> {
-        let mut problems = self.damage.clone();
-        for p in self.packs() {
-            problems.extend(p.verify());
-        }
-        problems
+        self.packs().iter().flat_map(|p| p.verify()).collect()
+    }
+
+    fn damage(&self) -> Vec<String> {
+        self.damage.clone()
+    }
+
+    fn set_aside(&self) -> Vec<String> {
+        let dir = self.root.join("journal");
+        let mut out: Vec<String> = fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("torn-"))
+            .map(|e| {
+                let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+                format!(
+                    "{} holds {len} bytes cut from a torn write; delete it once inspected",
+                    e.path().display()
+                )
+            })
+            .collect();
+        out.sort();
+        out
     }
 }
 
