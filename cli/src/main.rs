@@ -7,6 +7,7 @@
 mod checkout;
 mod compact;
 mod conversations;
+mod import;
 mod lineage;
 mod maintenance;
 mod output;
@@ -110,6 +111,11 @@ enum Command {
     /// Compare two sessions: the messages each has that the other lacks, and
     /// what changed in title, metadata and states.
     Diff(lineage::DiffArgs),
+    /// Import other agents' session files (Claude Code, Codex, OpenAI chat,
+    /// SWE-agent); importing them again writes nothing.
+    Import(import::ImportArgs),
+    /// Print a session's history as JSON, JSONL, OpenAI chat or Claude Code JSONL.
+    Export(import::ExportArgs),
     /// Write, check or apply a bundle: sessions, their objects and refs in one file.
     Bundle(remote::BundleArgs),
     /// Copy a store (every ref, record and object) into a new directory.
@@ -292,6 +298,8 @@ fn main() -> ExitCode {
         Command::Graph(args) => lineage::graph(&ctx, args),
         Command::Show(args) => lineage::show(&ctx, args),
         Command::Diff(args) => lineage::diff(&ctx, args),
+        Command::Import(args) => import::import(&ctx, args),
+        Command::Export(args) => import::export(&ctx, args),
         Command::Bundle(args) => remote::bundle(&ctx, args),
         Command::Clone(args) => remote::clone(&ctx, args),
         Command::Push(args) => remote::push(&ctx, args),

@@ -73,12 +73,14 @@ pub mod bundle;
 pub mod compact;
 pub mod diff;
 pub mod error;
+pub mod export;
 pub mod fsck;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gc;
 pub mod graph;
 pub mod hash;
+pub mod import;
 pub mod index;
 pub mod object;
 #[allow(unsafe_code)] // memmap2, in odb::pack only

@@ -1,0 +1,180 @@
+//! End to end: `sessctl import` and `sessctl export` of the real binary on
+//! copies of real session files (`../shared/data`).
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data");
+
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn sessctl(store: &Path, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_sessctl"))
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .env_remove("SESSCTL_STORE")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// A store and copies of a few data files; `None` when the data is absent.
+fn setup() -> Option<(tempfile::TempDir, PathBuf, PathBuf)> {
+    let src = Path::new(DATA).join("claude-code");
+    if !src.exists() {
+        eprintln!("note: {} is absent; skipping", src.display());
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s");
+    assert_eq!(sessctl(&store, &["init"]).code, 0);
+    let files = dir.path().join("in");
+    std::fs::create_dir(&files).unwrap();
+    for f in [
+        "session-9eda1058.jsonl",
+        "claude/-tmp-private/4c2ddfdc-b619-4525-8d03-1950fb1b0257.jsonl",
+    ] {
+        let p = src.join(f);
+        std::fs::copy(&p, files.join(p.file_name().unwrap())).unwrap();
+    }
+    Some((dir, store, files))
+}
+
+#[test]
+fn import_prints_a_summary_and_a_second_import_writes_nothing() {
+    let Some((_d, store, files)) = setup() else {
+        return;
+    };
+    let dir = files.to_str().unwrap();
+    let r = sessctl(&store, &["import", "--from", "claude-code", dir]);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    assert_eq!(
+        r.stdout,
+        "imported 2 files: 7 sessions (7 new), 26 messages, 0 forks, 0 compactions, \
+         33 objects written, 2 refs moved; 0 lines skipped\n"
+    );
+    let again = sessctl(&store, &["import", "--from", "claude-code", dir]);
+    assert_eq!(again.code, 0);
+    assert!(
+        again.stdout.contains("(0 new)")
+            && again.stdout.contains("0 objects written, 0 refs moved"),
+        "{}",
+        again.stdout
+    );
+    // The history exports back as Claude Code lines: importing them into a
+    // new store gives the same head.
+    let head = sessctl(&store, &["rev-parse", "cc-4c2ddfdc-b61"]).stdout;
+    let out = files.parent().unwrap().join("out.jsonl");
+    let e = sessctl(
+        &store,
+        &[
+            "export",
+            "cc-4c2ddfdc-b61",
+            "--format",
+            "claude-code",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!((e.code, e.stdout.as_str(), e.stderr.as_str()), (0, "", ""));
+    let other = files.parent().unwrap().join("t");
+    sessctl(&other, &["init"]);
+    let r = sessctl(
+        &other,
+        &["import", "--from", "claude-code", out.to_str().unwrap()],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        sessctl(&other, &["rev-parse", "cc-4c2ddfdc-b61"]).stdout,
+        head
+    );
+    // jsonl: one message a line.
+    let jl = sessctl(&store, &["export", "cc-4c2ddfdc-b61", "--format", "jsonl"]);
+    assert_eq!(jl.code, 0);
+    assert!(jl
+        .stdout
+        .lines()
+        .all(|l| serde_json::from_str::<Value>(l).is_ok()));
+    let bad = sessctl(&store, &["export", "cc-4c2ddfdc-b61", "--format", "xml"]);
+    assert_eq!(bad.code, 2);
+}
+
+#[test]
+fn skipped_lines_exit_1_and_are_listed() {
+    let Some((_d, store, files)) = setup() else {
+        return;
+    };
+    let f = files.join("session-9eda1058.jsonl");
+    let text = std::fs::read_to_string(&f).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines[2] = "{not json";
+    std::fs::write(&f, lines.join("\n") + "\n").unwrap();
+    let r = sessctl(
+        &store,
+        &["import", "--from", "claude-code", f.to_str().unwrap()],
+    );
+    assert_eq!(r.code, 1);
+    assert!(r.stdout.ends_with("; 1 lines skipped\n"), "{}", r.stdout);
+    let line = r.stderr.lines().next().unwrap();
+    assert!(
+        line.starts_with(&format!("{}:3: invalid JSON", f.display())),
+        "{}",
+        r.stderr
+    );
+    // The rest is in the store.
+    let ls = sessctl(&store, &["ls"]);
+    assert!(ls.stdout.contains("cc-9eda1058-970"), "{}", ls.stdout);
+}
+
+#[test]
+fn json_report() {
+    let Some((_d, store, files)) = setup() else {
+        return;
+    };
+    let r = sessctl(
+        &store,
+        &[
+            "import",
+            "--from",
+            "claude-code",
+            "--json",
+            files.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(r.code, 0);
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(r.stdout.lines().count(), 1);
+    for k in [
+        "files",
+        "sessions_total",
+        "sessions_written",
+        "messages",
+        "forks",
+        "compactions",
+        "conversations",
+        "objects_written",
+        "refs_moved",
+        "bytes_read",
+    ] {
+        assert!(v[k].is_u64(), "{k}: {v}");
+    }
+    assert_eq!(v["files"], 2);
+    assert_eq!(v["skipped"], Value::Array(vec![]));
+    assert_eq!(v["dangling"], Value::Array(vec![]));
+    let bad = sessctl(&store, &["import", "--from", "word", "x"]);
+    assert_eq!(bad.code, 2);
+}
