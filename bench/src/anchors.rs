@@ -1,0 +1,178 @@
+//! The anchors, each written the way a competent user would: one JSONL file
+//! per session, and SQLite in WAL mode with a delta table of messages (the
+//! OpenAI Agents SDK's SQLiteSession layout). Never times anything itself.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+use rusqlite::{params, Connection};
+use serde_json::Value;
+
+use crate::R;
+
+/// A session as one JSONL file: a line per message.
+#[derive(Debug)]
+pub struct Jsonl {
+    file: File,
+    sync: bool,
+}
+
+impl Jsonl {
+    pub fn create(path: &Path, sync: bool) -> R<Jsonl> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(Jsonl { file, sync })
+    }
+
+    /// One turn: its lines in one write, then `fdatasync` when durable.
+    pub fn append(&mut self, messages: &[Value]) -> R<()> {
+        let mut buf = Vec::new();
+        for m in messages {
+            serde_json::to_writer(&mut buf, m)?;
+            buf.push(b'\n');
+        }
+        self.file.write_all(&buf)?;
+        if self.sync {
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
+}
+
+pub fn jsonl_load(path: &Path) -> R<Vec<Value>> {
+    let text = std::fs::read_to_string(path)?;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        out.push(serde_json::from_str(line)?);
+    }
+    Ok(out)
+}
+
+/// Forks a JSONL session: the first `keep` lines copied into a new file,
+/// then `added`; durable. Returns the new file's size.
+pub fn jsonl_fork(from: &Path, to: &Path, keep: usize, added: &[Value]) -> R<u64> {
+    let bytes = std::fs::read(from)?;
+    let end = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(keep.saturating_sub(1))
+        .map_or(0, |(i, _)| i + 1);
+    let mut out = File::create(to)?;
+    out.write_all(&bytes[..if keep == 0 { 0 } else { end }])?;
+    let mut j = Jsonl {
+        file: out,
+        sync: true,
+    };
+    j.append(added)?;
+    Ok(std::fs::metadata(to)?.len())
+}
+
+/// A SQLite store of sessions in WAL mode.
+#[derive(Debug)]
+pub struct Sqlite {
+    pub conn: Connection,
+}
+
+impl Sqlite {
+    /// `full`: `synchronous=FULL` (durable) or `NORMAL`.
+    pub fn open(path: &Path, full: bool) -> R<Sqlite> {
+        let conn = Connection::open(path)?;
+        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        if mode != "wal" {
+            return Err(format!("sqlite: journal_mode is {mode}, not wal").into());
+        }
+        conn.busy_timeout(std::time::Duration::from_secs(30))?;
+        conn.execute_batch(&format!(
+            "PRAGMA synchronous={};
+             CREATE TABLE IF NOT EXISTS sessions(
+                 session_id TEXT PRIMARY KEY, created_at INTEGER, updated_at INTEGER);
+             CREATE INDEX IF NOT EXISTS sessions_updated ON sessions(updated_at);
+             CREATE TABLE IF NOT EXISTS messages(
+                 session_id TEXT, seq INTEGER, message TEXT,
+                 PRIMARY KEY(session_id, seq));",
+            if full { "FULL" } else { "NORMAL" }
+        ))?;
+        Ok(Sqlite { conn })
+    }
+
+    pub fn create_session(&self, id: &str, at: i64) -> R<()> {
+        self.conn.execute(
+            "INSERT INTO sessions(session_id, created_at, updated_at) VALUES (?1, ?2, ?2)",
+            params![id, at],
+        )?;
+        Ok(())
+    }
+
+    /// One turn: its messages and the session's `updated_at` in one
+    /// transaction (as SQLiteSession.add_items does).
+    pub fn append(&mut self, id: &str, seq: i64, messages: &[Value], at: i64) -> R<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        {
+            let mut ins = tx.prepare_cached(
+                "INSERT INTO messages(session_id, seq, message) VALUES (?1, ?2, ?3)",
+            )?;
+            for (k, m) in messages.iter().enumerate() {
+                ins.execute(params![id, seq + k as i64, serde_json::to_string(m)?])?;
+            }
+            tx.prepare_cached("UPDATE sessions SET updated_at=?2 WHERE session_id=?1")?
+                .execute(params![id, at])?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn load(&self, id: &str) -> R<Vec<Value>> {
+        let mut q = self
+            .conn
+            .prepare_cached("SELECT message FROM messages WHERE session_id=?1 ORDER BY seq")?;
+        let mut rows = q.query(params![id])?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            let text: String = row.get(0)?;
+            out.push(serde_json::from_str(&text)?);
+        }
+        Ok(out)
+    }
+
+    /// Folds the WAL back into the database file.
+    pub fn checkpoint(&self) -> R<()> {
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        Ok(())
+    }
+
+    /// The 20 most recently updated sessions, with their message count and
+    /// a preview of the last message: what a `ls` shows.
+    pub fn newest(&self, limit: usize) -> R<Vec<Value>> {
+        let mut q = self.conn.prepare(
+            "SELECT s.session_id, s.updated_at,
+                    (SELECT count(*) FROM messages m WHERE m.session_id = s.session_id),
+                    (SELECT message FROM messages m WHERE m.session_id = s.session_id
+                     ORDER BY seq DESC LIMIT 1)
+             FROM sessions s ORDER BY s.updated_at DESC LIMIT ?1",
+        )?;
+        let mut rows = q.query(params![limit as i64])?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            let last: Option<String> = row.get(3)?;
+            let preview = match last {
+                Some(text) => {
+                    let v: Value = serde_json::from_str(&text)?;
+                    let c = v["content"].as_str().unwrap_or_default();
+                    c.chars().take(60).collect::<String>()
+                }
+                None => String::new(),
+            };
+            out.push(serde_json::json!({
+                "name": row.get::<_, String>(0)?,
+                "updated_at": row.get::<_, i64>(1)?,
+                "messages": row.get::<_, i64>(2)?,
+                "preview": preview,
+            }));
+        }
+        Ok(out)
+    }
+}
