@@ -3,15 +3,15 @@
 //! objects-format.md example bundle has a pinned checksum.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+mod support;
+
 use std::path::Path;
 
 use serde_json::json;
 use sessctl_store::bundle::{Bundle, ProblemKind, Selection};
 use sessctl_store::refs::{ConversationRecord, ConversationStatus};
 use sessctl_store::remote::{apply, RefOutcome};
-use sessctl_store::{
-    Blob, Durability, Error, MessageDelta, Messages, ObjectId, RefName, Session, Store, Turn, Usage,
-};
+use sessctl_store::{Durability, Error, Messages, ObjectId, RefName, Session, Store, Turn};
 
 fn turn(text: &str) -> Turn {
     Turn {
@@ -188,34 +188,12 @@ fn a_diverged_ref_refuses_the_whole_bundle() {
 // ---- the golden bundle of objects-format.md ----
 
 fn example_bundle() -> Bundle {
-    let hello = Blob::from_json_str(r#"{"role": "user", "content": "Hello"}"#)
-        .unwrap()
-        .encode();
-    let mut s = Session::new_root(1_763_000_000_000);
-    s.title = Some("Greeting".into());
-    s.messages.added = vec![hello.id()];
-    s.display_messages.added = vec![hello.id()];
-    s.metadata.transport = Some("cli".into());
-    let root = s.encode().unwrap();
-    let reply = Blob::from_json_str(r#"{"role": "assistant", "content": "Hi!"}"#)
-        .unwrap()
-        .encode();
-    let mut c = Session::new_root(1_763_000_001_500);
-    c.parents = vec![root.id()];
-    c.conversation = Some(root.id());
-    c.messages = MessageDelta {
-        base: 1,
-        added: vec![reply.id()],
-    };
-    c.display_messages = c.messages.clone();
-    c.run.duration_ms = 1500;
-    c.run.usage = Usage {
-        total_tokens: 42,
-        prompt_tokens: 30,
-        completion_tokens: 12,
-        requests: 1,
-    };
-    let cont = c.encode().unwrap();
+    let support::Examples {
+        hello,
+        root,
+        reply,
+        cont,
+    } = support::examples();
     let record = ConversationRecord {
         conversation_id: Some(root.id()),
         title: Some("Greeting".into()),

@@ -2,13 +2,15 @@
 //! store written by format version 1 that every later version must read.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+mod support;
+
 use std::fs;
+
 use std::path::{Path, PathBuf};
+use support::examples;
 
 use serde_json::json;
-use sessctl_store::{
-    Blob, Durability, MessageDelta, ObjectId, Odb, OpenOptions, Session, Usage, WriteBatch,
-};
+use sessctl_store::{Durability, ObjectId, Odb, OpenOptions, WriteBatch};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -44,50 +46,6 @@ fn dump(b: &[u8]) -> String {
         ));
     }
     out
-}
-
-struct Examples {
-    hello: sessctl_store::EncodedObject,
-    root: sessctl_store::EncodedObject,
-    reply: sessctl_store::EncodedObject,
-    cont: sessctl_store::EncodedObject,
-}
-
-fn examples() -> Examples {
-    let hello = Blob::from_json_str(r#"{"role": "user", "content": "Hello"}"#)
-        .unwrap()
-        .encode();
-    let mut s = Session::new_root(1_763_000_000_000);
-    s.title = Some("Greeting".into());
-    s.messages.added = vec![hello.id()];
-    s.display_messages.added = vec![hello.id()];
-    s.metadata.transport = Some("cli".into());
-    let root = s.encode().unwrap();
-    let reply = Blob::from_json_str(r#"{"role": "assistant", "content": "Hi!"}"#)
-        .unwrap()
-        .encode();
-    let mut c = Session::new_root(1_763_000_001_500);
-    c.parents = vec![root.id()];
-    c.conversation = Some(root.id());
-    c.messages = MessageDelta {
-        base: 1,
-        added: vec![reply.id()],
-    };
-    c.display_messages = c.messages.clone();
-    c.run.duration_ms = 1500;
-    c.run.usage = Usage {
-        total_tokens: 42,
-        prompt_tokens: 30,
-        completion_tokens: 12,
-        requests: 1,
-    };
-    let cont = c.encode().unwrap();
-    Examples {
-        hello,
-        root,
-        reply,
-        cont,
-    }
 }
 
 const HELLO_ID: &str = "00ffdccff9a461873897cd0a40c829c259faba08458bcf2be5b99e430c6edbaf";

@@ -132,3 +132,49 @@ pub fn write_chain(
     }
     ids
 }
+
+/// The object examples of objects-format.md: a message, the root session
+/// naming it, a reply, and the continuation naming both.
+pub struct Examples {
+    pub hello: sessctl_store::EncodedObject,
+    pub root: sessctl_store::EncodedObject,
+    pub reply: sessctl_store::EncodedObject,
+    pub cont: sessctl_store::EncodedObject,
+}
+
+pub fn examples() -> Examples {
+    let hello = sessctl_store::Blob::from_json_str(r#"{"role": "user", "content": "Hello"}"#)
+        .unwrap()
+        .encode();
+    let mut s = Session::new_root(1_763_000_000_000);
+    s.title = Some("Greeting".into());
+    s.messages.added = vec![hello.id()];
+    s.display_messages.added = vec![hello.id()];
+    s.metadata.transport = Some("cli".into());
+    let root = s.encode().unwrap();
+    let reply = sessctl_store::Blob::from_json_str(r#"{"role": "assistant", "content": "Hi!"}"#)
+        .unwrap()
+        .encode();
+    let mut c = Session::new_root(1_763_000_001_500);
+    c.parents = vec![root.id()];
+    c.conversation = Some(root.id());
+    c.messages = MessageDelta {
+        base: 1,
+        added: vec![reply.id()],
+    };
+    c.display_messages = c.messages.clone();
+    c.run.duration_ms = 1500;
+    c.run.usage = sessctl_store::Usage {
+        total_tokens: 42,
+        prompt_tokens: 30,
+        completion_tokens: 12,
+        requests: 1,
+    };
+    let cont = c.encode().unwrap();
+    Examples {
+        hello,
+        root,
+        reply,
+        cont,
+    }
+}
