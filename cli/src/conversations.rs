@@ -504,17 +504,20 @@ fn table(rows: &[Vec<String>]) -> String {
 }
 
 pub fn ls(ctx: &Ctx, args: LsArgs) -> CmdResult {
-    let store = ctx.open_store_read()?;
     let wanted = |c: &ConversationInfo| match c.record.status {
         ConversationStatus::Active => !args.archived,
         ConversationStatus::Archived => args.archived || args.all,
     };
-    let list: Vec<ConversationInfo> = store
-        .conversations(None)?
-        .into_iter()
-        .filter(wanted)
-        .take(args.limit.unwrap_or(usize::MAX))
-        .collect();
+    // The listing the last writer left answers without opening the store,
+    // when it is current and holds enough conversations.
+    let list: Vec<ConversationInfo> = match sessctl_store::listing::read_current(&ctx.store)
+        .and_then(|l| l.select(args.limit, wanted))
+    {
+        Some(list) => list,
+        None => ctx
+            .open_store_read()?
+            .conversations_where(args.limit, wanted)?,
+    };
     if args.json {
         let all: Vec<Value> = list.iter().map(conversation_json).collect();
         return print(&format!("{}\n", Value::Array(all)));

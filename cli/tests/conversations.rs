@@ -1129,3 +1129,89 @@ fn display_messages_and_states_are_given_as_files() {
     assert_eq!(s2["environment_state"], json!(env_id));
     assert_eq!(s2["context_state"], Value::Null);
 }
+
+/// Every `ls` variant, answered once from the listing file and once, with
+/// the file gone, from the index.
+fn ls_both_ways(s: &Path, variants: &[&[&str]]) {
+    let listing = s.join(sessctl_store::listing::LISTING_FILE);
+    for args in variants {
+        assert!(
+            sessctl_store::listing::read_current(s).is_some(),
+            "a writer left a current listing"
+        );
+        let fast = ok(s, args, None);
+        std::fs::remove_file(&listing).unwrap();
+        let slow = ok(s, args, None);
+        assert_eq!(fast, slow, "{args:?}");
+    }
+}
+
+#[test]
+fn ls_answers_from_the_listing_exactly_as_from_the_index() {
+    let (_d, s) = busy_store();
+    let variants: &[&[&str]] = &[
+        &["ls"],
+        &["ls", "--json"],
+        &["ls", "--all", "--json"],
+        &["ls", "--archived"],
+        &["ls", "--all", "--limit", "2"],
+        &["ls", "--limit", "0", "--json"],
+    ];
+    ls_both_ways(&s, variants);
+
+    // Every write makes the listing stale; the next ls asks the index.
+    ok(
+        &s,
+        &["commit", "three", "--messages", "-", "--no-sync"],
+        Some(&array(&[msg("user", "later")])),
+    );
+    assert!(
+        sessctl_store::listing::read_current(&s).is_some(),
+        "the writer refreshed it on close"
+    );
+    let newest = json(&s, &["ls", "--json", "--limit", "1"]);
+    assert_eq!(newest[0]["name"], "three");
+
+    // A store with more conversations than a listing holds: limits it can
+    // answer come from it, the rest from the index.
+    {
+        let store = sessctl_store::Store::open(&s, &Default::default()).unwrap();
+        for i in 0..sessctl_store::listing::LISTING_LIMIT + 10 {
+            let turn = sessctl_store::Turn {
+                messages: sessctl_store::Messages::Added(vec![msg("user", &format!("m{i}"))]),
+                ..Default::default()
+            };
+            store
+                .create(
+                    Some(&format!("bulk{i:04}")),
+                    turn,
+                    sessctl_store::Durability::NoSync,
+                )
+                .unwrap();
+        }
+    }
+    ls_both_ways(&s, &[&["ls", "--limit", "20", "--json"], &["ls", "--all"]]);
+    let all = json(&s, &["ls", "--all", "--json"]);
+    assert_eq!(
+        all.as_array().unwrap().len(),
+        sessctl_store::listing::LISTING_LIMIT + 10 + 3
+    );
+}
+
+#[test]
+fn a_damaged_or_foreign_listing_is_ignored() {
+    let (_d, s) = busy_store();
+    let want = ok(&s, &["ls", "--all", "--json"], None);
+    let listing = s.join(sessctl_store::listing::LISTING_FILE);
+    let mut bytes = std::fs::read(&listing).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x20;
+    std::fs::write(&listing, &bytes).unwrap();
+    assert!(sessctl_store::listing::read_current(&s).is_none());
+    assert_eq!(ok(&s, &["ls", "--all", "--json"], None), want);
+    // A listing copied from another store does not describe this one.
+    let (_d2, other) = store();
+    create(&other, "elsewhere", "x");
+    std::fs::copy(other.join(sessctl_store::listing::LISTING_FILE), &listing).unwrap();
+    assert_eq!(ok(&s, &["ls", "--all", "--json"], None), want);
+}

@@ -189,7 +189,7 @@ impl ConversationInfo {
         }
     }
 
-    fn to_bytes(&self) -> Vec<u8> {
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
         serde_json::to_vec(&json!({
             "record": record_json(&self.record),
             "head": self.head.map(|h| h.to_hex()),
@@ -203,7 +203,7 @@ impl ConversationInfo {
         .expect("a JSON value serializes")
     }
 
-    fn from_bytes(name: &str, b: &[u8]) -> Option<ConversationInfo> {
+    pub(crate) fn from_bytes(name: &str, b: &[u8]) -> Option<ConversationInfo> {
         let v: Value = serde_json::from_slice(b).ok()?;
         Some(ConversationInfo {
             name: name.to_owned(),
@@ -631,11 +631,24 @@ impl Index {
 
     /// Conversations, newest activity first, stopping after `limit`.
     pub fn conversations_by_activity(&self, limit: Option<usize>) -> Result<Vec<ConversationInfo>> {
+        self.conversations_where(limit, |_| true)
+    }
+
+    /// The conversations `keep` accepts, newest activity first, stopping
+    /// after `limit`: only as many records are read as it takes.
+    pub fn conversations_where(
+        &self,
+        limit: Option<usize>,
+        keep: impl Fn(&ConversationInfo) -> bool,
+    ) -> Result<Vec<ConversationInfo>> {
         let mut out = Vec::new();
+        if limit == Some(0) {
+            return Ok(out);
+        }
         for kv in self.scan(b"a:")?.rev() {
             let (k, _) = kv.map_err(sled_err)?;
             let name = String::from_utf8_lossy(&k[10..]).into_owned();
-            if let Some(info) = self.conversation(&name)? {
+            if let Some(info) = self.conversation(&name)?.filter(|i| keep(i)) {
                 out.push(info);
                 if limit.is_some_and(|l| out.len() >= l) {
                     break;

@@ -133,6 +133,20 @@ pub struct Store {
     /// Compaction applied after commits (see `compact.rs`).
     pub(crate) auto_compaction: std::sync::RwLock<Option<AutoCompaction>>,
     pub(crate) auto_compaction_errors: Mutex<Vec<AutoCompactionError>>,
+    /// Whether this handle may write (holds the writer lock).
+    writable: bool,
+    /// The last operation applied when the store was opened.
+    opened_seq: u64,
+}
+
+/// A writer leaves a listing of the newest conversations behind for the
+/// next `ls` (see `listing.rs`).
+impl Drop for Store {
+    fn drop(&mut self) {
+        if self.writable {
+            let _ = self.write_listing();
+        }
+    }
 }
 
 impl Store {
@@ -202,11 +216,40 @@ impl Store {
             notes: Mutex::new(notes),
             auto_compaction: std::sync::RwLock::new(None),
             auto_compaction_errors: Mutex::new(Vec::new()),
+            writable,
+            opened_seq: seq,
         };
         if writable {
             store.recover_runs()?;
         }
         Ok(store)
+    }
+
+    /// Syncs the journal and writes the listing of the newest
+    /// conversations, unless the one on disk is current already.
+    fn write_listing(&self) -> Result<()> {
+        let Some(root) = &self.root else {
+            return Ok(());
+        };
+        let (seq, hash) = {
+            let st = self.state.lock().expect("state lock");
+            (st.seq, st.hash)
+        };
+        if seq == self.opened_seq && crate::listing::read_current(root).is_some() {
+            return Ok(());
+        }
+        if !self.index.claims()?.is_empty() {
+            // A run is open: `ls` must ask the index, which knows whether
+            // its process is still alive.
+            crate::listing::remove(root);
+            return Ok(());
+        }
+        let (_, end) = self.odb.backend().append(&[], &[])?;
+        self.odb.backend().sync(end)?;
+        let newest = self
+            .index
+            .conversations_where(Some(crate::listing::LISTING_LIMIT + 1), |_| true)?;
+        crate::listing::write(root, hash.map(|h| (seq, h)), newest)
     }
 
     /// Runs left open by a process that is gone are marked failed.
@@ -236,7 +279,7 @@ impl Store {
         Ok(())
     }
 
-    fn note(&self, n: String) {
+    pub(crate) fn note(&self, n: String) {
         self.notes.lock().expect("notes lock").push(n);
     }
 
@@ -566,6 +609,16 @@ impl Store {
     /// Conversations, newest activity first.
     pub fn conversations(&self, limit: Option<usize>) -> Result<Vec<ConversationInfo>> {
         self.index.conversations_by_activity(limit)
+    }
+
+    /// The conversations `keep` accepts, newest activity first, stopping
+    /// after `limit` (reads no more records than that takes).
+    pub fn conversations_where(
+        &self,
+        limit: Option<usize>,
+        keep: impl Fn(&ConversationInfo) -> bool,
+    ) -> Result<Vec<ConversationInfo>> {
+        self.index.conversations_where(limit, keep)
     }
 
     pub fn session_info(&self, id: &ObjectId) -> Result<Option<SessionInfo>> {

@@ -492,7 +492,8 @@ pub fn segment_name(seq: u64) -> String {
     format!("{seq:016}.journal")
 }
 
-fn parse_segment_name(name: &str) -> Option<u64> {
+/// The segment number a file name names, if it names one.
+pub fn parse_segment_name(name: &str) -> Option<u64> {
     let digits = name.strip_suffix(".journal")?;
     (digits.len() == 16 && digits.bytes().all(|b| b.is_ascii_digit()))
         .then(|| digits.parse().ok())

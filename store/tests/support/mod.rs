@@ -178,3 +178,37 @@ pub fn examples() -> Examples {
         cont,
     }
 }
+
+/// objects-format.md, the text the golden tests compare with.
+pub fn spec() -> String {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    std::fs::read_to_string(root.join("objects-format.md")).unwrap()
+}
+
+/// The hex dump format the spec uses (`hexdump -C` style).
+pub fn dump(b: &[u8]) -> String {
+    let mut out = String::new();
+    for (i, c) in b.chunks(16).enumerate() {
+        let hex: Vec<String> = c.iter().map(|x| format!("{x:02x}")).collect();
+        let asc: String = c
+            .iter()
+            .map(|&x| {
+                if (0x20..0x7f).contains(&x) {
+                    x as char
+                } else {
+                    '.'
+                }
+            })
+            .collect();
+        out.push_str(&format!(
+            "{:08x}  {:<48} |{}|\n",
+            i * 16,
+            hex.join(" "),
+            asc
+        ));
+    }
+    out
+}
