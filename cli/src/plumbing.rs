@@ -240,6 +240,8 @@ pub fn repack(ctx: &Ctx) -> CmdResult {
     let stats = odb.repack(&RepackOptions::default());
     crate::output::progress_done();
     let stats = stats?;
+    // The lineage index is derived from the objects just repacked.
+    sessctl_store::lineage::write_for(&odb, &ctx.store)?;
     for c in &stats.corrupt {
         eprintln!("sessctl: warning: left in place, damaged: {c}");
     }

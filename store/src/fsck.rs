@@ -283,6 +283,17 @@ impl Store {
         report.notes = odb.backend().set_aside();
         if opts.full {
             report.problems.extend(odb.backend().verify_storage());
+            // The lineage index: its checksum and structure on open, then
+            // every record against its session. A missing file is fine.
+            if let Some(root) = self.root() {
+                match crate::lineage::LineageIndex::open(root) {
+                    Ok(Some(ix)) => report.problems.extend(ix.verify_against(&sessions)),
+                    Ok(None) => {}
+                    Err(e) => report.problems.push(format!(
+                        "{e} (the lineage index is ignored until the next repack or gc rewrites it)"
+                    )),
+                }
+            }
         }
         Ok(report)
     }

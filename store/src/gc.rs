@@ -279,6 +279,7 @@ impl Store {
         if let Some(r) = &root_dir {
             write_ledger(&ledger_path(r), &next_ledger)?;
         }
+        self.refresh_lineage()?;
         report.bytes_after = odb.stats()?.disk_bytes();
         Ok(report)
     }

@@ -2,10 +2,16 @@
 //! merge bases, and the whole-graph work (`graph`, Graphviz) on petgraph.
 //!
 //! Every walk reads parents and creation times through [`Lineage`], never a
-//! message body: for a [`Store`] that is the derived index, with the
-//! session object read only when the index lacks it. A faster lineage index
-//! (a memory-mapped commit-graph with generation numbers) can implement the
-//! same trait and every walk here uses it unchanged.
+//! message body: for a [`Store`] that is its lineage index (`lineage.rs`, a
+//! memory-mapped commit-graph with generation numbers), then the derived
+//! index, with the session object read only when both lack it.
+//!
+//! When a lineage offers a [`LineageIndex`], counts, ancestry and merge
+//! bases walk by position (bitsets, no hashing) inside the file, and by id
+//! only over the sessions written after it (the journal tail); generation
+//! numbers cut `is_ancestor` and stop merge-base early, as git's
+//! commit-graph does. The file is closed under parents, so a walk that
+//! enters it never leaves it. Answers never depend on what the file covers.
 //!
 //! Order. [`TopoWalk`] yields sessions as `git log --topo-order` would,
 //! with git's `--date-order` tie-break: a session never comes after any of
@@ -16,19 +22,23 @@
 //! session is a descendant needs the whole set, or generation numbers).
 
 mod lanes;
+mod positions;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 
 use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::Direction;
 
 use crate::error::Result;
 use crate::hash::ObjectId;
+use crate::lineage::LineageIndex;
 use crate::odb::Odb;
 use crate::store::Store;
 
 pub use lanes::{LaneRows, Lanes};
+use positions::Walker;
 
 /// What a walk needs of one session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,17 +62,41 @@ pub trait Lineage {
     fn created_at(&self, id: &ObjectId) -> Result<i64> {
         Ok(self.node(id)?.created_at)
     }
+
+    /// The session's generation number (1 + the largest of its parents'),
+    /// when known cheaply; `None` means unknown, never "no ancestors".
+    fn generation(&self, _id: &ObjectId) -> Result<Option<u32>> {
+        Ok(None)
+    }
+
+    /// A lineage index whose answers agree with [`Lineage::node`], for
+    /// walks by position; `None` when there is none.
+    fn lineage_index(&self) -> Option<Arc<LineageIndex>> {
+        None
+    }
 }
 
 impl<L: Lineage + ?Sized> Lineage for &L {
     fn node(&self, id: &ObjectId) -> Result<Node> {
         (**self).node(id)
     }
+    fn generation(&self, id: &ObjectId) -> Result<Option<u32>> {
+        (**self).generation(id)
+    }
+    fn lineage_index(&self) -> Option<Arc<LineageIndex>> {
+        (**self).lineage_index()
+    }
 }
 
-/// The index first; the session object only when the index lacks it.
+/// The lineage index first, then the derived index; the session object only
+/// when both lack it.
 impl Lineage for Store {
     fn node(&self, id: &ObjectId) -> Result<Node> {
+        if let Some(ix) = Store::lineage_index(self) {
+            if let Some(node) = ix.position(id).and_then(|p| ix.node(p)) {
+                return Ok(node);
+            }
+        }
         if let Some(info) = self.session_info(id)? {
             return Ok(Node {
                 id: *id,
@@ -71,6 +105,14 @@ impl Lineage for Store {
             });
         }
         self.odb().node(id)
+    }
+
+    fn generation(&self, id: &ObjectId) -> Result<Option<u32>> {
+        Ok(Store::lineage_index(self).and_then(|ix| Some(ix.generation(ix.position(id)?))))
+    }
+
+    fn lineage_index(&self) -> Option<Arc<LineageIndex>> {
+        Store::lineage_index(self)
     }
 }
 
@@ -256,6 +298,11 @@ pub fn ancestors(
     starts: &[ObjectId],
     follow: Follow,
 ) -> Result<HashSet<ObjectId>> {
+    if let Some(ix) = lineage.lineage_index() {
+        let mut w = Walker::new(lineage, &ix, follow);
+        let seen = w.reach(starts)?;
+        return Ok(seen.iter().map(|k| w.id(k)).collect());
+    }
     Ok(reach(lineage, starts, follow)?.into_keys().collect())
 }
 
@@ -265,6 +312,9 @@ pub fn count(
     starts: &[ObjectId],
     follow: Follow,
 ) -> Result<usize> {
+    if let Some(ix) = lineage.lineage_index() {
+        return Ok(Walker::new(lineage, &ix, follow).reach(starts)?.len());
+    }
     Ok(reach(lineage, starts, follow)?.len())
 }
 
@@ -284,6 +334,9 @@ pub fn first_parent_chain(
 
 /// Whether `a` is `b` or one of its ancestors (`merge-base --is-ancestor`).
 pub fn is_ancestor(lineage: &(impl Lineage + ?Sized), a: ObjectId, b: ObjectId) -> Result<bool> {
+    if let Some(ix) = lineage.lineage_index() {
+        return Walker::new(lineage, &ix, Follow::All).is_ancestor(&a, &b);
+    }
     let mut seen = HashSet::from([b]);
     let mut queue = VecDeque::from([b]);
     while let Some(at) = queue.pop_front() {
@@ -307,6 +360,9 @@ pub fn merge_bases_all(
     a: ObjectId,
     b: ObjectId,
 ) -> Result<Vec<ObjectId>> {
+    if let Some(ix) = lineage.lineage_index() {
+        return Walker::new(lineage, &ix, Follow::All).merge_bases(&a, &b);
+    }
     let of_a = reach(lineage, &[a], Follow::All)?;
     // Walk from b, stopping at a's ancestors: every best common ancestor is
     // such a first hit (a path through another common ancestor would make

@@ -133,6 +133,8 @@ pub struct Store {
     /// Compaction applied after commits (see `compact.rs`).
     pub(crate) auto_compaction: std::sync::RwLock<Option<AutoCompaction>>,
     pub(crate) auto_compaction_errors: Mutex<Vec<AutoCompactionError>>,
+    /// The lineage index, loaded on first use (see `lineage.rs`).
+    pub(crate) lineage: crate::lineage::Slot,
     /// Whether this handle may write (holds the writer lock).
     writable: bool,
     /// The last operation applied when the store was opened.
@@ -216,6 +218,7 @@ impl Store {
             notes: Mutex::new(notes),
             auto_compaction: std::sync::RwLock::new(None),
             auto_compaction_errors: Mutex::new(Vec::new()),
+            lineage: crate::lineage::Slot::default(),
             writable,
             opened_seq: seq,
         };

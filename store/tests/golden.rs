@@ -255,3 +255,54 @@ fn the_operation_example_is_pinned() {
     }
     assert_eq!(Operation::decode(&bytes).unwrap(), op);
 }
+
+/// `hexdump -C` with its `*` for repeated lines, and the final offset.
+fn dump_squeezed(b: &[u8]) -> String {
+    let full = dump(b);
+    let mut out = String::new();
+    let mut prev: Option<&str> = None;
+    let mut starred = false;
+    for line in full.lines() {
+        let body = &line[10..];
+        if prev == Some(body) {
+            if !starred {
+                out.push_str("*\n");
+                starred = true;
+            }
+            continue;
+        }
+        starred = false;
+        prev = Some(body);
+        out.push_str(line);
+        out.push('\n');
+    }
+    out.push_str(&format!("{:08x}\n", b.len()));
+    out
+}
+
+/// The lineage index of the two example sessions.
+#[test]
+fn the_lineage_index_example_matches_the_spec() {
+    use sessctl_store::lineage::{build, LineageIndex, SessionFacts, LINEAGE_FORMAT_VERSION};
+    let e = examples();
+    let mut facts = std::collections::BTreeMap::new();
+    for obj in [&e.root, &e.cont] {
+        let s = sessctl_store::Session::decode(obj.payload()).unwrap();
+        facts.insert(obj.id(), SessionFacts::of(&obj.id(), &s));
+    }
+    let bytes = build(&facts).unwrap();
+    let ix = LineageIndex::from_bytes("example.lgi".into(), bytes.clone()).unwrap();
+    assert_eq!(ix.len(), 2);
+    let spec = spec();
+    assert!(
+        spec.contains(&dump_squeezed(&bytes)),
+        "objects-format.md lacks the hex dump of the lineage index example:\n{}",
+        dump_squeezed(&bytes)
+    );
+    assert!(spec.contains(&format!("({} bytes;", bytes.len())));
+    let sum = ObjectId::from_slice(&bytes[bytes.len() - 32..]).unwrap();
+    assert!(spec.contains(&sum.to_hex()), "spec lacks checksum {sum}");
+    assert!(spec.contains(&format!(
+        "`LINEAGE_FORMAT_VERSION` | {LINEAGE_FORMAT_VERSION}"
+    )));
+}

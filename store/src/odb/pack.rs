@@ -548,12 +548,13 @@ impl std::fmt::Debug for Pack {
     }
 }
 
-fn map_file(path: &Path) -> Result<Mmap> {
+pub(crate) fn map_file(path: &Path) -> Result<Mmap> {
     let file = OpenOptions::new().read(true).open(path).at(path)?;
-    // SAFETY: packs and their indexes are immutable once renamed into place
-    // (this module writes them under temporary names and never reopens them
-    // for writing), and the store lock keeps other sessctl writers out. A
-    // foreign process truncating the file would be outside that contract.
+    // SAFETY: packs and their indexes (and the lineage index, lineage.rs)
+    // are immutable once renamed into place (they are written under
+    // temporary names and never reopened for writing), and the store lock
+    // keeps other sessctl writers out. A foreign process truncating the file
+    // would be outside that contract.
     unsafe { Mmap::map(&file) }.at(path)
 }
 

@@ -1,0 +1,366 @@
+//! Walks keyed by dense numbers: a session in the lineage index is its
+//! position there, a session written after it (the journal tail) gets the
+//! next free number when first met. The index is closed under parents, so
+//! only the tail is ever hashed by id; everything inside the index is
+//! bitsets and the mapped file.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use super::{Follow, Lineage, Node};
+use crate::error::{Error, Result};
+use crate::hash::ObjectId;
+use crate::lineage::LineageIndex;
+
+/// A growable bitset over keys.
+#[derive(Debug, Default)]
+pub(super) struct Bits {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Bits {
+    fn with_capacity(bits: usize) -> Bits {
+        Bits {
+            words: vec![0; bits.div_ceil(64)],
+            len: 0,
+        }
+    }
+
+    /// Sets `k`; whether it was clear.
+    pub(super) fn insert(&mut self, k: u32) -> bool {
+        let (w, b) = ((k / 64) as usize, k % 64);
+        if w >= self.words.len() {
+            self.words.resize(w + 1, 0);
+        }
+        let was = self.words[w] & (1 << b) != 0;
+        self.words[w] |= 1 << b;
+        if !was {
+            self.len += 1;
+        }
+        !was
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.words.iter().enumerate().flat_map(|(w, &word)| {
+            (0..64u32)
+                .filter(move |b| word & (1 << b) != 0)
+                .map(move |b| w as u32 * 64 + b)
+        })
+    }
+}
+
+const P1: u8 = 1;
+const P2: u8 = 2;
+const STALE: u8 = 4;
+const RESULT: u8 = 8;
+
+pub(super) struct Walker<'a, L: ?Sized> {
+    lineage: &'a L,
+    ix: &'a LineageIndex,
+    /// Keys below `n` are positions in the index.
+    n: u32,
+    follow: Follow,
+    /// Sessions outside the index: key `n + k` is `tail[k]`.
+    tail: Vec<Node>,
+    tail_key: HashMap<ObjectId, u32>,
+    /// Generations of tail sessions counted within the tail (0: not yet).
+    tail_gen: Vec<u32>,
+}
+
+impl<'a, L: Lineage + ?Sized> Walker<'a, L> {
+    pub(super) fn new(lineage: &'a L, ix: &'a LineageIndex, follow: Follow) -> Self {
+        Walker {
+            lineage,
+            ix,
+            n: ix.len() as u32,
+            follow,
+            tail: Vec::new(),
+            tail_key: HashMap::new(),
+            tail_gen: Vec::new(),
+        }
+    }
+
+    fn key(&mut self, id: &ObjectId) -> Result<u32> {
+        if let Some(p) = self.ix.position(id) {
+            return Ok(p);
+        }
+        if let Some(k) = self.tail_key.get(id) {
+            return Ok(*k);
+        }
+        let node = self.follow.trim(self.lineage.node(id)?);
+        let k = u32::try_from(self.tail.len())
+            .ok()
+            .and_then(|t| self.n.checked_add(t))
+            .ok_or_else(|| Error::Invalid("too many sessions for one walk".into()))?;
+        self.tail.push(node);
+        self.tail_gen.push(0);
+        self.tail_key.insert(*id, k);
+        Ok(k)
+    }
+
+    fn in_file(&self, k: u32) -> bool {
+        k < self.n
+    }
+
+    fn tail_node(&self, k: u32) -> Option<&Node> {
+        self.tail.get(k.checked_sub(self.n)? as usize)
+    }
+
+    pub(super) fn id(&self, k: u32) -> ObjectId {
+        if self.in_file(k) {
+            self.ix.id(k)
+        } else {
+            self.tail_node(k).map(|n| n.id)
+        }
+        .unwrap_or(ObjectId::from_bytes([0; 32]))
+    }
+
+    fn created_at(&self, k: u32) -> i64 {
+        if self.in_file(k) {
+            self.ix.created_at(k)
+        } else {
+            self.tail_node(k).map_or(0, |n| n.created_at)
+        }
+    }
+
+    /// The followed parents of `k`, as keys, into `out`.
+    fn parents(&mut self, k: u32, out: &mut Vec<u32>) -> Result<()> {
+        out.clear();
+        if self.in_file(k) {
+            match self.follow {
+                Follow::All => out.extend(self.ix.parents(k)),
+                Follow::FirstParent => out.extend(self.ix.first_parent(k)),
+            }
+            return Ok(());
+        }
+        let parents = self
+            .tail_node(k)
+            .map(|n| n.parents.clone())
+            .unwrap_or_default();
+        for p in &parents {
+            let pk = self.key(p)?;
+            out.push(pk);
+        }
+        Ok(())
+    }
+
+    /// Every key reachable from `starts`, the starts included.
+    pub(super) fn reach(&mut self, starts: &[ObjectId]) -> Result<Bits> {
+        let mut seen = Bits::with_capacity(self.n as usize);
+        let mut stack: Vec<u32> = Vec::new();
+        for s in starts {
+            let k = self.key(s)?;
+            if seen.insert(k) {
+                stack.push(k);
+            }
+        }
+        let mut buf = Vec::new();
+        while let Some(k) = stack.pop() {
+            if self.in_file(k) {
+                // The hot loop: no allocation, no hashing.
+                match self.follow {
+                    Follow::All => {
+                        for p in self.ix.parents(k) {
+                            if seen.insert(p) {
+                                stack.push(p);
+                            }
+                        }
+                    }
+                    Follow::FirstParent => {
+                        if let Some(p) = self.ix.first_parent(k) {
+                            if seen.insert(p) {
+                                stack.push(p);
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
+            self.parents(k, &mut buf)?;
+            for &p in &buf {
+                if seen.insert(p) {
+                    stack.push(p);
+                }
+            }
+        }
+        Ok(seen)
+    }
+
+    /// Whether `to` is `from` or one of its ancestors. Sessions in the
+    /// index with a generation below `to`'s cannot lead to it.
+    fn reaches(&mut self, from: u32, to: u32) -> Result<bool> {
+        let cut = self.in_file(to).then(|| self.ix.generation(to));
+        if cut.is_some() && self.in_file(from) && self.ix.generation(from) < cut.unwrap_or(0) {
+            return Ok(false);
+        }
+        let mut seen = Bits::default();
+        seen.insert(from);
+        let mut stack = vec![from];
+        let mut buf = Vec::new();
+        while let Some(k) = stack.pop() {
+            if k == to {
+                return Ok(true);
+            }
+            self.parents(k, &mut buf)?;
+            for &p in &buf {
+                if let Some(g) = cut {
+                    // The index is closed under parents: once inside, a
+                    // walk stays inside, and generations only fall.
+                    if self.in_file(p) && self.ix.generation(p) < g {
+                        continue;
+                    }
+                }
+                if seen.insert(p) {
+                    stack.push(p);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// `merge-base --is-ancestor a b`.
+    pub(super) fn is_ancestor(&mut self, a: &ObjectId, b: &ObjectId) -> Result<bool> {
+        if a == b {
+            return Ok(true);
+        }
+        let kb = self.key(b)?;
+        match self.ix.position(a) {
+            Some(ka) => self.reaches(kb, ka),
+            // Nothing in the index has an ancestor outside it.
+            None if self.in_file(kb) => Ok(false),
+            None => {
+                // `a` may be missing altogether: that is "no", as without
+                // the index, so look it up without reading its object.
+                let seen = self.reach(std::slice::from_ref(b))?;
+                Ok(self
+                    .tail_key
+                    .get(a)
+                    .is_some_and(|k| seen.iter().any(|s| s == *k)))
+            }
+        }
+    }
+
+    /// A tail session's generation within the tail (its parents in the
+    /// index count as 0), computed once; tail sessions sort above every
+    /// session of the index, which none of them can be an ancestor of.
+    fn tail_generation(&mut self, k: u32) -> Result<u32> {
+        let Some(t) = k.checked_sub(self.n) else {
+            return Ok(0);
+        };
+        if self.tail_gen.get(t as usize).copied().unwrap_or(0) > 0 {
+            return Ok(self.tail_gen[t as usize]);
+        }
+        let mut stack = vec![(k, false)];
+        let mut buf = Vec::new();
+        while let Some((at, expanded)) = stack.pop() {
+            let ti = (at - self.n) as usize;
+            if self.tail_gen[ti] > 0 {
+                continue;
+            }
+            self.parents(at, &mut buf)?;
+            let tail_parents: Vec<u32> = buf.iter().copied().filter(|p| *p >= self.n).collect();
+            let pending: Vec<u32> = tail_parents
+                .iter()
+                .copied()
+                .filter(|p| self.tail_gen[(p - self.n) as usize] == 0)
+                .collect();
+            if !expanded && !pending.is_empty() {
+                stack.push((at, true));
+                stack.extend(pending.into_iter().map(|p| (p, false)));
+                continue;
+            }
+            // Expanded twice only through a cycle, which ids cannot form;
+            // a pending parent then counts as 0.
+            let g = tail_parents
+                .iter()
+                .map(|p| self.tail_gen[(p - self.n) as usize])
+                .max()
+                .unwrap_or(0);
+            self.tail_gen[ti] = g.saturating_add(1);
+        }
+        Ok(self.tail_gen.get(t as usize).copied().unwrap_or(0))
+    }
+
+    /// The heap order: every descendant before its ancestors.
+    fn rank(&mut self, k: u32) -> Result<(bool, u32)> {
+        Ok(if self.in_file(k) {
+            (false, self.ix.generation(k))
+        } else {
+            (true, self.tail_generation(k)?)
+        })
+    }
+
+    /// Every best common ancestor, newest first (see `merge_bases_all`).
+    /// Sessions are painted from `a` and `b` in decreasing generation, so a
+    /// session's marks are final when it is taken; the walk stops once
+    /// only sessions below a found common ancestor are left.
+    pub(super) fn merge_bases(&mut self, a: &ObjectId, b: &ObjectId) -> Result<Vec<ObjectId>> {
+        let ka = self.key(a)?;
+        let kb = self.key(b)?;
+        let mut flags: HashMap<u32, u8> = HashMap::new();
+        // (rank, key, counted as live)
+        let mut heap: BinaryHeap<((bool, u32), u32, bool)> = BinaryHeap::new();
+        let mut live = 0usize;
+        *flags.entry(ka).or_default() |= P1;
+        *flags.entry(kb).or_default() |= P2;
+        for k in [ka, kb] {
+            heap.push((self.rank(k)?, k, true));
+            live += 1;
+        }
+        let mut results: Vec<u32> = Vec::new();
+        let mut buf = Vec::new();
+        while live > 0 {
+            let Some((_, k, counted)) = heap.pop() else {
+                break;
+            };
+            if counted {
+                live -= 1;
+            }
+            let mut f = flags.get(&k).copied().unwrap_or(0) & (P1 | P2 | STALE);
+            if f == P1 | P2 {
+                let e = flags.entry(k).or_default();
+                if *e & RESULT == 0 {
+                    *e |= RESULT;
+                    results.push(k);
+                }
+                f |= STALE;
+            }
+            self.parents(k, &mut buf)?;
+            let parents = std::mem::take(&mut buf);
+            for &p in &parents {
+                let e = flags.entry(p).or_default();
+                if *e & f == f {
+                    continue;
+                }
+                *e |= f;
+                let is_live = *e & STALE == 0;
+                heap.push((self.rank(p)?, p, is_live));
+                if is_live {
+                    live += 1;
+                }
+            }
+            buf = parents;
+        }
+        // A candidate below another is not a best one.
+        let mut best = Vec::with_capacity(results.len());
+        for &r in &results {
+            let mut redundant = false;
+            for &other in &results {
+                if other != r && self.reaches(other, r)? {
+                    redundant = true;
+                    break;
+                }
+            }
+            if !redundant {
+                best.push(r);
+            }
+        }
+        best.sort_by_key(|k| Reverse((self.created_at(*k), Reverse(self.id(*k)))));
+        Ok(best.into_iter().map(|k| self.id(k)).collect())
+    }
+}

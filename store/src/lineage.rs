@@ -1,0 +1,810 @@
+//! The lineage index: a memory-mapped file of every session's parents,
+//! generation number, conversation, creation time and message count, in the
+//! spirit of git's commit-graph (objects-format.md, "Lineage index").
+//!
+//! It owns `<store>/lineage/graph.lgi`: writing it (from the session objects,
+//! reusing the records of the previous file), reading it in place, and
+//! checking it. It is derived data: deleting it loses nothing, and a damaged
+//! one is ignored (with a note) and rewritten by the next repack or gc. It
+//! must never answer differently from the session objects, so a session
+//! whose ancestry is incomplete in the store is left out of it (walks read
+//! such sessions from their objects).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, IoResultExt, Result};
+use crate::hash::{ObjectId, ID_LEN};
+use crate::object::{ObjectKind, Session};
+use crate::odb::{Odb, RepackOptions, RepackStats};
+use crate::store::Store;
+
+/// First 4 bytes of the file (objects-format.md, "Lineage index").
+pub const LINEAGE_MAGIC: [u8; 4] = *b"SLGI";
+/// Version of the lineage index layout (objects-format.md, "Versioning").
+pub const LINEAGE_FORMAT_VERSION: u32 = 1;
+/// The directory, under the store, and the file's name in it.
+pub const LINEAGE_DIR: &str = "lineage";
+pub const LINEAGE_FILE: &str = "graph.lgi";
+/// magic, version, N sessions, C conversations, E extra edges, reserved.
+pub const HEADER_LEN: usize = 24;
+pub const FANOUT_LEN: usize = 256 * 4;
+/// u32 first parent, u32 second parent, u32 generation, u32 conversation,
+/// i64 created_at, u64 messages.
+pub const RECORD_LEN: usize = 32;
+pub const CHECKSUM_LEN: usize = 32;
+/// "No parent" in a parent field.
+pub const NO_PARENT: u32 = u32::MAX;
+/// In the second-parent field: the rest is an index into the extra-edge
+/// list (3 or more parents). In an extra edge: the session's last parent.
+pub const EXTRA_FLAG: u32 = 0x8000_0000;
+/// Positions and edge indexes stay below this, so that neither collides
+/// with [`NO_PARENT`] or [`EXTRA_FLAG`].
+pub const MAX_ENTRIES: usize = (EXTRA_FLAG - 1) as usize;
+
+/// What the index records of one session: everything fixed by its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionFacts {
+    pub parents: Vec<ObjectId>,
+    pub created_at: i64,
+    /// The conversation id, resolved (a root's own id).
+    pub conversation: ObjectId,
+    /// The length of the full message history: `messages.base + messages.added.len()`.
+    pub messages: u64,
+}
+
+impl SessionFacts {
+    pub fn of(id: &ObjectId, s: &Session) -> SessionFacts {
+        SessionFacts {
+            parents: s.parents.clone(),
+            created_at: s.created_at,
+            conversation: s.conversation_id(*id),
+            messages: s.messages.len(),
+        }
+    }
+}
+
+/// The path of a store's lineage index.
+pub fn path_in(store_root: &Path) -> PathBuf {
+    store_root.join(LINEAGE_DIR).join(LINEAGE_FILE)
+}
+
+/// Builds the file's bytes from the facts of some sessions. Deterministic:
+/// the same sessions give the same bytes, whatever their order or history.
+///
+/// Sessions with a parent that is absent (or itself left out) are left out,
+/// so that the file is closed under parents.
+pub fn build(sessions: &BTreeMap<ObjectId, SessionFacts>) -> Result<Vec<u8>> {
+    // Generations, depth first; `None` marks a session left out.
+    let mut generation: HashMap<ObjectId, Option<u32>> = HashMap::with_capacity(sessions.len());
+    for start in sessions.keys() {
+        if generation.contains_key(start) {
+            continue;
+        }
+        let mut stack: Vec<(ObjectId, bool)> = vec![(*start, false)];
+        let mut on_stack: BTreeSet<ObjectId> = BTreeSet::new();
+        while let Some((id, expanded)) = stack.pop() {
+            if generation.contains_key(&id) {
+                continue;
+            }
+            let Some(facts) = sessions.get(&id) else {
+                generation.insert(id, None);
+                continue;
+            };
+            if !expanded {
+                if !on_stack.insert(id) {
+                    // A cycle (ids cannot make one): leave it out.
+                    generation.insert(id, None);
+                    continue;
+                }
+                stack.push((id, true));
+                for p in &facts.parents {
+                    if !generation.contains_key(p) {
+                        stack.push((*p, false));
+                    }
+                }
+                continue;
+            }
+            on_stack.remove(&id);
+            let mut g = Some(1u32);
+            for p in &facts.parents {
+                g = match (g, generation.get(p).copied().flatten()) {
+                    (Some(g), Some(pg)) => Some(g.max(pg.saturating_add(1))),
+                    _ => None,
+                };
+            }
+            generation.insert(id, g);
+        }
+    }
+    let kept: Vec<(&ObjectId, &SessionFacts, u32)> = sessions
+        .iter()
+        .filter_map(|(id, f)| Some((id, f, generation.get(id).copied().flatten()?)))
+        .collect();
+    let n = kept.len();
+    let position: HashMap<ObjectId, u32> = kept
+        .iter()
+        .enumerate()
+        .map(|(k, (id, _, _))| (**id, k as u32))
+        .collect();
+    let conversations: Vec<ObjectId> = kept
+        .iter()
+        .map(|(_, f, _)| f.conversation)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut records = Vec::with_capacity(n * RECORD_LEN);
+    let mut extra: Vec<u32> = Vec::new();
+    for (_, f, g) in &kept {
+        let pos = |p: &ObjectId| position.get(p).copied().unwrap_or(NO_PARENT);
+        let first = f.parents.first().map_or(NO_PARENT, pos);
+        let second = match f.parents.len() {
+            0 | 1 => NO_PARENT,
+            2 => pos(&f.parents[1]),
+            _ => {
+                let start = extra.len() as u32 | EXTRA_FLAG;
+                let rest = &f.parents[1..];
+                for (k, p) in rest.iter().enumerate() {
+                    let last = if k + 1 == rest.len() { EXTRA_FLAG } else { 0 };
+                    extra.push(pos(p) | last);
+                }
+                start
+            }
+        };
+        let conv = conversations
+            .binary_search(&f.conversation)
+            .map_or(u32::MAX, |c| c as u32);
+        records.extend_from_slice(&first.to_le_bytes());
+        records.extend_from_slice(&second.to_le_bytes());
+        records.extend_from_slice(&g.to_le_bytes());
+        records.extend_from_slice(&conv.to_le_bytes());
+        records.extend_from_slice(&f.created_at.to_le_bytes());
+        records.extend_from_slice(&f.messages.to_le_bytes());
+    }
+    if n > MAX_ENTRIES || extra.len() > MAX_ENTRIES || conversations.len() > MAX_ENTRIES {
+        return Err(Error::Invalid(format!(
+            "a lineage index holds fewer than {MAX_ENTRIES} sessions and edges"
+        )));
+    }
+    let mut out = Vec::with_capacity(
+        HEADER_LEN
+            + FANOUT_LEN
+            + n * (ID_LEN + RECORD_LEN)
+            + conversations.len() * ID_LEN
+            + extra.len() * 4
+            + CHECKSUM_LEN,
+    );
+    out.extend_from_slice(&LINEAGE_MAGIC);
+    for v in [
+        LINEAGE_FORMAT_VERSION,
+        n as u32,
+        conversations.len() as u32,
+        extra.len() as u32,
+        0,
+    ] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    let mut fanout = [0u32; 256];
+    for (id, _, _) in &kept {
+        fanout[id.as_bytes()[0] as usize] += 1;
+    }
+    let mut total = 0u32;
+    for f in fanout {
+        total += f;
+        out.extend_from_slice(&total.to_le_bytes());
+    }
+    for (id, _, _) in &kept {
+        out.extend_from_slice(id.as_bytes());
+    }
+    out.extend_from_slice(&records);
+    for c in &conversations {
+        out.extend_from_slice(c.as_bytes());
+    }
+    for e in &extra {
+        out.extend_from_slice(&e.to_le_bytes());
+    }
+    let sum = blake3::hash(&out);
+    out.extend_from_slice(sum.as_bytes());
+    Ok(out)
+}
+
+/// What a rewrite did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    /// Sessions in the new file.
+    pub sessions: usize,
+    /// Of those, how many were taken from the previous file.
+    pub reused: usize,
+    /// Session objects decoded (the new ones).
+    pub decoded: usize,
+    /// Whether the file changed (an identical one is left alone).
+    pub written: bool,
+}
+
+/// The facts of every session in `odb`: taken from `previous` where it has
+/// the session, decoded otherwise. Objects that do not read are skipped (the
+/// walks and fsck report them).
+pub fn collect(
+    odb: &Odb,
+    previous: Option<&LineageIndex>,
+) -> Result<(BTreeMap<ObjectId, SessionFacts>, WriteStats)> {
+    let mut stats = WriteStats::default();
+    let mut out = BTreeMap::new();
+    for id in odb.backend().ids_in_storage_order()? {
+        if let Some((ix, pos)) = previous.and_then(|ix| Some((ix, ix.position(&id)?))) {
+            if let Some(f) = ix.facts(pos) {
+                stats.reused += 1;
+                out.insert(id, f);
+                continue;
+            }
+        }
+        let Ok(obj) = odb.read(&id) else { continue };
+        if obj.kind() != ObjectKind::Session {
+            continue;
+        }
+        let Ok(s) = Session::decode(obj.payload()) else {
+            continue;
+        };
+        stats.decoded += 1;
+        out.insert(id, SessionFacts::of(&id, &s));
+    }
+    Ok((out, stats))
+}
+
+/// Rewrites `<store_root>/lineage/graph.lgi` from the sessions in `odb`,
+/// reusing the previous file's records (a damaged previous file is ignored).
+/// The caller holds the store's writer lock.
+pub fn write_for(odb: &Odb, store_root: &Path) -> Result<WriteStats> {
+    let previous = LineageIndex::open(store_root).ok().flatten();
+    let (sessions, mut stats) = collect(odb, previous.as_ref())?;
+    let bytes = build(&sessions)?;
+    stats.sessions = u32_at(&bytes, 8).unwrap_or(0) as usize;
+    if previous.as_ref().is_some_and(|p| p.bytes() == &bytes[..]) {
+        return Ok(stats);
+    }
+    drop(previous);
+    write_file(store_root, &bytes)?;
+    stats.written = true;
+    Ok(stats)
+}
+
+/// Writes `bytes` as the store's lineage index: a temporary file, fsynced,
+/// renamed over the old one, the directory fsynced.
+pub fn write_file(store_root: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = store_root.join(LINEAGE_DIR);
+    fs::create_dir_all(&dir).at(&dir)?;
+    let tmp = dir.join(format!(".tmp-{}-{LINEAGE_FILE}", std::process::id()));
+    let mut f = File::create(&tmp).at(&tmp)?;
+    f.write_all(bytes).at(&tmp)?;
+    f.sync_all().at(&tmp)?;
+    drop(f);
+    let path = dir.join(LINEAGE_FILE);
+    fs::rename(&tmp, &path).at(&path)?;
+    crate::odb::journal::sync_dir(&dir)
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(
+        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(
+        b.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
+}
+
+enum Bytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+/// An open lineage index. Opening checks everything (checksum, order,
+/// positions, generations), so answers are those of the file that was
+/// written; every accessor is bounds-checked as well and never panics.
+pub struct LineageIndex {
+    path: PathBuf,
+    bytes: Bytes,
+    n: usize,
+    conversations: usize,
+    extra: usize,
+    ids_at: usize,
+    records_at: usize,
+    conversations_at: usize,
+    extra_at: usize,
+}
+
+impl std::fmt::Debug for LineageIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LineageIndex")
+            .field("path", &self.path)
+            .field("sessions", &self.n)
+            .finish()
+    }
+}
+
+impl LineageIndex {
+    /// Opens and checks `<store_root>/lineage/graph.lgi`; `None` when there
+    /// is none.
+    pub fn open(store_root: &Path) -> Result<Option<LineageIndex>> {
+        let path = path_in(store_root);
+        let map = match crate::odb::pack::map_file(&path) {
+            Ok(m) => m,
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        LineageIndex::parse(path, Bytes::Mapped(map)).map(Some)
+    }
+
+    /// Checks bytes held in memory (`path` names them in errors).
+    pub fn from_bytes(path: PathBuf, bytes: Vec<u8>) -> Result<LineageIndex> {
+        LineageIndex::parse(path, Bytes::Owned(bytes))
+    }
+
+    fn parse(path: PathBuf, bytes: Bytes) -> Result<LineageIndex> {
+        let corrupt = |offset: usize, reason: String| Error::CorruptFile {
+            path: path.clone(),
+            offset: offset as u64,
+            reason,
+        };
+        let b: &[u8] = &bytes;
+        if b.len() < HEADER_LEN + FANOUT_LEN + CHECKSUM_LEN {
+            return Err(corrupt(
+                0,
+                format!("{} bytes is too short for a lineage index", b.len()),
+            ));
+        }
+        if b[..4] != LINEAGE_MAGIC {
+            return Err(corrupt(0, "not a lineage index (bad magic)".into()));
+        }
+        let header = |at| u32_at(b, at).unwrap_or(0) as usize;
+        if header(4) != LINEAGE_FORMAT_VERSION as usize {
+            return Err(corrupt(
+                4,
+                format!(
+                    "lineage index version {}, expected {LINEAGE_FORMAT_VERSION}",
+                    header(4)
+                ),
+            ));
+        }
+        let (n, c, e) = (header(8), header(12), header(16));
+        if header(20) != 0 {
+            return Err(corrupt(20, "reserved header bytes are not zero".into()));
+        }
+        let ids_at = HEADER_LEN + FANOUT_LEN;
+        let size = (|| {
+            let records_at = ids_at.checked_add(n.checked_mul(ID_LEN)?)?;
+            let conversations_at = records_at.checked_add(n.checked_mul(RECORD_LEN)?)?;
+            let extra_at = conversations_at.checked_add(c.checked_mul(ID_LEN)?)?;
+            let end = extra_at.checked_add(e.checked_mul(4)?)?;
+            Some((records_at, conversations_at, extra_at, end))
+        })();
+        let Some((records_at, conversations_at, extra_at, end)) = size else {
+            return Err(corrupt(8, "counts too large".into()));
+        };
+        if n > MAX_ENTRIES || e > MAX_ENTRIES || end.checked_add(CHECKSUM_LEN) != Some(b.len()) {
+            return Err(corrupt(
+                8,
+                format!(
+                    "{n} sessions, {c} conversations and {e} edges do not fit {} bytes",
+                    b.len()
+                ),
+            ));
+        }
+        if blake3::hash(&b[..end]).as_bytes()[..] != b[end..] {
+            return Err(corrupt(end, "checksum mismatch".into()));
+        }
+        let ix = LineageIndex {
+            path: path.clone(),
+            bytes,
+            n,
+            conversations: c,
+            extra: e,
+            ids_at,
+            records_at,
+            conversations_at,
+            extra_at,
+        };
+        ix.check()
+            .map_err(|(offset, reason)| corrupt(offset, reason))?;
+        Ok(ix)
+    }
+
+    /// The structure a checksum cannot vouch for (a writer's bug): fan-out,
+    /// id order, positions in range, generations, conversation order.
+    fn check(&self) -> Result<(), (usize, String)> {
+        let mut prev = 0usize;
+        for byte in 0..256 {
+            let f = self.fanout(byte);
+            if f < prev {
+                return Err((HEADER_LEN + byte * 4, "fan-out decreases".into()));
+            }
+            prev = f;
+        }
+        if prev != self.n {
+            return Err((HEADER_LEN + 255 * 4, "fan-out total is not N".into()));
+        }
+        for pos in 0..self.n {
+            let at = self.ids_at + pos * ID_LEN;
+            let id = self.id_bytes(pos as u32).unwrap_or(&[]);
+            if pos > 0 && self.id_bytes(pos as u32 - 1).is_none_or(|p| p >= id) {
+                return Err((at, format!("ids out of order at position {pos}")));
+            }
+            let (lo, hi) = self.fanout_range(id.first().copied().unwrap_or(0));
+            if pos < lo || pos >= hi {
+                return Err((
+                    at,
+                    format!("id at position {pos} is outside its fan-out range"),
+                ));
+            }
+        }
+        for k in 1..self.conversations {
+            if self.conversation_bytes(k as u32 - 1) >= self.conversation_bytes(k as u32) {
+                return Err((
+                    self.conversations_at + k * ID_LEN,
+                    format!("conversation ids out of order at {k}"),
+                ));
+            }
+        }
+        for pos in 0..self.n as u32 {
+            let at = self.records_at + pos as usize * RECORD_LEN;
+            let field = |k: usize| u32_at(&self.bytes, at + 4 * k).unwrap_or(NO_PARENT);
+            let (first, second) = (field(0), field(1));
+            if first == NO_PARENT && second != NO_PARENT {
+                return Err((at, format!("record {pos} has a second parent but no first")));
+            }
+            if second != NO_PARENT && second & EXTRA_FLAG != 0 {
+                let start = (second & !EXTRA_FLAG) as usize;
+                let mut k = start;
+                loop {
+                    let Some(v) = self.edge(k) else {
+                        return Err((at + 4, format!("record {pos}: extra edges out of range")));
+                    };
+                    if v & EXTRA_FLAG != 0 {
+                        break;
+                    }
+                    k += 1;
+                }
+            }
+            let mut expect = 1u32;
+            let mut count = 0;
+            for p in self.parents(pos) {
+                count += 1;
+                if p as usize >= self.n {
+                    return Err((
+                        at,
+                        format!("record {pos}: parent position {p} out of range"),
+                    ));
+                }
+                expect = expect.max(self.generation(p).saturating_add(1));
+            }
+            let declared =
+                usize::from(first != NO_PARENT) + if second == NO_PARENT { 0 } else { 1 };
+            if count < declared {
+                return Err((at, format!("record {pos}: bad parent list")));
+            }
+            if self.generation(pos) != expect {
+                return Err((
+                    at + 8,
+                    format!(
+                        "record {pos}: generation {} should be {expect}",
+                        self.generation(pos)
+                    ),
+                ));
+            }
+            if field(3) as usize >= self.conversations {
+                return Err((at + 12, format!("record {pos}: conversation out of range")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The file this index was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Number of sessions.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    fn fanout(&self, byte: usize) -> usize {
+        u32_at(&self.bytes, HEADER_LEN + byte * 4).unwrap_or(0) as usize
+    }
+
+    fn fanout_range(&self, first: u8) -> (usize, usize) {
+        let hi = self.fanout(first as usize).min(self.n);
+        let lo = if first == 0 {
+            0
+        } else {
+            self.fanout(first as usize - 1).min(hi)
+        };
+        (lo, hi)
+    }
+
+    fn id_bytes(&self, pos: u32) -> Option<&[u8]> {
+        if pos as usize >= self.n {
+            return None;
+        }
+        let at = self.ids_at + pos as usize * ID_LEN;
+        self.bytes.get(at..at + ID_LEN)
+    }
+
+    fn conversation_bytes(&self, k: u32) -> Option<&[u8]> {
+        if k as usize >= self.conversations {
+            return None;
+        }
+        let at = self.conversations_at + k as usize * ID_LEN;
+        self.bytes.get(at..at + ID_LEN)
+    }
+
+    fn edge(&self, k: usize) -> Option<u32> {
+        if k >= self.extra {
+            return None;
+        }
+        u32_at(&self.bytes, self.extra_at + k * 4)
+    }
+
+    fn field(&self, pos: u32, k: usize) -> Option<u32> {
+        if pos as usize >= self.n {
+            return None;
+        }
+        u32_at(
+            &self.bytes,
+            self.records_at + pos as usize * RECORD_LEN + 4 * k,
+        )
+    }
+
+    /// The session's position: fan-out, then a binary search.
+    pub fn position(&self, id: &ObjectId) -> Option<u32> {
+        let want = id.as_bytes();
+        let (mut lo, mut hi) = self.fanout_range(want[0]);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.id_bytes(mid as u32)?.cmp(&want[..]) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(mid as u32),
+            }
+        }
+        None
+    }
+
+    /// The id at `pos`.
+    pub fn id(&self, pos: u32) -> Option<ObjectId> {
+        self.id_bytes(pos).and_then(ObjectId::from_slice)
+    }
+
+    /// The positions of the session's parents, first parent first.
+    pub fn parents(&self, pos: u32) -> Parents<'_> {
+        let first = self.field(pos, 0).unwrap_or(NO_PARENT);
+        let second = self.field(pos, 1).unwrap_or(NO_PARENT);
+        Parents {
+            ix: self,
+            first,
+            second,
+            stage: 0,
+        }
+    }
+
+    /// The first parent's position.
+    pub fn first_parent(&self, pos: u32) -> Option<u32> {
+        self.field(pos, 0).filter(|p| *p != NO_PARENT)
+    }
+
+    /// 1 for a session without parents, else 1 + the largest generation of
+    /// its parents. 0 for a position out of range.
+    pub fn generation(&self, pos: u32) -> u32 {
+        self.field(pos, 2).unwrap_or(0)
+    }
+
+    /// The conversation id.
+    pub fn conversation(&self, pos: u32) -> Option<ObjectId> {
+        self.conversation_bytes(self.field(pos, 3)?)
+            .and_then(ObjectId::from_slice)
+    }
+
+    /// Milliseconds since the Unix epoch (0 for a position out of range).
+    pub fn created_at(&self, pos: u32) -> i64 {
+        if pos as usize >= self.n {
+            return 0;
+        }
+        u64_at(
+            &self.bytes,
+            self.records_at + pos as usize * RECORD_LEN + 16,
+        )
+        .unwrap_or(0) as i64
+    }
+
+    /// The length of the session's full message history.
+    pub fn messages(&self, pos: u32) -> u64 {
+        if pos as usize >= self.n {
+            return 0;
+        }
+        u64_at(
+            &self.bytes,
+            self.records_at + pos as usize * RECORD_LEN + 24,
+        )
+        .unwrap_or(0)
+    }
+
+    /// What a walk needs of the session at `pos`.
+    pub fn node(&self, pos: u32) -> Option<crate::graph::Node> {
+        Some(crate::graph::Node {
+            id: self.id(pos)?,
+            parents: self.parents(pos).filter_map(|p| self.id(p)).collect(),
+            created_at: self.created_at(pos),
+        })
+    }
+
+    /// Everything recorded of the session at `pos`.
+    pub fn facts(&self, pos: u32) -> Option<SessionFacts> {
+        Some(SessionFacts {
+            parents: self.parents(pos).filter_map(|p| self.id(p)).collect(),
+            created_at: self.created_at(pos),
+            conversation: self.conversation(pos)?,
+            messages: self.messages(pos),
+        })
+    }
+
+    /// Checks every record against the session object it names; one line
+    /// per disagreement, each naming the file.
+    pub fn verify_against(&self, sessions: &BTreeMap<ObjectId, Session>) -> Vec<String> {
+        let mut problems = Vec::new();
+        let path = self.path.display();
+        for pos in 0..self.n as u32 {
+            let Some(id) = self.id(pos) else { continue };
+            let Some(s) = sessions.get(&id) else {
+                problems.push(format!(
+                    "{path}: names session {id}, which the store lacks; run sessctl repack"
+                ));
+                continue;
+            };
+            let want = SessionFacts::of(&id, s);
+            let have = self.facts(pos);
+            if have.as_ref() != Some(&want) {
+                let what = match &have {
+                    None => "its record",
+                    Some(h) if h.parents != want.parents => "its parents",
+                    Some(h) if h.created_at != want.created_at => "its creation time",
+                    Some(h) if h.conversation != want.conversation => "its conversation",
+                    Some(_) => "its message count",
+                };
+                problems.push(format!(
+                    "{path}: {what} for session {id} disagree with the object"
+                ));
+            }
+        }
+        problems
+    }
+}
+
+/// Parent positions of one session.
+#[derive(Debug, Clone)]
+pub struct Parents<'a> {
+    ix: &'a LineageIndex,
+    first: u32,
+    second: u32,
+    /// 0: first, 1: second, 2+: extra edge `second + stage - 2`, done at u32::MAX.
+    stage: u32,
+}
+
+impl Iterator for Parents<'_> {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        loop {
+            match self.stage {
+                0 => {
+                    self.stage = 1;
+                    if self.first != NO_PARENT {
+                        return Some(self.first);
+                    }
+                    self.stage = u32::MAX;
+                }
+                1 => {
+                    if self.second == NO_PARENT {
+                        self.stage = u32::MAX;
+                    } else if self.second & EXTRA_FLAG == 0 {
+                        self.stage = u32::MAX;
+                        return Some(self.second);
+                    } else {
+                        self.stage = 2;
+                    }
+                }
+                u32::MAX => return None,
+                k => {
+                    let at = (self.second & !EXTRA_FLAG) as usize + (k - 2) as usize;
+                    let Some(v) = self.ix.edge(at) else {
+                        self.stage = u32::MAX;
+                        return None;
+                    };
+                    self.stage = if v & EXTRA_FLAG != 0 { u32::MAX } else { k + 1 };
+                    return Some(v & !EXTRA_FLAG);
+                }
+            }
+        }
+    }
+}
+
+/// The store's handle on its lineage index: loaded on first use, dropped
+/// when the store rewrites the file.
+#[derive(Debug, Default)]
+pub(crate) struct Slot(Mutex<Option<Option<Arc<LineageIndex>>>>);
+
+impl Store {
+    /// The lineage index, loaded on first use; `None` for a store in memory,
+    /// when there is no file, or when it is damaged (then with a recovery
+    /// note: it is ignored until the next repack or gc rewrites it).
+    pub fn lineage_index(&self) -> Option<Arc<LineageIndex>> {
+        let mut slot = match self.lineage.0.lock() {
+            Ok(s) => s,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(loaded) = &*slot {
+            return loaded.clone();
+        }
+        let loaded = match self.root() {
+            None => None,
+            Some(root) => match LineageIndex::open(root) {
+                Ok(ix) => ix.map(Arc::new),
+                Err(e) => {
+                    self.note(format!(
+                        "ignoring the lineage index ({e}); the next repack or gc rewrites it"
+                    ));
+                    None
+                }
+            },
+        };
+        *slot = Some(loaded.clone());
+        loaded
+    }
+
+    /// Rewrites the lineage index from the objects (see [`write_for`]) and
+    /// reloads it. Nothing for a store in memory.
+    pub fn refresh_lineage(&self) -> Result<Option<WriteStats>> {
+        let Some(root) = self.root() else {
+            return Ok(None);
+        };
+        let stats = write_for(self.odb(), root)?;
+        let mut slot = match self.lineage.0.lock() {
+            Ok(s) => s,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *slot = None;
+        Ok(Some(stats))
+    }
+
+    /// Repacks the object database, then rewrites the lineage index.
+    pub fn repack(&self, opts: &RepackOptions) -> Result<RepackStats> {
+        let _writers_wait = self.lock_state();
+        let stats = self.odb().repack(opts)?;
+        self.refresh_lineage()?;
+        Ok(stats)
+    }
+}

@@ -1,0 +1,365 @@
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+//! The lineage index (objects-format.md, "Lineage index"): walks answer the
+//! same with the file as without it, on random DAGs with merges and forks,
+//! past the file (the journal tail), after gc, and with a damaged file; an
+//! incremental rewrite is byte-identical to a fresh one.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use sessctl_store::fsck::FsckOptions;
+use sessctl_store::gc::{GcOptions, Prune};
+use sessctl_store::graph::{self, Follow, Lineage};
+use sessctl_store::lineage::{self, LineageIndex, LINEAGE_FORMAT_VERSION};
+use sessctl_store::refs::{PreviousValue, RefEdit};
+use sessctl_store::{
+    Durability, Error, MessageDelta, ObjectId, OpenOptions, RefName, RefTarget, RepackOptions,
+    Session, Store, Transaction, WriteBatch,
+};
+use support::Rng;
+
+/// Appends `n` random sessions to `ids`: mostly continuations, some forks of
+/// old sessions, some merges (up to 3 parents), a few new roots; skewed
+/// clocks; messages kept of the first parent.
+fn grow(store: &Store, rng: &mut Rng, ids: &mut Vec<ObjectId>, lens: &mut Vec<u64>, n: usize) {
+    let mut batch = WriteBatch::new();
+    for _ in 0..n {
+        let k = ids.len();
+        let mut s = Session::new_root(1_763_000_000_000 + rng.below(1_000_000) as i64);
+        let mut base = 0;
+        if k > 0 && rng.below(10) != 0 {
+            let first = if rng.below(10) < 7 {
+                k - 1 - rng.below(k.min(4) as u64) as usize
+            } else {
+                rng.below(k as u64) as usize
+            };
+            s.parents.push(ids[first]);
+            s.conversation = Some(ids[first]);
+            base = rng.below(lens[first] + 1);
+            for _ in 0..[2, 1, 1, 0, 0, 0, 0, 0, 0, 0][rng.below(10) as usize] {
+                let p = ids[rng.below(k as u64) as usize];
+                if !s.parents.contains(&p) {
+                    s.parents.push(p);
+                }
+            }
+        }
+        let m = batch
+            .blob(&serde_json::json!({"role": "user", "content": format!("m{k}")}))
+            .unwrap();
+        s.messages = MessageDelta {
+            base,
+            added: vec![m; rng.below(3) as usize],
+        };
+        lens.push(s.messages.len());
+        ids.push(batch.session(&s).unwrap());
+    }
+    store.odb().write(&batch, Durability::NoSync).unwrap();
+}
+
+/// Every walk, through `l`, on some sessions.
+#[allow(clippy::type_complexity)]
+fn answers(
+    l: &dyn Lineage,
+    ids: &[ObjectId],
+    rng: &mut Rng,
+) -> Vec<(
+    Vec<ObjectId>,
+    Vec<ObjectId>,
+    usize,
+    usize,
+    BTreeSet<ObjectId>,
+    bool,
+    Vec<ObjectId>,
+)> {
+    let mut out = Vec::new();
+    for _ in 0..25 {
+        let a = ids[rng.below(ids.len() as u64) as usize];
+        let b = ids[rng.below(ids.len() as u64) as usize];
+        let log: Vec<ObjectId> = graph::log_order(l, &[a, b], Follow::All, None)
+            .unwrap()
+            .into_iter()
+            .map(|n| n.id)
+            .collect();
+        let fp: Vec<ObjectId> = graph::log_order(l, &[a], Follow::FirstParent, None)
+            .unwrap()
+            .into_iter()
+            .map(|n| n.id)
+            .collect();
+        out.push((
+            log,
+            fp,
+            graph::count(l, &[a, b], Follow::All).unwrap(),
+            graph::count(l, &[b], Follow::FirstParent).unwrap(),
+            graph::ancestors(l, &[a], Follow::All)
+                .unwrap()
+                .into_iter()
+                .collect(),
+            graph::is_ancestor(l, a, b).unwrap(),
+            graph::merge_bases_all(l, a, b).unwrap(),
+        ));
+        // Ancestry both ways, and with itself.
+        assert!(graph::is_ancestor(l, a, a).unwrap());
+        assert_eq!(graph::merge_bases_all(l, a, a).unwrap(), vec![a]);
+    }
+    out
+}
+
+fn check_same(store: &Store, ids: &[ObjectId], seed: u64, what: &str) {
+    let with = answers(store, ids, &mut Rng::new(seed));
+    let without = answers(store.odb(), ids, &mut Rng::new(seed));
+    assert_eq!(with, without, "seed {seed}: {what}");
+}
+
+fn tag_all(store: &Store, ids: &[ObjectId], from: usize) {
+    let edits = ids[from..]
+        .iter()
+        .enumerate()
+        .map(|(k, id)| RefEdit {
+            name: RefName::tag(&format!("t{}", from + k)).unwrap(),
+            expected: PreviousValue::MustNotExist,
+            new: Some(RefTarget::Session(*id)),
+        })
+        .collect();
+    store
+        .transact(
+            Transaction {
+                reason: "test".into(),
+                edits,
+                ..Transaction::default()
+            },
+            Durability::NoSync,
+        )
+        .unwrap();
+}
+
+#[test]
+fn walks_answer_the_same_with_the_file_as_without_it() {
+    for seed in [1, 2, 3, 4, 5, 6] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::init(&dir.path().join("s")).unwrap();
+        let mut rng = Rng::new(seed);
+        let (mut ids, mut lens) = (Vec::new(), Vec::new());
+        let n = 60 + rng.below(60) as usize;
+        grow(&store, &mut rng, &mut ids, &mut lens, n);
+        assert!(store.lineage_index().is_none());
+        check_same(&store, &ids, seed, "no file yet");
+        store.repack(&RepackOptions::default()).unwrap();
+        let ix = store.lineage_index().unwrap();
+        assert_eq!(ix.len(), ids.len());
+        for (k, id) in ids.iter().enumerate() {
+            let pos = ix.position(id).unwrap();
+            assert_eq!(ix.id(pos), Some(*id));
+            let s = store.odb().session(id).unwrap();
+            let parents: Vec<ObjectId> = ix.parents(pos).map(|p| ix.id(p).unwrap()).collect();
+            assert_eq!(parents, s.parents);
+            assert_eq!(ix.created_at(pos), s.created_at);
+            assert_eq!(ix.conversation(pos), Some(s.conversation_id(*id)));
+            assert_eq!(ix.messages(pos), lens[k]);
+            assert_eq!(
+                ix.messages(pos),
+                store.odb().history(id).unwrap().len() as u64
+            );
+            let want = 1 + ix.parents(pos).map(|p| ix.generation(p)).max().unwrap_or(0);
+            assert_eq!(ix.generation(pos), want);
+            assert_eq!(store.generation(id).unwrap(), Some(want));
+        }
+        assert_eq!(ix.position(&ObjectId::from_bytes([0xab; 32])), None);
+        check_same(&store, &ids, seed, "all in the file");
+        // The journal tail: sessions written after the file.
+        let before = ids.len();
+        grow(&store, &mut rng, &mut ids, &mut lens, 40);
+        assert_eq!(store.generation(&ids[before]).unwrap(), None);
+        check_same(&store, &ids, seed, "with a journal tail");
+        // Reopened, the file is read from disk.
+        drop(ix);
+        drop(store);
+        let store = Store::open(&dir.path().join("s"), &OpenOptions::default()).unwrap();
+        check_same(&store, &ids, seed, "reopened");
+        tag_all(&store, &ids, 0);
+        store.repack(&RepackOptions::default()).unwrap();
+        assert_eq!(store.lineage_index().unwrap().len(), ids.len());
+        check_same(&store, &ids, seed, "rewritten");
+        let r = store
+            .fsck(&FsckOptions { full: true }, &mut |_, _| {})
+            .unwrap();
+        assert!(r.is_clean(), "{:?}", r.problems);
+    }
+}
+
+#[test]
+fn an_incremental_rewrite_equals_a_fresh_one_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("s");
+    let store = Store::init(&root).unwrap();
+    let mut rng = Rng::new(42);
+    let (mut ids, mut lens) = (Vec::new(), Vec::new());
+    grow(&store, &mut rng, &mut ids, &mut lens, 80);
+    let first = store.refresh_lineage().unwrap().unwrap();
+    assert_eq!((first.sessions, first.reused, first.decoded), (80, 0, 80));
+    assert!(first.written);
+    grow(&store, &mut rng, &mut ids, &mut lens, 30);
+    let next = store.refresh_lineage().unwrap().unwrap();
+    assert_eq!((next.sessions, next.reused, next.decoded), (110, 80, 30));
+    let on_disk = std::fs::read(lineage::path_in(&root)).unwrap();
+    let (facts, _) = lineage::collect(store.odb(), None).unwrap();
+    assert_eq!(lineage::build(&facts).unwrap(), on_disk);
+    // Nothing new: the file is left alone.
+    let same = store.refresh_lineage().unwrap().unwrap();
+    assert!(!same.written);
+    assert_eq!(std::fs::read(lineage::path_in(&root)).unwrap(), on_disk);
+}
+
+#[test]
+fn gc_drops_the_sessions_it_drops_from_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::init(&dir.path().join("s")).unwrap();
+    let mut rng = Rng::new(7);
+    let (mut ids, mut lens) = (Vec::new(), Vec::new());
+    grow(&store, &mut rng, &mut ids, &mut lens, 50);
+    tag_all(&store, &ids, 0);
+    store.repack(&RepackOptions::default()).unwrap();
+    // A branch nothing names.
+    let mut loose = Session::new_root(1);
+    loose.parents = vec![ids[10]];
+    let mut b = WriteBatch::new();
+    let loose = b.session(&loose).unwrap();
+    store.odb().write(&b, Durability::NoSync).unwrap();
+    store.repack(&RepackOptions::default()).unwrap();
+    assert!(store.lineage_index().unwrap().position(&loose).is_some());
+    store
+        .gc(&GcOptions {
+            prune: Prune::Now,
+            ..GcOptions::default()
+        })
+        .unwrap();
+    let ix = store.lineage_index().unwrap();
+    assert_eq!(ix.position(&loose), None);
+    assert_eq!(ix.len(), ids.len());
+    check_same(&store, &ids, 7, "after gc");
+}
+
+#[test]
+fn a_damaged_file_is_refused_ignored_with_a_note_and_rewritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("s");
+    let store = Store::init(&root).unwrap();
+    let mut rng = Rng::new(9);
+    let (mut ids, mut lens) = (Vec::new(), Vec::new());
+    grow(&store, &mut rng, &mut ids, &mut lens, 60);
+    tag_all(&store, &ids, 0);
+    store.repack(&RepackOptions::default()).unwrap();
+    drop(store);
+    let path = lineage::path_in(&root);
+    let good = std::fs::read(&path).unwrap();
+    // Every byte flipped in turn (a sample), and cuts: a clear error, no panic.
+    for at in (0..good.len()).step_by(7).chain([good.len() - 1]) {
+        let mut bad = good.clone();
+        bad[at] ^= 0x40;
+        match LineageIndex::from_bytes(path.clone(), bad) {
+            Err(Error::CorruptFile { path: p, .. }) => assert_eq!(p, path),
+            other => panic!("byte {at}: {other:?}"),
+        }
+    }
+    for len in [0, 3, 100, good.len() - 1] {
+        assert!(matches!(
+            LineageIndex::from_bytes(path.clone(), good[..len].to_vec()),
+            Err(Error::CorruptFile { .. })
+        ));
+    }
+    let mut bad = good.clone();
+    bad[200] ^= 1;
+    std::fs::write(&path, &bad).unwrap();
+    let err = LineageIndex::open(&root).unwrap_err();
+    assert!(err.to_string().contains("checksum mismatch"), "{err}");
+    assert!(err.to_string().contains("graph.lgi"), "{err}");
+    let store = Store::open(&root, &OpenOptions::default()).unwrap();
+    check_same(&store, &ids, 9, "damaged file");
+    let notes = store.take_recovery_notes();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("ignoring the lineage index")),
+        "{notes:?}"
+    );
+    let r = store
+        .fsck(&FsckOptions { full: true }, &mut |_, _| {})
+        .unwrap();
+    assert!(
+        r.problems.iter().any(|p| p.contains("graph.lgi")),
+        "{:?}",
+        r.problems
+    );
+    store.repack(&RepackOptions::default()).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), good);
+    assert_eq!(store.lineage_index().unwrap().len(), ids.len());
+    // A well-formed file that disagrees with the objects is fsck's to report.
+    let (mut facts, _) = lineage::collect(store.odb(), None).unwrap();
+    facts.get_mut(&ids[5]).unwrap().messages += 1;
+    lineage::write_file(&root, &lineage::build(&facts).unwrap()).unwrap();
+    let r = store
+        .fsck(&FsckOptions { full: true }, &mut |_, _| {})
+        .unwrap();
+    assert!(
+        r.problems.iter().any(|p| p.contains("graph.lgi")
+            && p.contains("message count")
+            && p.contains(&ids[5].to_hex())),
+        "{:?}",
+        r.problems
+    );
+}
+
+#[test]
+fn sessions_whose_ancestry_is_missing_stay_out_of_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("s");
+    let store = Store::init(&root).unwrap();
+    let ghost = ObjectId::from_bytes([7; 32]);
+    let mut b = WriteBatch::new();
+    let base = b.session(&Session::new_root(1)).unwrap();
+    let mut orphan = Session::new_root(2);
+    orphan.parents = vec![base, ghost];
+    let orphan = b.session(&orphan).unwrap();
+    let mut child = Session::new_root(3);
+    child.parents = vec![orphan];
+    let child = b.session(&child).unwrap();
+    // An octopus: four parents.
+    let mut kids = Vec::new();
+    for t in 4..8 {
+        let mut s = Session::new_root(t);
+        s.parents = vec![base];
+        kids.push(b.session(&s).unwrap());
+    }
+    let mut octopus = Session::new_root(9);
+    octopus.parents = kids.clone();
+    let octopus = b.session(&octopus).unwrap();
+    store.odb().write(&b, Durability::NoSync).unwrap();
+    store.refresh_lineage().unwrap();
+    let ix = store.lineage_index().unwrap();
+    assert_eq!(ix.len(), 6);
+    assert_eq!(ix.position(&orphan), None);
+    assert_eq!(ix.position(&child), None);
+    let pos = ix.position(&octopus).unwrap();
+    let parents: Vec<ObjectId> = ix.parents(pos).map(|p| ix.id(p).unwrap()).collect();
+    assert_eq!(parents, kids);
+    assert_eq!(ix.generation(pos), 3);
+    // Walks through the orphan fail as they do without the file.
+    assert!(matches!(
+        graph::count(&store, &[child], Follow::All),
+        Err(Error::NotFound { id }) if id == ghost
+    ));
+    assert_eq!(
+        graph::count(&store, &[child], Follow::FirstParent).unwrap(),
+        3
+    );
+    assert_eq!(graph::count(&store, &[octopus], Follow::All).unwrap(), 6);
+    assert!(graph::is_ancestor(&store, base, octopus).unwrap());
+    assert!(!graph::is_ancestor(&store, ghost, octopus).unwrap());
+    assert_eq!(
+        graph::merge_bases_all(&store, octopus, kids[0]).unwrap(),
+        vec![kids[0]]
+    );
+    assert_eq!(LINEAGE_FORMAT_VERSION, 1);
+    let _ = Path::new("");
+}
