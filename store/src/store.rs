@@ -255,6 +255,16 @@ impl Store {
         crate::listing::write(root, hash.map(|h| (seq, h)), newest)
     }
 
+    /// Packs journal segments sealed by rotation (see
+    /// `ObjectBackend::maintain`). The commit is durable already, so a
+    /// failure here is not the commit's: it is noted, and the next write
+    /// or repack tries again.
+    fn upkeep(&self) {
+        if let Err(e) = self.odb.backend().maintain() {
+            self.note(format!("packing sealed journal segments failed: {e}"));
+        }
+    }
+
     /// Runs left open by a process that is gone are marked failed.
     fn recover_runs(&self) -> Result<()> {
         let claims = self.index.claims()?;
@@ -476,6 +486,7 @@ impl Store {
         if durability == Durability::Sync {
             self.odb.backend().sync(ticket)?;
         }
+        self.upkeep();
         Ok(Committed { op: op.seq })
     }
 

@@ -417,6 +417,7 @@ fn segments_rotate_and_stay_readable() {
     let (_d, path) = new_store();
     let opts = OpenOptions {
         segment_target: 8 << 10,
+        auto_pack: false,
         ..OpenOptions::default()
     };
     let odb = Odb::open(&path, &opts).unwrap();
@@ -462,6 +463,7 @@ fn a_damaged_frame_in_a_sealed_segment_costs_only_its_own_objects() {
     let (_d, path) = new_store();
     let opts = OpenOptions {
         segment_target: 1 << 10,
+        auto_pack: false,
         ..OpenOptions::default()
     };
     let odb = Odb::open(&path, &opts).unwrap();
@@ -580,4 +582,30 @@ fn a_bad_frame_in_an_unsynced_group_is_torn_with_everything_after_it() {
         assert!(!odb.contains(id).unwrap());
     }
     assert_eq!(fs::read(&seg).unwrap().len(), starts[1]);
+}
+
+#[test]
+fn writes_pack_sealed_segments_so_the_journal_stays_one_segment() {
+    let (_d, path) = new_store();
+    let opts = OpenOptions {
+        segment_target: 4 << 10,
+        ..OpenOptions::default()
+    };
+    let odb = Odb::open(&path, &opts).unwrap();
+    let ids = write_chain(&odb, 43, 400, 2, Durability::NoSync);
+    let stats = odb.stats().unwrap();
+    // Every write packed what rotation sealed before it.
+    assert_eq!(stats.journal_segments, 1, "{stats:?}");
+    // Geometric merging: a few packs, not one per segment.
+    let total = stats.pack_objects + stats.journal_objects;
+    assert!(
+        stats.packs >= 2 && stats.packs <= 2 + (total as f64).log2() as usize,
+        "{stats:?}"
+    );
+    drop(odb);
+    let odb = Odb::open(&path, &opts).unwrap();
+    assert_eq!(odb.load_messages(ids.last().unwrap()).unwrap().len(), 800);
+    for id in &ids {
+        odb.session(id).unwrap();
+    }
 }

@@ -52,7 +52,7 @@ pub const CODEC_ZSTD: u8 = 1;
 /// The largest canonical payload (and pack block) a reader will inflate.
 pub const MAX_OBJECT_SIZE: usize = 1 << 30;
 /// A segment is sealed and a new one started once it grows past this.
-pub const DEFAULT_SEGMENT_TARGET: u64 = 64 << 20;
+pub const DEFAULT_SEGMENT_TARGET: u64 = 8 << 20;
 
 /// Payloads shorter than this are stored raw: zstd's frame overhead eats the gain.
 const COMPRESS_MIN: usize = 96;
@@ -771,6 +771,23 @@ impl Journal {
             .copied()
             .filter(|&s| s < current)
             .collect())
+    }
+
+    /// Segments sealed by rotation, without damage: what an incremental
+    /// pack takes. None for a read-only journal.
+    pub fn sealed_segments(&self) -> Vec<u64> {
+        let Some(w) = &self.writer else {
+            return Vec::new();
+        };
+        let current = w.lock().expect("journal writer lock").seq;
+        let damaged = self.damaged.lock().expect("damage lock").clone();
+        self.segments
+            .read()
+            .expect("segment map lock")
+            .keys()
+            .copied()
+            .filter(|s| *s < current && !damaged.contains(s))
+            .collect()
     }
 
     /// Appends one frame and, for [`Durability::Sync`], returns once it is on disk.

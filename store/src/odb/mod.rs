@@ -82,6 +82,14 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
         opts: &RepackOptions,
         keep: Option<&dyn Fn(&ObjectId) -> bool>,
     ) -> Result<RepackStats>;
+    /// Incremental upkeep after a write: packs journal segments sealed by
+    /// rotation into a new pack (merging the packs that are not much bigger,
+    /// so that their number stays logarithmic), so that opening the store
+    /// scans no more than the newest segment. Cheap when there is nothing to
+    /// do; skipped while another repack runs.
+    fn maintain(&self) -> Result<Option<RepackStats>> {
+        Ok(None)
+    }
     /// When each object was stored, as far as the storage can tell (ms since
     /// the epoch): the modification time of the file that holds it, which
     /// is never earlier than the write.
@@ -152,6 +160,9 @@ pub struct OpenOptions {
     pub wait: Option<Duration>,
     /// Journal segments are sealed past this size.
     pub segment_target: u64,
+    /// Whether writes pack sealed segments as they go
+    /// ([`ObjectBackend::maintain`]); off only to look at segments as written.
+    pub auto_pack: bool,
 }
 
 impl Default for OpenOptions {
@@ -160,6 +171,7 @@ impl Default for OpenOptions {
             read_only: false,
             wait: None,
             segment_target: journal::DEFAULT_SEGMENT_TARGET,
+            auto_pack: true,
         }
     }
 }
@@ -236,7 +248,11 @@ impl Odb {
 
     /// Writes a batch atomically; returns how many objects were new.
     pub fn write(&self, batch: &WriteBatch, durability: Durability) -> Result<usize> {
-        self.backend.write_batch(&batch.objects, durability)
+        let n = self.backend.write_batch(&batch.objects, durability)?;
+        // The batch is stored; packing sealed segments is upkeep that the
+        // next write retries should it fail.
+        let _ = self.backend.maintain();
+        Ok(n)
     }
 
     /// Stores one JSON value; returns its id.
@@ -432,6 +448,7 @@ pub struct DiskBackend {
     journal: Journal,
     packs: RwLock<Vec<Arc<Pack>>>,
     repacking: Mutex<()>,
+    auto_pack: bool,
     notes: Mutex<Vec<String>>,
     /// What the journal scan found damaged, kept for fsck.
     damage: Vec<String>,
@@ -470,6 +487,7 @@ impl DiskBackend {
             journal,
             packs: RwLock::new(packs),
             repacking: Mutex::new(()),
+            auto_pack: opts.auto_pack,
             damage: notes
                 .iter()
                 .filter(|n| !n.contains("torn write"))
@@ -486,6 +504,98 @@ impl DiskBackend {
 
     fn packs(&self) -> Vec<Arc<Pack>> {
         self.packs.read().expect("pack list lock").clone()
+    }
+
+    /// Packs the objects of `old` packs and `sealed` segments (those `keep`
+    /// accepts) into one new pack, moves the segments' operations to the
+    /// op log, and deletes what the new pack replaces. The caller holds the
+    /// repack lock.
+    fn repack_these(
+        &self,
+        opts: &RepackOptions,
+        keep: Option<&dyn Fn(&ObjectId) -> bool>,
+        before: OdbStats,
+        sealed: Vec<u64>,
+        old: Vec<Arc<Pack>>,
+    ) -> Result<RepackStats> {
+        let mut objects = Vec::new();
+        let kept = |id: &ObjectId| keep.is_none_or(|k| k(id));
+        // A damaged object is not carried into the new pack, and the file
+        // holding it is not deleted: its bytes may still be salvaged.
+        let mut corrupt = Vec::new();
+        let mut keep_packs: HashSet<String> = HashSet::new();
+        for p in &old {
+            for id in p.ids_in_pack_order()? {
+                if kept(&id) {
+                    match p.read(&id) {
+                        Ok(Some(o)) => objects.push(o),
+                        Ok(None) => return Err(Error::NotFound { id }),
+                        Err(e) if e.is_corruption() => {
+                            corrupt.push(e.to_string());
+                            keep_packs.insert(p.name().to_owned());
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+        for id in self.journal.ids_in(&sealed) {
+            if kept(&id) {
+                match self.journal.read(&id) {
+                    Ok(Some(o)) => objects.push(o),
+                    Ok(None) => return Err(Error::NotFound { id }),
+                    // Its segment holds damage, and damaged segments stay.
+                    Err(e) if e.is_corruption() => corrupt.push(e.to_string()),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let ordered = Self::pack_order(objects);
+        let packs_dir = self.root.join("packs");
+        let written = if ordered.is_empty() {
+            None
+        } else {
+            Some(pack::write_pack(&packs_dir, &ordered, opts.pack)?)
+        };
+        {
+            let new_pack = match &written {
+                Some(w) => Some(Arc::new(Pack::open(&packs_dir, &w.name)?)),
+                None => None,
+            };
+            let mut packs = self.packs.write().expect("pack list lock");
+            packs.retain(|p| {
+                keep_packs.contains(p.name()) || !old.iter().any(|o| Arc::ptr_eq(o, p))
+            });
+            packs.extend(new_pack);
+        }
+        // Operations are history: they move to the op-log archive before
+        // their segments go.
+        let ops = self.journal.ops_in(&sealed)?;
+        if !ops.is_empty() {
+            write_oplog_file(&self.root.join("oplog"), &ops)?;
+        }
+        self.journal.retire(&sealed)?;
+        for p in &old {
+            if written.as_ref().is_some_and(|w| w.name == p.name()) || keep_packs.contains(p.name())
+            {
+                continue;
+            }
+            // Index first: without it the pack is no longer listed.
+            let [pack_path, index_path] = p.paths();
+            fs::remove_file(index_path).at(index_path)?;
+            fs::remove_file(pack_path).at(pack_path)?;
+        }
+        journal::sync_dir(&packs_dir)?;
+        let after = self.stats()?;
+        Ok(RepackStats {
+            objects: written.as_ref().map_or(0, |w| w.objects),
+            packs_before: old.len(),
+            segments_packed: sealed.len(),
+            bytes_before: before.disk_bytes(),
+            bytes_after: after.disk_bytes(),
+            pack_name: written.map(|w| w.name),
+            corrupt,
+        })
     }
 
     /// Objects in the order a new pack should hold them: each conversation's
@@ -548,6 +658,24 @@ impl DiskBackend {
         }
         out
     }
+}
+
+/// Which packs an incremental pack of `new_objects` objects merges: the
+/// smallest ones, as long as each is no bigger than twice what is merged
+/// so far, so that pack sizes grow geometrically and their number stays
+/// about log2 of the store's objects.
+fn geometric_merge(new_objects: usize, mut packs: Vec<Arc<Pack>>) -> Vec<Arc<Pack>> {
+    packs.sort_by_key(|p| p.object_count());
+    let mut merged = new_objects.max(1);
+    let mut out = Vec::new();
+    for p in packs {
+        if p.object_count() > 2 * merged {
+            break;
+        }
+        merged += p.object_count();
+        out.push(p);
+    }
+    out
 }
 
 /// `oplog/<first>-<last>.ops` files, sorted: (first, last, path).
@@ -788,84 +916,26 @@ impl ObjectBackend for DiskBackend {
                 corrupt: Vec::new(),
             });
         }
-        let mut objects = Vec::new();
-        let kept = |id: &ObjectId| keep.is_none_or(|k| k(id));
-        // A damaged object is not carried into the new pack, and the file
-        // holding it is not deleted: its bytes may still be salvaged.
-        let mut corrupt = Vec::new();
-        let mut keep_packs: HashSet<String> = HashSet::new();
-        for p in &old {
-            for id in p.ids_in_pack_order()? {
-                if kept(&id) {
-                    match p.read(&id) {
-                        Ok(Some(o)) => objects.push(o),
-                        Ok(None) => return Err(Error::NotFound { id }),
-                        Err(e) if e.is_corruption() => {
-                            corrupt.push(e.to_string());
-                            keep_packs.insert(p.name().to_owned());
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-            }
+        self.repack_these(opts, keep, before, sealed, old)
+    }
+
+    fn maintain(&self) -> Result<Option<RepackStats>> {
+        if !self.auto_pack || self.journal.sealed_segments().is_empty() {
+            return Ok(None);
         }
-        for id in self.journal.ids_in(&sealed) {
-            if kept(&id) {
-                match self.journal.read(&id) {
-                    Ok(Some(o)) => objects.push(o),
-                    Ok(None) => return Err(Error::NotFound { id }),
-                    // Its segment holds damage, and damaged segments stay.
-                    Err(e) if e.is_corruption() => corrupt.push(e.to_string()),
-                    Err(e) => return Err(e),
-                }
-            }
-        }
-        let ordered = Self::pack_order(objects);
-        let packs_dir = self.root.join("packs");
-        let written = if ordered.is_empty() {
-            None
-        } else {
-            Some(pack::write_pack(&packs_dir, &ordered, opts.pack)?)
+        // Someone else is repacking: they take these segments too, or the
+        // next write after them does.
+        let Ok(_one_at_a_time) = self.repacking.try_lock() else {
+            return Ok(None);
         };
-        {
-            let new_pack = match &written {
-                Some(w) => Some(Arc::new(Pack::open(&packs_dir, &w.name)?)),
-                None => None,
-            };
-            let mut packs = self.packs.write().expect("pack list lock");
-            packs.retain(|p| {
-                keep_packs.contains(p.name()) || !old.iter().any(|o| Arc::ptr_eq(o, p))
-            });
-            packs.extend(new_pack);
+        let sealed = self.journal.sealed_segments();
+        if sealed.is_empty() {
+            return Ok(None);
         }
-        // Operations are history: they move to the op-log archive before
-        // their segments go.
-        let ops = self.journal.ops_in(&sealed)?;
-        if !ops.is_empty() {
-            write_oplog_file(&self.root.join("oplog"), &ops)?;
-        }
-        self.journal.retire(&sealed)?;
-        for p in &old {
-            if written.as_ref().is_some_and(|w| w.name == p.name()) || keep_packs.contains(p.name())
-            {
-                continue;
-            }
-            // Index first: without it the pack is no longer listed.
-            let [pack_path, index_path] = p.paths();
-            fs::remove_file(index_path).at(index_path)?;
-            fs::remove_file(pack_path).at(pack_path)?;
-        }
-        journal::sync_dir(&packs_dir)?;
-        let after = self.stats()?;
-        Ok(RepackStats {
-            objects: written.as_ref().map_or(0, |w| w.objects),
-            packs_before: old.len(),
-            segments_packed: sealed.len(),
-            bytes_before: before.disk_bytes(),
-            bytes_after: after.disk_bytes(),
-            pack_name: written.map(|w| w.name),
-            corrupt,
-        })
+        let before = self.stats()?;
+        let merge = geometric_merge(self.journal.ids_in(&sealed).len(), self.packs());
+        self.repack_these(&RepackOptions::default(), None, before, sealed, merge)
+            .map(Some)
     }
 
     fn stored_at(&self) -> Result<HashMap<ObjectId, i64>> {
