@@ -337,8 +337,46 @@ impl Odb {
     }
 
     /// The messages of a session's full history, in order.
+    ///
+    /// A long history is read by a few threads, each taking a contiguous
+    /// run of it: reading a message is re-hashing and decoding it (and
+    /// inflating its pack block), all CPU, and runs stay in pack order.
     pub fn load_messages(&self, id: &ObjectId) -> Result<Vec<Value>> {
-        self.history(id)?.iter().map(|m| self.blob(m)).collect()
+        self.blobs(&self.history(id)?)
+    }
+
+    /// The blobs `ids` name, in order, each verified.
+    pub fn blobs(&self, ids: &[ObjectId]) -> Result<Vec<Value>> {
+        const PER_THREAD: usize = 512;
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(ids.len() / PER_THREAD)
+            .min(8);
+        if threads <= 1 {
+            return ids.iter().map(|m| self.blob(m)).collect();
+        }
+        let chunk = ids.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let parts: Vec<_> = ids
+                .chunks(chunk)
+                .map(|part| {
+                    scope.spawn(move || {
+                        part.iter()
+                            .map(|m| self.blob(m))
+                            .collect::<Result<Vec<_>>>()
+                    })
+                })
+                .collect();
+            let mut out = Vec::with_capacity(ids.len());
+            for p in parts {
+                out.extend(
+                    p.join().map_err(|_| {
+                        Error::Invalid("a thread reading messages panicked".into())
+                    })??,
+                );
+            }
+            Ok(out)
+        })
     }
 
     /// Walks first parents back to a session that keeps nothing of its
