@@ -7,7 +7,7 @@ mod support;
 use std::fs;
 
 use std::path::{Path, PathBuf};
-use support::examples;
+use support::{dump, examples, spec};
 
 use serde_json::json;
 use sessctl_store::{Durability, ObjectId, Odb, OpenOptions, WriteBatch};
@@ -17,35 +17,6 @@ fn root() -> PathBuf {
         .parent()
         .unwrap()
         .to_path_buf()
-}
-
-fn spec() -> String {
-    fs::read_to_string(root().join("objects-format.md")).unwrap()
-}
-
-/// The hex dump format the spec uses (`hexdump -C` style).
-fn dump(b: &[u8]) -> String {
-    let mut out = String::new();
-    for (i, c) in b.chunks(16).enumerate() {
-        let hex: Vec<String> = c.iter().map(|x| format!("{x:02x}")).collect();
-        let asc: String = c
-            .iter()
-            .map(|&x| {
-                if (0x20..0x7f).contains(&x) {
-                    x as char
-                } else {
-                    '.'
-                }
-            })
-            .collect();
-        out.push_str(&format!(
-            "{:08x}  {:<48} |{}|\n",
-            i * 16,
-            hex.join(" "),
-            asc
-        ));
-    }
-    out
 }
 
 const HELLO_ID: &str = "00ffdccff9a461873897cd0a40c829c259faba08458bcf2be5b99e430c6edbaf";
