@@ -272,14 +272,14 @@ impl Store {
             return Ok(report);
         }
         let keep = |id: &ObjectId| !doomed.contains(id);
-        odb.backend().repack_filtered(
+        let repacked = odb.backend().repack_filtered(
             &RepackOptions { pack: opts.pack },
             if doomed.is_empty() { None } else { Some(&keep) },
         )?;
         if let Some(r) = &root_dir {
             write_ledger(&ledger_path(r), &next_ledger)?;
         }
-        self.refresh_lineage()?;
+        self.refresh_lineage_from(repacked.sessions)?;
         report.bytes_after = odb.stats()?.disk_bytes();
         Ok(report)
     }

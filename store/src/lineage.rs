@@ -230,9 +230,20 @@ pub fn collect(
     odb: &Odb,
     previous: Option<&LineageIndex>,
 ) -> Result<(BTreeMap<ObjectId, SessionFacts>, WriteStats)> {
+    collect_from(odb, previous, odb.backend().ids_in_storage_order()?)
+}
+
+/// As [`collect`], over `candidates` only: a full repack names the sessions
+/// it packed, so that blobs (most objects) are not read again just to learn
+/// that they are not sessions. Candidates the odb lacks are skipped.
+pub fn collect_from(
+    odb: &Odb,
+    previous: Option<&LineageIndex>,
+    candidates: Vec<ObjectId>,
+) -> Result<(BTreeMap<ObjectId, SessionFacts>, WriteStats)> {
     let mut stats = WriteStats::default();
     let mut out = BTreeMap::new();
-    for id in odb.backend().ids_in_storage_order()? {
+    for id in candidates {
         if let Some((ix, pos)) = previous.and_then(|ix| Some((ix, ix.position(&id)?))) {
             if let Some(f) = ix.facts(pos) {
                 stats.reused += 1;
@@ -257,8 +268,21 @@ pub fn collect(
 /// reusing the previous file's records (a damaged previous file is ignored).
 /// The caller holds the store's writer lock.
 pub fn write_for(odb: &Odb, store_root: &Path) -> Result<WriteStats> {
+    write_from(odb, store_root, None)
+}
+
+/// As [`write_for`]; with `sessions` (what a full repack reports), only
+/// those are considered (see [`collect_from`]).
+pub fn write_from(
+    odb: &Odb,
+    store_root: &Path,
+    sessions: Option<Vec<ObjectId>>,
+) -> Result<WriteStats> {
     let previous = LineageIndex::open(store_root).ok().flatten();
-    let (sessions, mut stats) = collect(odb, previous.as_ref())?;
+    let (sessions, mut stats) = match sessions {
+        Some(c) => collect_from(odb, previous.as_ref(), c)?,
+        None => collect(odb, previous.as_ref())?,
+    };
     let bytes = build(&sessions)?;
     stats.sessions = u32_at(&bytes, 8).unwrap_or(0) as usize;
     if previous.as_ref().is_some_and(|p| p.bytes() == &bytes[..]) {
@@ -788,10 +812,19 @@ impl Store {
     /// Rewrites the lineage index from the objects (see [`write_for`]) and
     /// reloads it. Nothing for a store in memory.
     pub fn refresh_lineage(&self) -> Result<Option<WriteStats>> {
+        self.refresh_lineage_from(None)
+    }
+
+    /// As [`Store::refresh_lineage`], taking the sessions a full repack
+    /// reported when there are any (see [`write_from`]).
+    pub fn refresh_lineage_from(
+        &self,
+        sessions: Option<Vec<ObjectId>>,
+    ) -> Result<Option<WriteStats>> {
         let Some(root) = self.root() else {
             return Ok(None);
         };
-        let stats = write_for(self.odb(), root)?;
+        let stats = write_from(self.odb(), root, sessions)?;
         let mut slot = match self.lineage.0.lock() {
             Ok(s) => s,
             Err(poisoned) => poisoned.into_inner(),
@@ -804,7 +837,7 @@ impl Store {
     pub fn repack(&self, opts: &RepackOptions) -> Result<RepackStats> {
         let _writers_wait = self.lock_state();
         let stats = self.odb().repack(opts)?;
-        self.refresh_lineage()?;
+        self.refresh_lineage_from(stats.sessions.clone())?;
         Ok(stats)
     }
 }

@@ -149,6 +149,10 @@ pub struct RepackStats {
     /// Objects that failed verification: left where they were (their pack
     /// or segment is kept), one line each.
     pub corrupt: Vec<String>,
+    /// After a full repack that wrote a pack: the sessions in it, which are
+    /// then every session the store holds but those written since the
+    /// repack began (and any left in place as damaged). `None` otherwise.
+    pub sessions: Option<Vec<ObjectId>>,
 }
 
 /// How to open a store.
@@ -589,6 +593,11 @@ impl DiskBackend {
             }
         }
         let ordered = Self::pack_order(objects);
+        let sessions: Vec<ObjectId> = ordered
+            .iter()
+            .filter(|o| o.kind() == ObjectKind::Session)
+            .map(EncodedObject::id)
+            .collect();
         let packs_dir = self.root.join("packs");
         let written = if ordered.is_empty() {
             None
@@ -633,6 +642,7 @@ impl DiskBackend {
             bytes_after: after.disk_bytes(),
             pack_name: written.map(|w| w.name),
             corrupt,
+            sessions: Some(sessions),
         })
     }
 
@@ -952,6 +962,7 @@ impl ObjectBackend for DiskBackend {
                 bytes_after: before.disk_bytes(),
                 pack_name: old.first().map(|p| p.name().to_owned()),
                 corrupt: Vec::new(),
+                sessions: None,
             });
         }
         self.repack_these(opts, keep, before, sealed, old)
@@ -972,8 +983,11 @@ impl ObjectBackend for DiskBackend {
         }
         let before = self.stats()?;
         let merge = geometric_merge(self.journal.ids_in(&sealed).len(), self.packs());
-        self.repack_these(&RepackOptions::default(), None, before, sealed, merge)
-            .map(Some)
+        let mut stats =
+            self.repack_these(&RepackOptions::default(), None, before, sealed, merge)?;
+        // Only part of the store: not every session.
+        stats.sessions = None;
+        Ok(Some(stats))
     }
 
     fn stored_at(&self) -> Result<HashMap<ObjectId, i64>> {
