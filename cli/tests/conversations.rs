@@ -1215,3 +1215,26 @@ fn a_damaged_or_foreign_listing_is_ignored() {
     std::fs::copy(other.join(sessctl_store::listing::LISTING_FILE), &listing).unwrap();
     assert_eq!(ok(&s, &["ls", "--all", "--json"], None), want);
 }
+
+#[test]
+fn fsck_reports_a_listing_that_disagrees_with_the_index() {
+    let (_d, s) = busy_store();
+    let r = sessctl(&s, &["fsck"], None);
+    assert_eq!((r.code, r.stdout.as_str()), (0, ""), "{}", r.stderr);
+    // A well-formed, current listing that lies: a conversation renamed.
+    let path = s.join(sessctl_store::listing::LISTING_FILE);
+    let mut l = sessctl_store::listing::read_current(&s).unwrap();
+    l.conversations[0].name = "forged".into();
+    std::fs::write(
+        &path,
+        sessctl_store::listing::encode(&l.stamp, l.complete, &l.conversations),
+    )
+    .unwrap();
+    assert_eq!(
+        json(&s, &["ls", "--json", "--limit", "1"])[0]["name"],
+        "forged"
+    );
+    let r = sessctl(&s, &["fsck"], None);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert!(r.stdout.contains("does not agree with the index"), "{r:?}");
+}
