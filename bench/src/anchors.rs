@@ -1,6 +1,8 @@
 //! The anchors, each written the way a competent user would: one JSONL file
-//! per session, and SQLite in WAL mode with a delta table of messages (the
-//! OpenAI Agents SDK's SQLiteSession layout). Never times anything itself.
+//! per session; SQLite in WAL mode with a delta table of messages (the
+//! OpenAI Agents SDK's SQLiteSession layout) or a table of full snapshots,
+//! one per step (LangGraph's SqliteSaver); the disk's own fdatasync rate.
+//! git is in `git.rs`. Never times anything itself.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -49,8 +51,8 @@ pub fn jsonl_load(path: &Path) -> R<Vec<Value>> {
 }
 
 /// Forks a JSONL session: the first `keep` lines copied into a new file,
-/// then `added`; durable. Returns the new file's size.
-pub fn jsonl_fork(from: &Path, to: &Path, keep: usize, added: &[Value]) -> R<u64> {
+/// then `added` (synced when `sync`). Returns the new file's size.
+pub fn jsonl_fork(from: &Path, to: &Path, keep: usize, added: &[Value], sync: bool) -> R<u64> {
     let bytes = std::fs::read(from)?;
     let end = bytes
         .iter()
@@ -60,10 +62,7 @@ pub fn jsonl_fork(from: &Path, to: &Path, keep: usize, added: &[Value]) -> R<u64
         .map_or(0, |(i, _)| i + 1);
     let mut out = File::create(to)?;
     out.write_all(&bytes[..if keep == 0 { 0 } else { end }])?;
-    let mut j = Jsonl {
-        file: out,
-        sync: true,
-    };
+    let mut j = Jsonl { file: out, sync };
     j.append(added)?;
     Ok(std::fs::metadata(to)?.len())
 }
@@ -175,4 +174,124 @@ impl Sqlite {
         }
         Ok(out)
     }
+}
+
+/// A session as rows of full snapshots, as LangGraph's SqliteSaver keeps
+/// checkpoints: every step inserts the whole message list so far as one
+/// JSON blob; a load reads the newest. Same connection settings as
+/// [`Sqlite`].
+#[derive(Debug)]
+pub struct Snapshots {
+    pub conn: Connection,
+}
+
+/// One thread's state as the writer keeps it between steps: the messages
+/// serialized once, so a step costs its write, not a re-serialization.
+#[derive(Debug, Default, Clone)]
+pub struct Thread {
+    /// `[m0,m1,...` without the closing bracket.
+    json: Vec<u8>,
+    pub len: usize,
+    pub step: i64,
+}
+
+impl Thread {
+    fn push(&mut self, messages: &[Value]) -> R<()> {
+        for m in messages {
+            self.json.push(if self.len == 0 { b'[' } else { b',' });
+            serde_json::to_writer(&mut self.json, m)?;
+            self.len += 1;
+        }
+        Ok(())
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.json.len() + 2);
+        if self.len == 0 {
+            out.push(b'[');
+        } else {
+            out.extend_from_slice(&self.json);
+        }
+        out.push(b']');
+        out
+    }
+}
+
+impl Snapshots {
+    pub fn open(path: &Path, full: bool) -> R<Snapshots> {
+        let conn = Connection::open(path)?;
+        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        if mode != "wal" {
+            return Err(format!("sqlite: journal_mode is {mode}, not wal").into());
+        }
+        conn.busy_timeout(std::time::Duration::from_secs(30))?;
+        conn.execute_batch(&format!(
+            "PRAGMA synchronous={};
+             CREATE TABLE IF NOT EXISTS checkpoints(
+                 thread_id TEXT, step INTEGER, parent_step INTEGER, created_at INTEGER,
+                 state BLOB, PRIMARY KEY(thread_id, step));",
+            if full { "FULL" } else { "NORMAL" }
+        ))?;
+        Ok(Snapshots { conn })
+    }
+
+    /// One step: the thread's messages plus `added`, as a new row.
+    pub fn step(&self, thread: &str, state: &mut Thread, added: &[Value], at: i64) -> R<()> {
+        state.push(added)?;
+        state.step += 1;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO checkpoints(thread_id, step, parent_step, created_at, state)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![
+                thread,
+                state.step,
+                state.step - 1,
+                at,
+                state.snapshot()
+            ])?;
+        Ok(())
+    }
+
+    /// A fork: a new thread whose first step is the source's newest snapshot
+    /// cut at `keep` messages, plus `added`. Returns the new thread's state.
+    pub fn fork(&self, from: &str, to: &str, keep: usize, added: &[Value], at: i64) -> R<Thread> {
+        let mut all = self.load(from)?;
+        all.truncate(keep);
+        let mut t = Thread::default();
+        t.push(&all)?;
+        self.step(to, &mut t, added, at)?;
+        Ok(t)
+    }
+
+    pub fn load(&self, thread: &str) -> R<Vec<Value>> {
+        let bytes: Vec<u8> = self
+            .conn
+            .prepare_cached(
+                "SELECT state FROM checkpoints WHERE thread_id=?1 ORDER BY step DESC LIMIT 1",
+            )?
+            .query_row(params![thread], |r| r.get(0))?;
+        Ok(serde_json::from_slice(&bytes)?)
+    }
+
+    pub fn checkpoint(&self) -> R<()> {
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        Ok(())
+    }
+}
+
+/// The disk's own rate: `n` small appends to one file, each followed by
+/// `fdatasync`. Returns syncs per second.
+pub fn fdatasync_rate(path: &Path, n: usize) -> R<f64> {
+    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
+    let line = [b'x'; 63];
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        f.write_all(&line)?;
+        f.write_all(b"\n")?;
+        f.sync_data()?;
+    }
+    Ok(n as f64 / t.elapsed().as_secs_f64())
 }

@@ -1,84 +1,147 @@
 //! sessctl-bench: sessctl against the anchors a user would otherwise pick
-//! (a JSONL file per session, SQLite in WAL mode), side by side in one run.
-//! Prints a table of medians (and p99 where it matters) and the ratio
-//! sessctl/anchor; `--json FILE` writes the same rows. Timings are never
-//! asserted: CI runs `--quick` to check that the harness works.
+//! (a JSONL file per session, SQLite in WAL mode as a delta table or as
+//! full snapshots, git), side by side in one run. Prints a table of medians
+//! (and p99 where it matters) and the ratio sessctl/anchor; `--json FILE`
+//! writes the same rows. Timings are never asserted: CI runs `--quick` to
+//! check that the harness works and that every system gives back the same
+//! answers.
+//!
+//! The scenarios, numbered as in the table: 1 commit throughput, 2 loading
+//! a history, 3 lineage queries, 4 gc and fsck, 5 bytes on disk, 6 a fresh
+//! process listing the newest conversations.
 
 mod anchors;
+mod bulk;
+mod commit;
+mod git;
+mod history;
+mod lineage;
+mod list;
+mod maintenance;
 mod report;
-#[allow(clippy::unwrap_used)] // the shared test generator; a panic is the report
+#[allow(clippy::unwrap_used, missing_debug_implementations)] // the shared test generator; a panic is the report
 #[path = "../../store/tests/support/mod.rs"]
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
 use serde_json::{json, Value};
-use sessctl_store::{Cut, Durability, ForkOptions, Messages, RepackOptions, Store, Turn};
+use sessctl_store::{Durability, Messages, Turn};
 
-use anchors::{jsonl_fork, jsonl_load, Jsonl, Sqlite};
-use report::{Better, Group, Row};
+use anchors::Sqlite;
+use report::Row;
 use support::{message, Rng};
 
 pub type R<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-/// A scenario: measures in a temporary directory under the path, appends its rows.
-type Scenario = fn(&Path, Sizes, &mut Vec<Row>) -> R<()>;
+/// A scenario: measures in temporary directories under `ctx.tmp`, appends
+/// its rows.
+type Scenario = fn(&Ctx, &mut Vec<Row>) -> R<()>;
 
-/// Benchmarks sessctl against JSONL files and SQLite, in one run.
+/// Benchmarks sessctl against JSONL files, SQLite and git, in one run.
 #[derive(Debug, Parser)]
 #[command(name = "sessctl-bench")]
 struct Args {
-    /// Shrink every size so the whole run takes seconds (checks the harness,
-    /// not the timings).
+    /// Shrink every size so the whole run takes seconds (checks the harness
+    /// and that all systems agree, not the timings).
     #[arg(long)]
     quick: bool,
     /// Also write the table as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Durable commits per measurement (no-sync: ten times as many)
-    /// [default: 500; quick: 10].
-    #[arg(long, value_name = "N")]
-    commits: Option<usize>,
-    /// Repetitions of each throughput measurement [default: 5; quick: 2].
-    #[arg(long, value_name = "N")]
-    reps: Option<usize>,
-    /// Messages in the session that is loaded [default: 10000; quick: 500].
-    #[arg(long, value_name = "N")]
-    messages: Option<usize>,
-    /// Loads of that session per system [default: 20; quick: 3].
-    #[arg(long, value_name = "N")]
-    loads: Option<usize>,
-    /// Conversations in the store that is listed [default: 10000; quick: 200].
-    #[arg(long, value_name = "N")]
-    conversations: Option<usize>,
-    /// Fresh processes that list it, per system [default: 10; quick: 2].
-    #[arg(long, value_name = "N")]
-    spawns: Option<usize>,
-    /// Concurrent conversations (threads) in the last scenario [default: 16].
-    #[arg(long, value_name = "N", default_value_t = 16)]
-    threads: usize,
+    /// Run only these scenarios (1-6, comma-separated) [default: all].
+    #[arg(long, value_name = "N,...", value_delimiter = ',')]
+    only: Vec<u32>,
     /// Where the temporary stores go [default: the system temp dir].
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Repetitions of each throughput and in-process measurement
+    /// [default: 5; quick: 2].
+    #[arg(long, value_name = "N")]
+    reps: Option<usize>,
+    /// 1: durable commits by one writer on one conversation [default: 500;
+    /// quick: 10].
+    #[arg(long, value_name = "N")]
+    commits: Option<usize>,
+    /// 1: no-sync commits by one writer on one conversation [default: 10000;
+    /// quick: 100].
+    #[arg(long, value_name = "N")]
+    turns: Option<usize>,
+    /// 1: concurrent conversations, a writer thread each (comma-separated)
+    /// [default: 16,64].
+    #[arg(long, value_name = "N,...", value_delimiter = ',')]
+    threads: Vec<usize>,
+    /// 1: conversations in the many-conversations workload (20% of them
+    /// forks) [default: 1000; quick: 20].
+    #[arg(long, value_name = "N")]
+    convs: Option<usize>,
+    /// 1: turns per conversation in that workload [default: 20; quick: 5].
+    #[arg(long, value_name = "N")]
+    conv_turns: Option<usize>,
+    /// 1: commits made by git plumbing (about 4 processes each)
+    /// [default: 20; quick: 3].
+    #[arg(long, value_name = "N")]
+    git_commits: Option<usize>,
+    /// 2, 5: messages in the session that is loaded and measured on disk
+    /// [default: 10000; quick: 500].
+    #[arg(long, value_name = "N")]
+    messages: Option<usize>,
+    /// 2: loads of that session per system [default: 20; quick: 3].
+    #[arg(long, value_name = "N")]
+    loads: Option<usize>,
+    /// 3: sessions in the chain [default: 100000; quick: 2000].
+    #[arg(long, value_name = "N")]
+    chain: Option<usize>,
+    /// 3: sessions in the forest [default: 200000; quick: 4000].
+    #[arg(long, value_name = "N")]
+    forest: Option<usize>,
+    /// 3: root conversations of the forest [default: 2000; quick: 40].
+    #[arg(long, value_name = "N")]
+    roots: Option<usize>,
+    /// 3: runs of each lineage query per system, fresh processes and
+    /// library calls [default: 3; quick: 1].
+    #[arg(long, value_name = "N")]
+    lineage_runs: Option<usize>,
+    /// 4: objects in the store that gc and fsck go over [default: 1000000;
+    /// quick: 5000].
+    #[arg(long, value_name = "N")]
+    gc_objects: Option<usize>,
+    /// 6: conversations in the store that is listed [default: 100000;
+    /// quick: 200].
+    #[arg(long, value_name = "N")]
+    conversations: Option<usize>,
+    /// 6: fresh processes per system [default: 10; quick: 2].
+    #[arg(long, value_name = "N")]
+    spawns: Option<usize>,
     /// Internal: list the newest sessions of a SQLite file and exit (the
     /// anchor's fresh process).
     #[arg(long, hide = true, value_name = "DB")]
     sqlite_ls: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Sizes {
-    commits: usize,
-    reps: usize,
-    messages: usize,
-    loads: usize,
-    conversations: usize,
-    spawns: usize,
-    threads: usize,
+/// Every size, after defaults.
+#[derive(Debug, Clone)]
+pub struct Sizes {
+    pub quick: bool,
+    pub reps: usize,
+    pub commits: usize,
+    pub turns: usize,
+    pub threads: Vec<usize>,
+    pub convs: usize,
+    pub conv_turns: usize,
+    pub git_commits: usize,
+    pub messages: usize,
+    pub loads: usize,
+    pub chain: usize,
+    pub forest: usize,
+    pub roots: usize,
+    pub lineage_runs: usize,
+    pub gc_objects: usize,
+    pub conversations: usize,
+    pub spawns: usize,
 }
 
 impl Sizes {
@@ -87,46 +150,120 @@ impl Sizes {
         let pick = |v: Option<usize>, full: usize, quick: usize| {
             v.unwrap_or(if q { quick } else { full }).max(1)
         };
+        let mut threads: Vec<usize> = a.threads.iter().map(|&t| t.max(1)).collect();
+        if threads.is_empty() {
+            threads = vec![16, 64];
+        }
         Sizes {
-            commits: pick(a.commits, 500, 10),
+            quick: q,
             reps: pick(a.reps, 5, 2),
+            commits: pick(a.commits, 500, 10),
+            turns: pick(a.turns, 10_000, 100),
+            threads,
+            convs: pick(a.convs, 1000, 20),
+            conv_turns: pick(a.conv_turns, 20, 5),
+            git_commits: pick(a.git_commits, 20, 3),
             messages: pick(a.messages, 10_000, 500),
             loads: pick(a.loads, 20, 3),
-            conversations: pick(a.conversations, 10_000, 200),
+            chain: pick(a.chain, 100_000, 2000).max(20),
+            forest: pick(a.forest, 200_000, 4000),
+            roots: pick(a.roots, 2000, 40),
+            lineage_runs: pick(a.lineage_runs, 3, 1),
+            gc_objects: pick(a.gc_objects, 1_000_000, 5000),
+            conversations: pick(a.conversations, 100_000, 200),
             spawns: pick(a.spawns, 10, 2),
-            threads: a.threads.max(1),
         }
     }
 
-    fn to_json(self) -> Value {
+    fn to_json(&self) -> Value {
         json!({
-            "commits": self.commits, "reps": self.reps, "messages": self.messages,
-            "loads": self.loads, "conversations": self.conversations,
-            "spawns": self.spawns, "threads": self.threads,
+            "quick": self.quick, "reps": self.reps, "commits": self.commits,
+            "turns": self.turns, "threads": self.threads, "convs": self.convs,
+            "conv_turns": self.conv_turns, "git_commits": self.git_commits,
+            "messages": self.messages, "loads": self.loads, "chain": self.chain,
+            "forest": self.forest, "roots": self.roots,
+            "lineage_runs": self.lineage_runs, "gc_objects": self.gc_objects,
+            "conversations": self.conversations, "spawns": self.spawns,
         })
     }
 }
 
-const PER_TURN: usize = 4;
-const T0: i64 = 1_763_000_000_000;
+/// What every scenario gets.
+#[derive(Debug)]
+pub struct Ctx {
+    pub tmp: PathBuf,
+    pub s: Sizes,
+    /// The sessctl binary beside this one, when it has been built.
+    pub sessctl: Option<PathBuf>,
+    /// This binary (the SQLite anchor's fresh process).
+    pub exe: PathBuf,
+    /// Whether git runs; its scenarios are skipped with a note when not.
+    pub git: bool,
+}
 
-fn messages(seed: u64, n: usize) -> Vec<Value> {
+impl Ctx {
+    /// Says on stderr why a row is missing.
+    pub fn note(&self, text: &str) {
+        eprintln!("sessctl-bench: note: {text}");
+    }
+
+    /// The sessctl binary, or a note that scenario `n` has no CLI row.
+    pub fn sessctl(&self, scenario: u32) -> Option<&Path> {
+        if self.sessctl.is_none() {
+            self.note(&format!(
+                "the sessctl binary is not beside this one: scenario {scenario} has no \
+                 sessctl process rows (build it first: cargo build -p sessctl, with \
+                 --release for a release run)"
+            ));
+        }
+        self.sessctl.as_deref()
+    }
+
+    /// Whether git runs, or a note that scenario `n` has no git rows.
+    pub fn git(&self, scenario: u32) -> bool {
+        if !self.git {
+            self.note(&format!(
+                "git --version failed: scenario {scenario} has no git rows"
+            ));
+        }
+        self.git
+    }
+}
+
+pub const PER_TURN: usize = 4;
+pub const T0: i64 = 1_763_000_000_000;
+
+pub fn messages(seed: u64, n: usize) -> Vec<Value> {
     let mut rng = Rng::new(seed);
     (0..n).map(|i| message(&mut rng, i)).collect()
 }
 
-fn turn(messages: &[Value]) -> Turn {
+/// Small unique messages (about 100 bytes) for stores of very many objects.
+pub fn small_message(tag: &str, i: usize, rng: &mut Rng) -> Value {
+    let role = if i.is_multiple_of(2) {
+        "user"
+    } else {
+        "assistant"
+    };
+    json!({"role": role, "content": format!("{tag} message {i}: check {} then run the tests", rng.next())})
+}
+
+pub fn turn(messages: &[Value]) -> Turn {
     Turn {
         messages: Messages::Added(messages.to_vec()),
         ..Turn::default()
     }
 }
 
-fn secs(t: Instant) -> f64 {
+pub fn secs(t: Instant) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
-fn durability(sync: bool) -> Durability {
+pub fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+pub fn durability(sync: bool) -> Durability {
     if sync {
         Durability::Sync
     } else {
@@ -134,196 +271,8 @@ fn durability(sync: bool) -> Durability {
     }
 }
 
-/// Scenario 1: one writer, one message per turn.
-fn commit_throughput(tmp: &Path, s: Sizes, out: &mut Vec<Row>) -> R<()> {
-    for sync in [true, false] {
-        let n = if sync { s.commits } else { s.commits * 10 };
-        let label = if sync { "durable" } else { "no-sync" };
-        let msgs = messages(1, n);
-        let mut g = Group::new(
-            format!("1 commit, 1 writer, {label}"),
-            "commits/s",
-            Better::Higher,
-        );
-        let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..s.reps {
-            let dir = tempfile::tempdir_in(tmp)?;
-            let store = Store::init(&dir.path().join("sessctl"))?;
-            store.create(Some("c"), Turn::default(), durability(sync))?;
-            let turns: Vec<Turn> = msgs.iter().map(|m| turn(std::slice::from_ref(m))).collect();
-            let t = Instant::now();
-            for tu in turns {
-                store.commit("c", None, tu, durability(sync))?;
-            }
-            a.push(n as f64 / secs(t));
-
-            let mut j = Jsonl::create(&dir.path().join("s.jsonl"), sync)?;
-            let t = Instant::now();
-            for m in &msgs {
-                j.append(std::slice::from_ref(m))?;
-            }
-            b.push(n as f64 / secs(t));
-
-            let mut q = Sqlite::open(&dir.path().join("s.db"), sync)?;
-            q.create_session("c", T0)?;
-            let t = Instant::now();
-            for (i, m) in msgs.iter().enumerate() {
-                q.append("c", i as i64, std::slice::from_ref(m), T0 + i as i64)?;
-            }
-            c.push(n as f64 / secs(t));
-        }
-        g.add("sessctl", a);
-        g.add(
-            if sync {
-                "jsonl (fdatasync)"
-            } else {
-                "jsonl (no sync)"
-            },
-            b,
-        );
-        g.add(
-            if sync {
-                "sqlite (FULL)"
-            } else {
-                "sqlite (NORMAL)"
-            },
-            c,
-        );
-        out.extend(g.rows());
-    }
-    Ok(())
-}
-
-/// Scenarios 2 and 3: one long session, loaded, measured on disk, forked.
-fn long_session(tmp: &Path, s: Sizes, out: &mut Vec<Row>) -> R<()> {
-    let n = s.messages;
-    let msgs = messages(2, n);
-    let turns = n.div_ceil(PER_TURN);
-    let dir = tempfile::tempdir_in(tmp)?;
-
-    let store = Store::init(&dir.path().join("sessctl"))?;
-    let mut chunks = msgs.chunks(PER_TURN);
-    let first = chunks.next().unwrap_or(&[]);
-    let (_, mut head) = store.create(Some("c"), turn(first), Durability::NoSync)?;
-    for ch in chunks {
-        head = store.commit("c", None, turn(ch), Durability::NoSync)?;
-    }
-    store.odb().repack(&RepackOptions::default())?;
-
-    let jpath = dir.path().join("s.jsonl");
-    let mut j = Jsonl::create(&jpath, false)?;
-    for ch in msgs.chunks(PER_TURN) {
-        j.append(ch)?;
-    }
-    drop(j);
-
-    let mut q = Sqlite::open(&dir.path().join("s.db"), false)?;
-    q.create_session("c", T0)?;
-    q.conn.execute_batch("BEGIN")?;
-    for (i, m) in msgs.iter().enumerate() {
-        q.conn.execute(
-            "INSERT INTO messages(session_id, seq, message) VALUES ('c', ?1, ?2)",
-            rusqlite::params![i as i64, serde_json::to_string(m)?],
-        )?;
-    }
-    q.conn.execute_batch("COMMIT")?;
-
-    // The harness's own check: all three give back the same history.
-    if store.odb().load_messages(&head)? != msgs
-        || jsonl_load(&jpath)? != msgs
-        || q.load("c")? != msgs
-    {
-        return Err("a loaded history differs from the one written".into());
-    }
-
-    let mut g = Group::new(format!("2 load {n}-message history"), "ms", Better::Lower).p99();
-    let time = |f: &mut dyn FnMut() -> R<usize>| -> R<Vec<f64>> {
-        let mut v = Vec::new();
-        for _ in 0..s.loads {
-            let t = Instant::now();
-            let got = f()?;
-            v.push(secs(t) * 1e3);
-            if got != n {
-                return Err(format!("loaded {got} messages, not {n}").into());
-            }
-        }
-        Ok(v)
-    };
-    g.add(
-        "sessctl (packed)",
-        time(&mut || Ok(store.odb().load_messages(&head)?.len()))?,
-    );
-    g.add("jsonl", time(&mut || Ok(jsonl_load(&jpath)?.len()))?);
-    g.add("sqlite", time(&mut || Ok(q.load("c")?.len()))?);
-    out.extend(g.rows());
-
-    // Bytes on disk per turn.
-    q.checkpoint()?;
-    let db_size = |dir: &Path| -> R<u64> {
-        let mut total = 0;
-        for f in ["s.db", "s.db-wal"] {
-            if let Ok(m) = std::fs::metadata(dir.join(f)) {
-                total += m.len();
-            }
-        }
-        Ok(total)
-    };
-    let per = |b: u64| vec![b as f64 / turns as f64];
-    let mut g = Group::new(
-        format!("3 disk per turn ({PER_TURN} msgs/turn)"),
-        "bytes/turn",
-        Better::Lower,
-    );
-    let sessctl_before = store.odb().stats()?.disk_bytes();
-    let sqlite_before = db_size(dir.path())?;
-    g.add("sessctl (objects)", per(sessctl_before));
-    g.add("jsonl", per(std::fs::metadata(&jpath)?.len()));
-    g.add("sqlite (checkpointed)", per(sqlite_before));
-    g.add(
-        "sessctl (whole dir)",
-        per(dir_size(&dir.path().join("sessctl"))?),
-    );
-    out.extend(g.rows());
-
-    // A fork at the middle that adds 10 messages.
-    let mid = n / 2;
-    let added = messages(3, 10);
-    let mut g = Group::new("3 fork at middle, +10 msgs", "bytes grown", Better::Lower);
-    store.fork(
-        head,
-        ForkOptions {
-            name: Some("fork".into()),
-            cut: Some(Cut::AtMessage(mid as u64)),
-            turn: Some(turn(&added)),
-        },
-        Durability::Sync,
-    )?;
-    g.add(
-        "sessctl (objects)",
-        vec![(store.odb().stats()?.disk_bytes() - sessctl_before) as f64],
-    );
-    let jsize = jsonl_fork(&jpath, &dir.path().join("fork.jsonl"), mid, &added)?;
-    g.add("jsonl (copy prefix)", vec![jsize as f64]);
-    q.conn.execute_batch("BEGIN")?;
-    q.conn.execute(
-        "INSERT INTO messages SELECT 'fork', seq, message FROM messages
-         WHERE session_id='c' AND seq < ?1",
-        [mid as i64],
-    )?;
-    q.conn.execute_batch("COMMIT")?;
-    q.create_session("fork", T0)?;
-    q.append("fork", mid as i64, &added, T0)?;
-    q.checkpoint()?;
-    g.add(
-        "sqlite (copy rows)",
-        vec![db_size(dir.path())?.saturating_sub(sqlite_before) as f64],
-    );
-    out.extend(g.rows());
-    Ok(())
-}
-
-/// Bytes of every file under `path`: objects, refs, the index.
-fn dir_size(path: &Path) -> R<u64> {
+/// Bytes of every file under `path`.
+pub fn dir_size(path: &Path) -> R<u64> {
     let mut total = 0;
     for e in std::fs::read_dir(path)? {
         let e = e?;
@@ -337,161 +286,21 @@ fn dir_size(path: &Path) -> R<u64> {
     Ok(total)
 }
 
-/// Scenario 4: a fresh process opens a store of many conversations and lists
-/// the 20 newest.
-fn list_newest(tmp: &Path, s: Sizes, out: &mut Vec<Row>) -> R<()> {
-    let exe = std::env::current_exe()?;
-    let bin_dir = exe.parent().ok_or("the bench binary has no directory")?;
-    let sessctl = bin_dir.join(format!("sessctl{}", std::env::consts::EXE_SUFFIX));
-    let n = s.conversations;
-    let dir = tempfile::tempdir_in(tmp)?;
-    let spath = dir.path().join("sessctl");
-    let dbpath = dir.path().join("s.db");
-    {
-        let store = Store::init(&spath)?;
-        let q = Sqlite::open(&dbpath, false)?;
-        let mut rng = Rng::new(4);
-        q.conn.execute_batch("BEGIN")?;
-        for i in 0..n {
-            let msgs: Vec<Value> = (0..PER_TURN).map(|k| message(&mut rng, k)).collect();
-            let name = format!("c{i:06}");
-            store.create(Some(&name), turn(&msgs), Durability::NoSync)?;
-            q.conn.execute(
-                "INSERT INTO sessions VALUES (?1, ?2, ?2)",
-                rusqlite::params![name, T0 + i as i64],
-            )?;
-            for (k, m) in msgs.iter().enumerate() {
-                q.conn.execute(
-                    "INSERT INTO messages VALUES (?1, ?2, ?3)",
-                    rusqlite::params![name, k as i64, serde_json::to_string(m)?],
-                )?;
-            }
-        }
-        q.conn.execute_batch("COMMIT")?;
-        q.checkpoint()?;
+/// Runs a fresh process; returns its wall time in ms and its output. Exit
+/// codes other than `ok` are an error naming the command.
+pub fn spawn(cmd: &mut Command, ok: &[i32]) -> R<(f64, std::process::Output)> {
+    let t = Instant::now();
+    let o = cmd.output()?;
+    let dt = ms(t);
+    if !o.status.code().is_some_and(|c| ok.contains(&c)) {
+        return Err(format!(
+            "{cmd:?} failed ({}): {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim()
+        )
+        .into());
     }
-    let want = n.min(20);
-    let spawn = |cmd: &mut Command| -> R<f64> {
-        let t = Instant::now();
-        let o = cmd.output()?;
-        let dt = secs(t) * 1e3;
-        if !o.status.success() {
-            return Err(format!(
-                "{cmd:?} failed: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            )
-            .into());
-        }
-        let v: Value = serde_json::from_slice(&o.stdout)?;
-        let got = v.as_array().map_or(0, Vec::len);
-        if got != want {
-            return Err(format!("{cmd:?} listed {got} conversations, not {want}").into());
-        }
-        Ok(dt)
-    };
-    let mut g = Group::new(
-        format!("4 open + ls 20 newest of {n}"),
-        "ms per process",
-        Better::Lower,
-    )
-    .p99();
-    if sessctl.exists() {
-        let mut v = Vec::new();
-        for _ in 0..s.spawns {
-            v.push(spawn(
-                Command::new(&sessctl)
-                    .arg("--store")
-                    .arg(&spath)
-                    .args(["ls", "--limit", "20", "--json"]),
-            )?);
-        }
-        g.add("sessctl ls (process)", v);
-    } else {
-        eprintln!(
-            "sessctl-bench: {} not found, scenario 4 has no sessctl row \
-             (build it first: cargo build -p sessctl, with --release for a release run)",
-            sessctl.display()
-        );
-    }
-    let mut v = Vec::new();
-    for _ in 0..s.spawns {
-        v.push(spawn(Command::new(&exe).arg("--sqlite-ls").arg(&dbpath))?);
-    }
-    g.add("sqlite (process)", v);
-    out.extend(g.rows());
-    Ok(())
-}
-
-/// Scenario 5: durable commits on many conversations at once, a thread each.
-fn concurrent_commits(tmp: &Path, s: Sizes, out: &mut Vec<Row>) -> R<()> {
-    let threads = s.threads;
-    let per = s.commits.div_ceil(4).max(2);
-    let mut g = Group::new(
-        format!("5 commit, {threads} threads, durable"),
-        "commits/s",
-        Better::Higher,
-    );
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    for _ in 0..s.reps {
-        let dir = tempfile::tempdir_in(tmp)?;
-        let store = Arc::new(Store::init(&dir.path().join("sessctl"))?);
-        for t in 0..threads {
-            store.create(Some(&format!("c{t}")), Turn::default(), Durability::Sync)?;
-        }
-        let t0 = Instant::now();
-        let hs: Vec<_> = (0..threads)
-            .map(|t| {
-                let store = store.clone();
-                let msgs = messages(10 + t as u64, per);
-                std::thread::spawn(move || -> R<()> {
-                    for m in &msgs {
-                        let tu = turn(std::slice::from_ref(m));
-                        store.commit(&format!("c{t}"), None, tu, Durability::Sync)?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        for h in hs {
-            h.join().map_err(|_| "a writer thread panicked")??;
-        }
-        a.push((per * threads) as f64 / secs(t0));
-
-        let db = dir.path().join("s.db");
-        {
-            let q = Sqlite::open(&db, true)?;
-            for t in 0..threads {
-                q.create_session(&format!("c{t}"), T0)?;
-            }
-        }
-        // One connection behind a mutex, as SQLiteSession shares one with a
-        // lock: a connection per thread would spend its time in SQLite's
-        // busy handler, sleeping.
-        let q = Arc::new(std::sync::Mutex::new(Sqlite::open(&db, true)?));
-        let t0 = Instant::now();
-        let hs: Vec<_> = (0..threads)
-            .map(|t| {
-                let q = q.clone();
-                let msgs = messages(10 + t as u64, per);
-                std::thread::spawn(move || -> R<()> {
-                    for (i, m) in msgs.iter().enumerate() {
-                        q.lock()
-                            .map_err(|_| "the connection's lock is poisoned")?
-                            .append(&format!("c{t}"), i as i64, std::slice::from_ref(m), T0)?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        for h in hs {
-            h.join().map_err(|_| "a writer thread panicked")??;
-        }
-        b.push((per * threads) as f64 / secs(t0));
-    }
-    g.add("sessctl", a);
-    g.add("sqlite (FULL, shared conn)", b);
-    out.extend(g.rows());
-    Ok(())
+    Ok((dt, o))
 }
 
 fn run(args: Args) -> R<()> {
@@ -500,23 +309,51 @@ fn run(args: Args) -> R<()> {
         println!("{}", Value::Array(q.newest(20)?));
         return Ok(());
     }
-    let sizes = Sizes::from(&args);
-    let tmp = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    let mut rows: Vec<Row> = Vec::new();
-    let steps: [(&str, Scenario); 4] = [
-        ("commit throughput", commit_throughput),
-        ("long session", long_session),
-        ("list newest", list_newest),
-        ("concurrent commits", concurrent_commits),
-    ];
-    for (name, step) in steps {
-        let t = Instant::now();
-        step(&tmp, sizes, &mut rows)?;
-        eprintln!("sessctl-bench: {name} done in {:.1}s", secs(t));
+    let exe = std::env::current_exe()?;
+    let bin_dir = exe.parent().ok_or("the bench binary has no directory")?;
+    let sessctl = bin_dir.join(format!("sessctl{}", std::env::consts::EXE_SUFFIX));
+    let git_version = git::version();
+    match &git_version {
+        Some(v) => eprintln!("sessctl-bench: {v}"),
+        None => eprintln!("sessctl-bench: note: git --version failed: git's rows are skipped"),
     }
+    let ctx = Ctx {
+        tmp: args.dir.clone().unwrap_or_else(std::env::temp_dir),
+        s: Sizes::from(&args),
+        sessctl: sessctl.exists().then_some(sessctl),
+        exe: exe.clone(),
+        git: git_version.is_some(),
+    };
+    let mut rows: Vec<Row> = Vec::new();
+    let steps: [(u32, &str, Scenario); 6] = [
+        (1, "commit throughput", commit::run),
+        (2, "load a history", history::load),
+        (3, "lineage", lineage::run),
+        (4, "gc and fsck", maintenance::run),
+        (5, "bytes on disk", history::disk),
+        (6, "list newest", list::run),
+    ];
+    let total = Instant::now();
+    for (n, name, step) in steps {
+        if !args.only.is_empty() && !args.only.contains(&n) {
+            continue;
+        }
+        let t = Instant::now();
+        step(&ctx, &mut rows)?;
+        eprintln!("sessctl-bench: {n} {name} done in {:.1}s", secs(t));
+    }
+    eprintln!("sessctl-bench: all done in {:.1}s", secs(total));
+    // Scenarios 2 and 5 share a builder but print in their own places.
+    rows.sort_by_key(|r| {
+        r.scenario
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(u32::MAX)
+    });
     report::print(&rows);
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report::to_json(&rows, sizes.to_json()))?;
+        let text = serde_json::to_string_pretty(&report::to_json(&rows, ctx.s.to_json()))?;
         std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())

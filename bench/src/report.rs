@@ -118,8 +118,20 @@ fn number(v: f64) -> String {
 }
 
 pub fn print(rows: &[Row]) {
+    let sw = rows
+        .iter()
+        .map(|r| r.scenario.len())
+        .max()
+        .unwrap_or(0)
+        .max(8);
+    let yw = rows
+        .iter()
+        .map(|r| r.system.len())
+        .max()
+        .unwrap_or(0)
+        .max(6);
     println!(
-        "{:<32} {:<26} {:<22} {:>5} {:>12} {:>12} {:>14}",
+        "{:<sw$} {:<yw$} {:<22} {:>5} {:>12} {:>12} {:>14}",
         "scenario", "system", "unit (better)", "n", "median", "p99", "sessctl/anchor"
     );
     let mut last = "";
@@ -129,7 +141,7 @@ pub fn print(rows: &[Row]) {
         }
         last = &r.scenario;
         println!(
-            "{:<32} {:<26} {:<22} {:>5} {:>12} {:>12} {:>14}",
+            "{:<sw$} {:<yw$} {:<22} {:>5} {:>12} {:>12} {:>14}",
             r.scenario,
             r.system,
             format!("{} ({})", r.unit, r.better.as_str()),
@@ -164,4 +176,19 @@ pub fn to_json(rows: &[Row], sizes: Value) -> Value {
         })
         .collect();
     json!({"sizes": sizes, "rows": rows})
+}
+
+/// Appends a group's rows, and shows them on stderr as they come (a long
+/// run's progress).
+pub fn emit(out: &mut Vec<Row>, g: Group) {
+    for r in g.rows() {
+        eprintln!(
+            "sessctl-bench: {}: {}: {} {}",
+            r.scenario,
+            r.system,
+            number(r.median),
+            r.unit
+        );
+        out.push(r);
+    }
 }
