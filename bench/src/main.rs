@@ -354,6 +354,9 @@ fn run(args: Args) -> R<()> {
     report::print(&rows);
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report::to_json(&rows, ctx.s.to_json()))?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
         std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
