@@ -175,7 +175,27 @@ pub struct TopoWalk<'a, L: ?Sized> {
     seen: HashSet<ObjectId>,
     /// Once lines branch: the rest of the graph and its Kahn state.
     rest: Option<(SessionGraph, Kahn)>,
+    /// Once lines branch, with a lineage index: the rest, in order.
+    ordered: Option<std::vec::IntoIter<Node>>,
+    /// With a lineage index: the streaming state in positions.
+    positional: Option<Streaming<'a, L>>,
     failed: bool,
+}
+
+/// [`TopoWalk`]'s streaming state over positions in the lineage index.
+struct Streaming<'a, L: ?Sized> {
+    walker: Walker<'a, L>,
+    pending: Vec<u32>,
+    seen: positions::Bits,
+    buf: Vec<u32>,
+}
+
+impl<L: ?Sized> std::fmt::Debug for Streaming<'_, L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Streaming")
+            .field("pending", &self.pending)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Kahn's algorithm over a loaded graph, the ready set ordered by
@@ -225,8 +245,28 @@ impl<'a, L: Lineage + ?Sized> TopoWalk<'a, L> {
             pending: Vec::new(),
             seen: HashSet::new(),
             rest: None,
+            ordered: None,
+            positional: None,
             failed: false,
         };
+        if let Some(ix) = lineage.lineage_index() {
+            let mut walker = Walker::new(lineage, ix, follow);
+            let mut seen = positions::Bits::with_capacity(walker.indexed());
+            let mut pending = Vec::new();
+            for s in starts {
+                let k = walker.key_of(s)?;
+                if seen.insert(k) {
+                    pending.push(k);
+                }
+            }
+            walk.positional = Some(Streaming {
+                walker,
+                pending,
+                seen,
+                buf: Vec::new(),
+            });
+            return Ok(walk);
+        }
         for s in starts {
             if walk.seen.insert(*s) {
                 walk.pending.push(follow.trim(lineage.node(s)?));
@@ -238,6 +278,31 @@ impl<'a, L: Lineage + ?Sized> TopoWalk<'a, L> {
     fn step(&mut self) -> Result<Option<Node>> {
         if let Some((graph, kahn)) = &mut self.rest {
             return Ok(kahn.next(graph).cloned());
+        }
+        if let Some(rest) = &mut self.ordered {
+            return Ok(rest.next());
+        }
+        if let Some(p) = &mut self.positional {
+            return match p.pending.len() {
+                0 => Ok(None),
+                1 => {
+                    let k = p.pending.pop().expect("one pending");
+                    let node = p.walker.node_of(k, &mut p.buf)?;
+                    for &q in &p.buf {
+                        if p.seen.insert(q) {
+                            p.pending.push(q);
+                        }
+                    }
+                    Ok(Some(node))
+                }
+                _ => {
+                    let ids: Vec<ObjectId> = p.pending.iter().map(|&k| p.walker.id(k)).collect();
+                    let mut rest = p.walker.topo_order(&ids)?.into_iter();
+                    let first = rest.next();
+                    self.ordered = Some(rest);
+                    Ok(first)
+                }
+            };
         }
         match self.pending.len() {
             0 => Ok(None),
@@ -299,7 +364,7 @@ pub fn ancestors(
     follow: Follow,
 ) -> Result<HashSet<ObjectId>> {
     if let Some(ix) = lineage.lineage_index() {
-        let mut w = Walker::new(lineage, &ix, follow);
+        let mut w = Walker::new(lineage, ix, follow);
         let seen = w.reach(starts)?;
         return Ok(seen.iter().map(|k| w.id(k)).collect());
     }
@@ -313,7 +378,7 @@ pub fn count(
     follow: Follow,
 ) -> Result<usize> {
     if let Some(ix) = lineage.lineage_index() {
-        return Ok(Walker::new(lineage, &ix, follow).reach(starts)?.len());
+        return Ok(Walker::new(lineage, ix, follow).reach(starts)?.len());
     }
     Ok(reach(lineage, starts, follow)?.len())
 }
@@ -335,7 +400,7 @@ pub fn first_parent_chain(
 /// Whether `a` is `b` or one of its ancestors (`merge-base --is-ancestor`).
 pub fn is_ancestor(lineage: &(impl Lineage + ?Sized), a: ObjectId, b: ObjectId) -> Result<bool> {
     if let Some(ix) = lineage.lineage_index() {
-        return Walker::new(lineage, &ix, Follow::All).is_ancestor(&a, &b);
+        return Walker::new(lineage, ix, Follow::All).is_ancestor(&a, &b);
     }
     let mut seen = HashSet::from([b]);
     let mut queue = VecDeque::from([b]);
@@ -361,7 +426,7 @@ pub fn merge_bases_all(
     b: ObjectId,
 ) -> Result<Vec<ObjectId>> {
     if let Some(ix) = lineage.lineage_index() {
-        return Walker::new(lineage, &ix, Follow::All).merge_bases(&a, &b);
+        return Walker::new(lineage, ix, Follow::All).merge_bases(&a, &b);
     }
     let of_a = reach(lineage, &[a], Follow::All)?;
     // Walk from b, stopping at a's ancestors: every best common ancestor is

@@ -20,7 +20,7 @@ pub(super) struct Bits {
 }
 
 impl Bits {
-    fn with_capacity(bits: usize) -> Bits {
+    pub(super) fn with_capacity(bits: usize) -> Bits {
         Bits {
             words: vec![0; bits.div_ceil(64)],
             len: 0,
@@ -61,7 +61,7 @@ const RESULT: u8 = 8;
 
 pub(super) struct Walker<'a, L: ?Sized> {
     lineage: &'a L,
-    ix: &'a LineageIndex,
+    ix: std::sync::Arc<LineageIndex>,
     /// Keys below `n` are positions in the index.
     n: u32,
     follow: Follow,
@@ -73,11 +73,11 @@ pub(super) struct Walker<'a, L: ?Sized> {
 }
 
 impl<'a, L: Lineage + ?Sized> Walker<'a, L> {
-    pub(super) fn new(lineage: &'a L, ix: &'a LineageIndex, follow: Follow) -> Self {
+    pub(super) fn new(lineage: &'a L, ix: std::sync::Arc<LineageIndex>, follow: Follow) -> Self {
         Walker {
             lineage,
-            ix,
             n: ix.len() as u32,
+            ix,
             follow,
             tail: Vec::new(),
             tail_key: HashMap::new(),
@@ -150,6 +150,67 @@ impl<'a, L: Lineage + ?Sized> Walker<'a, L> {
     }
 
     /// Every key reachable from `starts`, the starts included.
+    /// How many sessions the lineage index holds.
+    pub(super) fn indexed(&self) -> usize {
+        self.n as usize
+    }
+
+    /// The key of a session (see [`Walker::key`]), for walks that stream.
+    pub(super) fn key_of(&mut self, id: &ObjectId) -> Result<u32> {
+        self.key(id)
+    }
+
+    /// The node of a key: its id, followed parents and creation time.
+    pub(super) fn node_of(&mut self, k: u32, parents: &mut Vec<u32>) -> Result<Node> {
+        self.parents(k, parents)?;
+        Ok(Node {
+            id: self.id(k),
+            parents: parents.iter().map(|&p| self.id(p)).collect(),
+            created_at: self.created_at(k),
+        })
+    }
+
+    /// Every session reachable from `starts`, in log order: Kahn's
+    /// algorithm over keys, the ready set ordered as [`super::TopoWalk`]
+    /// orders it (newest `created_at` first, ties: the smaller id).
+    pub(super) fn topo_order(&mut self, starts: &[ObjectId]) -> Result<Vec<Node>> {
+        let seen = self.reach(starts)?;
+        let keys: Vec<u32> = seen.iter().collect();
+        let mut indegree = vec![0u32; self.n as usize + self.tail.len()];
+        let mut buf = Vec::new();
+        for &k in &keys {
+            self.parents(k, &mut buf)?;
+            // A session naming the same parent twice counts twice, and
+            // is counted down twice below.
+            for &p in &buf {
+                indegree[p as usize] += 1;
+            }
+        }
+        let mut ready: BinaryHeap<((i64, Reverse<ObjectId>), u32)> = keys
+            .iter()
+            .filter(|&&k| indegree[k as usize] == 0)
+            .map(|&k| ((self.created_at(k), Reverse(self.id(k))), k))
+            .collect();
+        let mut out = Vec::with_capacity(keys.len());
+        while let Some(((created_at, Reverse(id)), k)) = ready.pop() {
+            self.parents(k, &mut buf)?;
+            let parents: Vec<ObjectId> = buf.iter().map(|&p| self.id(p)).collect();
+            for &p in &buf {
+                let d = &mut indegree[p as usize];
+                *d -= 1;
+                if *d == 0 {
+                    ready.push(((self.created_at(p), Reverse(self.id(p))), p));
+                }
+            }
+            out.push(Node {
+                id,
+                parents,
+                created_at,
+            });
+        }
+        Ok(out)
+    }
+
     pub(super) fn reach(&mut self, starts: &[ObjectId]) -> Result<Bits> {
         let mut seen = Bits::with_capacity(self.n as usize);
         let mut stack: Vec<u32> = Vec::new();
