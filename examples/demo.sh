@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet -p sessctl
-sessctl() { target/release/sessctl "$@"; }
+# Where cargo put it (CARGO_TARGET_DIR may move target/).
+bin="${CARGO_TARGET_DIR:-target}/release/sessctl"
+sessctl() { "$bin" "$@"; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export SESSCTL_STORE="$work/store"
