@@ -290,7 +290,15 @@ impl Store {
         let odb = self.odb();
         let mut owner: HashMap<ObjectId, String> = HashMap::new();
         let mut sizes: HashMap<ObjectId, u64> = HashMap::new();
-        for id in doomed {
+        // In storage order: each pack block is inflated once, not once per
+        // object (a set's order would inflate a block for every object).
+        let in_order: Vec<ObjectId> = odb
+            .backend()
+            .ids_in_storage_order()?
+            .into_iter()
+            .filter(|id| doomed.contains(id))
+            .collect();
+        for id in &in_order {
             let obj = match odb.read(id) {
                 Ok(o) => o,
                 Err(e) if e.is_corruption() => {
