@@ -54,8 +54,11 @@ pub const MAX_OBJECT_SIZE: usize = 1 << 30;
 /// A segment is sealed and a new one started once it grows past this.
 pub const DEFAULT_SEGMENT_TARGET: u64 = 8 << 20;
 
-/// Payloads shorter than this are stored raw: zstd's frame overhead eats the gain.
-const COMPRESS_MIN: usize = 96;
+/// Payloads shorter than this are stored raw: the journal is packed (and
+/// compressed in blocks) once a segment is sealed, so compressing each
+/// message on its own costs more time than the bytes it saves for so short
+/// a while. Large payloads (tool output) are still worth it.
+const COMPRESS_MIN: usize = 4096;
 const JOURNAL_ZSTD_LEVEL: i32 = 1;
 
 /// The frame checksum: the first 8 bytes of blake3 over the body and then
