@@ -720,6 +720,17 @@ impl Index {
 
     /// Applies one operation atomically.
     pub fn apply(&self, op: &Operation, odb: &Odb) -> Result<()> {
+        self.apply_with(op, odb, &[])
+    }
+
+    /// As [`Index::apply`], given sessions the caller has decoded already
+    /// (a commit's own), which are then not read back from the journal.
+    pub fn apply_with(
+        &self,
+        op: &Operation,
+        odb: &Odb,
+        fresh: &[(ObjectId, Session)],
+    ) -> Result<()> {
         let mut o = Overlay::new(self);
         let mut touched: BTreeSet<String> = BTreeSet::new();
         for cu in &op.conversations {
@@ -769,7 +780,7 @@ impl Index {
             o.put(lk, reflog_json(&entry));
             o.put(key("h:", full.as_bytes()), entry.hash().to_vec());
             if let Some(RefTarget::Session(id)) = &u.new {
-                index_sessions(&mut o, odb, *id)?;
+                index_sessions(&mut o, odb, *id, fresh)?;
             }
             if let RefName::Conversation(n) | RefName::Archived(n) = &u.name {
                 touched.insert(n.clone());
@@ -955,7 +966,12 @@ fn decode_op(seq: u64, bytes: &[u8]) -> Result<Operation> {
 /// parents before children. A session that cannot be read is indexed as a
 /// placeholder (fsck reports it) so that one damaged object cannot stop
 /// the index from opening.
-fn index_sessions(o: &mut Overlay<'_>, odb: &Odb, id: ObjectId) -> Result<()> {
+fn index_sessions(
+    o: &mut Overlay<'_>,
+    odb: &Odb,
+    id: ObjectId,
+    fresh: &[(ObjectId, Session)],
+) -> Result<()> {
     let mut pending = vec![id];
     while let Some(start) = pending.pop() {
         let mut chain: Vec<(ObjectId, Option<Session>)> = Vec::new();
@@ -966,7 +982,10 @@ fn index_sessions(o: &mut Overlay<'_>, odb: &Odb, id: ObjectId) -> Result<()> {
             if o.get(&key("s:", cur.as_bytes()))?.is_some() || !on_chain.insert(cur) {
                 break;
             }
-            let s = odb.session(&cur).ok();
+            let s = match fresh.iter().find(|(f, _)| *f == cur) {
+                Some((_, s)) => Some(s.clone()),
+                None => odb.session(&cur).ok(),
+            };
             at = s.as_ref().and_then(|s| s.first_parent());
             chain.push((cur, s));
         }

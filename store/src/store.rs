@@ -357,16 +357,19 @@ impl Store {
     /// then (with [`Durability::Sync`]) synced.
     pub fn transact(&self, tx: Transaction, durability: Durability) -> Result<Committed> {
         let mut named: Vec<(ObjectId, ObjectId)> = Vec::new();
+        let mut fresh: Vec<(ObjectId, Session)> = Vec::new();
         for o in &tx.objects {
             if o.kind() == ObjectKind::Session {
-                // Decoding proves the bytes are a session; the index reads it next.
+                // Decoding proves the bytes are a session; the index takes it
+                // as decoded here.
                 let s = Session::decode(o.payload()).map_err(|e| Error::decode(o.id(), e))?;
                 for r in crate::gc::session_blobs(&s)
                     .chain(s.parents.iter().copied())
-                    .chain(s.compaction.map(|c| c.session))
+                    .chain(s.compaction.as_ref().map(|c| c.session))
                 {
                     named.push((o.id(), r));
                 }
+                fresh.push((o.id(), s));
             }
         }
         let mut st = self.state.lock().expect("state lock");
@@ -481,7 +484,7 @@ impl Store {
         st.hash = Some(op.hash());
         // The operation is in the journal: the index follows it. Should this
         // fail, the next open catches the index up from the journal.
-        self.index.apply(&op, &self.odb)?;
+        self.index.apply_with(&op, &self.odb, &fresh)?;
         drop(st);
         if durability == Durability::Sync {
             self.odb.backend().sync(ticket)?;
