@@ -67,6 +67,17 @@ pub fn jsonl_fork(from: &Path, to: &Path, keep: usize, added: &[Value], sync: bo
     Ok(std::fs::metadata(to)?.len())
 }
 
+/// A connection in WAL mode that waits up to 30 s for a busy database.
+fn wal_connection(path: &Path) -> R<Connection> {
+    let conn = Connection::open(path)?;
+    let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+    if mode != "wal" {
+        return Err(format!("sqlite: journal_mode is {mode}, not wal").into());
+    }
+    conn.busy_timeout(std::time::Duration::from_secs(30))?;
+    Ok(conn)
+}
+
 /// A SQLite store of sessions in WAL mode.
 #[derive(Debug)]
 pub struct Sqlite {
@@ -76,12 +87,7 @@ pub struct Sqlite {
 impl Sqlite {
     /// `full`: `synchronous=FULL` (durable) or `NORMAL`.
     pub fn open(path: &Path, full: bool) -> R<Sqlite> {
-        let conn = Connection::open(path)?;
-        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
-        if mode != "wal" {
-            return Err(format!("sqlite: journal_mode is {mode}, not wal").into());
-        }
-        conn.busy_timeout(std::time::Duration::from_secs(30))?;
+        let conn = wal_connection(path)?;
         conn.execute_batch(&format!(
             "PRAGMA synchronous={};
              CREATE TABLE IF NOT EXISTS sessions(
@@ -219,12 +225,7 @@ impl Thread {
 
 impl Snapshots {
     pub fn open(path: &Path, full: bool) -> R<Snapshots> {
-        let conn = Connection::open(path)?;
-        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
-        if mode != "wal" {
-            return Err(format!("sqlite: journal_mode is {mode}, not wal").into());
-        }
-        conn.busy_timeout(std::time::Duration::from_secs(30))?;
+        let conn = wal_connection(path)?;
         conn.execute_batch(&format!(
             "PRAGMA synchronous={};
              CREATE TABLE IF NOT EXISTS checkpoints(
