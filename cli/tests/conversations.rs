@@ -6,7 +6,6 @@
 mod support;
 use support::sessctl;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -1027,15 +1026,7 @@ fn readers_work_while_another_process_holds_the_store() {
     let refs = ok(&s, &["for-each-ref", "--json"], None);
     let dry = ok(&s, &["prune", "--keep", "0", "--dry-run"], None);
 
-    let lock = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(s.join("LOCK"))
-        .unwrap();
-    lock.try_lock().unwrap();
-    (&lock).write_all(b"4242\n").unwrap();
+    let lock = support::hold_lock(&s, "4242");
 
     // Read-only fallback: the same answers, no extra output.
     assert_eq!(ok(&s, &["ls", "--all", "--json"], None), ls);

@@ -5,7 +5,6 @@
 mod support;
 use support::sessctl;
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -167,15 +166,7 @@ fn corruption_exits_with_its_own_code_and_names_the_object() {
 fn a_second_writer_is_told_who_holds_the_store() {
     let (_d, s) = store();
     // Hold the lock from this process, the way a running agent would.
-    let lock = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(s.join("LOCK"))
-        .unwrap();
-    lock.try_lock().unwrap();
-    (&lock).write_all(b"4242\n").unwrap();
+    let lock = support::hold_lock(&s, "4242");
     let r = sessctl(&s, &["hash-object", "-w", "--stdin"], Some(HELLO));
     assert_eq!(r.code, 4);
     assert_eq!(

@@ -5,7 +5,6 @@
 mod support;
 use support::sessctl;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -284,15 +283,7 @@ fn push_to_a_busy_remote_exits_4() {
     let b = dir.path().join("b");
     ok(&a, &["clone", a.to_str().unwrap(), b.to_str().unwrap()]);
     // Hold b's writer lock as another process would.
-    let lock = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(b.join("LOCK"))
-        .unwrap();
-    lock.try_lock().unwrap();
-    (&lock).write_all(b"4242\n").unwrap();
+    let lock = support::hold_lock(&b, "4242");
     let r = sessctl(&a, &["push", b.to_str().unwrap()], None);
     drop(lock);
     assert_eq!(r.code, 4, "{}", r.stderr);

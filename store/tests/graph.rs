@@ -12,10 +12,7 @@ use std::path::Path;
 use std::process::Command;
 
 use sessctl_store::graph::{self, Follow, Lanes, Lineage, Node, SessionGraph};
-use sessctl_store::refs::{PreviousValue, RefEdit};
-use sessctl_store::{
-    Durability, ObjectId, RefName, RefTarget, Session, Store, Transaction, WriteBatch,
-};
+use sessctl_store::{Durability, ObjectId, Session, Store, WriteBatch};
 use support::Rng;
 
 /// A random DAG: node k's parents are earlier nodes.
@@ -90,25 +87,7 @@ fn build_store(dag: &Dag) -> (Store, Vec<ObjectId>) {
         ids.push(batch.session(&s).unwrap());
     }
     store.odb().write(&batch, Durability::NoSync).unwrap();
-    let edits = dag
-        .tips()
-        .into_iter()
-        .map(|k| RefEdit {
-            name: RefName::tag(&format!("t{k}")).unwrap(),
-            expected: PreviousValue::MustNotExist,
-            new: Some(RefTarget::Session(ids[k])),
-        })
-        .collect();
-    store
-        .transact(
-            Transaction {
-                reason: "test".into(),
-                edits,
-                ..Transaction::default()
-            },
-            Durability::NoSync,
-        )
-        .unwrap();
+    support::tag(&store, dag.tips().into_iter().map(|k| (k, ids[k])));
     (store, ids)
 }
 

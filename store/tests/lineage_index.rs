@@ -13,10 +13,9 @@ use sessctl_store::fsck::FsckOptions;
 use sessctl_store::gc::{GcOptions, Prune};
 use sessctl_store::graph::{self, Follow, Lineage};
 use sessctl_store::lineage::{self, LineageIndex, LINEAGE_FORMAT_VERSION};
-use sessctl_store::refs::{PreviousValue, RefEdit};
 use sessctl_store::{
-    Durability, Error, MessageDelta, ObjectId, OpenOptions, RefName, RefTarget, RepackOptions,
-    Session, Store, Transaction, WriteBatch,
+    Durability, Error, MessageDelta, ObjectId, OpenOptions, RepackOptions, Session, Store,
+    WriteBatch,
 };
 use support::Rng;
 
@@ -113,25 +112,13 @@ fn check_same(store: &Store, ids: &[ObjectId], seed: u64, what: &str) {
 }
 
 fn tag_all(store: &Store, ids: &[ObjectId], from: usize) {
-    let edits = ids[from..]
-        .iter()
-        .enumerate()
-        .map(|(k, id)| RefEdit {
-            name: RefName::tag(&format!("t{}", from + k)).unwrap(),
-            expected: PreviousValue::MustNotExist,
-            new: Some(RefTarget::Session(*id)),
-        })
-        .collect();
-    store
-        .transact(
-            Transaction {
-                reason: "test".into(),
-                edits,
-                ..Transaction::default()
-            },
-            Durability::NoSync,
-        )
-        .unwrap();
+    support::tag(
+        store,
+        ids[from..]
+            .iter()
+            .enumerate()
+            .map(|(k, id)| (from + k, *id)),
+    );
 }
 
 #[test]

@@ -54,3 +54,18 @@ pub fn new_store() -> (tempfile::TempDir, PathBuf) {
     assert_eq!(r.code, 0, "{}", r.stderr);
     (dir, path)
 }
+
+/// Holds the store's writer lock from this process, as a running agent
+/// would, with `pid` written where sessctl reads the holder's pid.
+pub fn hold_lock(store: &Path, pid: &str) -> std::fs::File {
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(store.join("LOCK"))
+        .unwrap();
+    lock.try_lock().unwrap();
+    (&lock).write_all(format!("{pid}\n").as_bytes()).unwrap();
+    lock
+}

@@ -212,3 +212,28 @@ pub fn dump(b: &[u8]) -> String {
     }
     out
 }
+
+/// Tags each session `t<k>` (the given number and id), in one transaction
+/// that names them all, so that walks and gc see them as roots.
+pub fn tag(store: &sessctl_store::Store, tags: impl IntoIterator<Item = (usize, ObjectId)>) {
+    use sessctl_store::refs::{PreviousValue, RefEdit};
+    use sessctl_store::{RefName, RefTarget, Transaction};
+    let edits = tags
+        .into_iter()
+        .map(|(k, id)| RefEdit {
+            name: RefName::tag(&format!("t{k}")).unwrap(),
+            expected: PreviousValue::MustNotExist,
+            new: Some(RefTarget::Session(id)),
+        })
+        .collect();
+    store
+        .transact(
+            Transaction {
+                reason: "test".into(),
+                edits,
+                ..Transaction::default()
+            },
+            Durability::NoSync,
+        )
+        .unwrap();
+}
