@@ -13,11 +13,10 @@ use std::fs;
 use std::path::Path;
 
 use crate::error::{Error, IoResultExt, Result};
-use crate::gc::session_blobs;
 use crate::hash::{ObjectId, ID_LEN};
 use crate::object::{Blob, EncodedObject, ObjectKind, Session};
 use crate::odb::journal::decompress;
-use crate::odb::Odb;
+use crate::reach;
 use crate::refs::op::{record_bytes, record_from_bytes};
 use crate::refs::{ConversationRecord, ConversationStatus, RefName, RefTarget};
 use crate::store::Store;
@@ -86,66 +85,6 @@ impl Problem {
             ProblemKind::MissingPrerequisite => Error::Invalid(self.message),
         }
     }
-}
-
-/// The objects reachable from `tips` (parents, compaction sources and the
-/// blobs sessions name) that `have` says the receiver lacks, and the ids
-/// where the walk stopped because the receiver has them (the
-/// prerequisites). A session the receiver has is not entered: its closure
-/// is the receiver's already.
-pub fn collect(
-    source: &Odb,
-    tips: &[ObjectId],
-    have: &mut dyn FnMut(&ObjectId) -> Result<bool>,
-) -> Result<(Vec<EncodedObject>, Vec<ObjectId>)> {
-    let mut seen: HashSet<ObjectId> = HashSet::new();
-    let mut objects = Vec::new();
-    let mut prerequisites = BTreeSet::new();
-    let mut stack: Vec<ObjectId> = tips.to_vec();
-    while let Some(id) = stack.pop() {
-        if !seen.insert(id) {
-            continue;
-        }
-        if have(&id)? {
-            prerequisites.insert(id);
-            continue;
-        }
-        let obj = read_kind(source, &id, ObjectKind::Session)?;
-        let session = Session::decode(obj.payload()).map_err(|e| Error::decode(id, e))?;
-        for blob in session_blobs(&session) {
-            if !seen.insert(blob) {
-                continue;
-            }
-            if have(&blob)? {
-                prerequisites.insert(blob);
-            } else {
-                objects.push(read_kind(source, &blob, ObjectKind::Blob)?);
-            }
-        }
-        stack.extend(session_edges(&session));
-        objects.push(obj);
-    }
-    Ok((objects, prerequisites.into_iter().collect()))
-}
-
-fn read_kind(odb: &Odb, id: &ObjectId, kind: ObjectKind) -> Result<EncodedObject> {
-    let obj = odb.read(id)?;
-    if obj.kind() != kind {
-        return Err(Error::WrongKind {
-            id: *id,
-            expected: kind,
-            actual: obj.kind(),
-        });
-    }
-    Ok(obj)
-}
-
-/// The sessions a session names: its parents and its compaction's source.
-fn session_edges(s: &Session) -> impl Iterator<Item = ObjectId> + '_ {
-    s.parents
-        .iter()
-        .chain(s.compaction.as_ref().map(|c| &c.session))
-        .copied()
 }
 
 /// Which refs a bundle or a transfer carries.
@@ -248,9 +187,9 @@ impl Bundle {
         for rev in since {
             boundary.push(store.resolve_rev(rev)?);
         }
-        let (known, _) = crate::gc::mark(store, &boundary)?;
+        let (known, _) = reach::closure(store.odb(), &boundary)?;
         let (objects, prerequisites) =
-            collect(store.odb(), &tips, &mut |id| Ok(known.contains(id)))?;
+            reach::missing_from(store.odb(), &tips, &mut |id| Ok(known.contains(id)))?;
         Ok(Bundle::new(refs, records, prerequisites, objects))
     }
 
@@ -521,10 +460,10 @@ impl Bundle {
                     )),
                     Ok(s) => {
                         let owner = format!("session {}", o.id());
-                        for p in session_edges(&s) {
+                        for p in s.sessions() {
                             problems.extend(check(&owner, o.id(), p, ObjectKind::Session));
                         }
-                        for b in session_blobs(&s) {
+                        for b in s.blobs() {
                             problems.extend(check(&owner, o.id(), b, ObjectKind::Blob));
                         }
                     }

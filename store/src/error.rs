@@ -25,6 +25,14 @@ pub enum Error {
         offset: u64,
         reason: String,
     },
+    /// A session a walk reached cannot be read: what it names is unknown,
+    /// so nothing that depends on reachability (gc) may go on.
+    #[error("session {id} is reachable but cannot be read ({source})")]
+    UnreadableReachable {
+        id: ObjectId,
+        #[source]
+        source: Box<Error>,
+    },
     #[error("object {id} not found")]
     NotFound { id: ObjectId },
     #[error("no object id starts with {prefix}")]
@@ -123,7 +131,11 @@ impl Error {
     /// Whether this error means stored data is damaged (as opposed to a bad
     /// request or an environment problem). The CLI exits differently for it.
     pub fn is_corruption(&self) -> bool {
-        matches!(self, Error::Corrupt { .. } | Error::CorruptFile { .. })
+        match self {
+            Error::Corrupt { .. } | Error::CorruptFile { .. } => true,
+            Error::UnreadableReachable { source, .. } => source.is_corruption(),
+            _ => false,
+        }
     }
 }
 

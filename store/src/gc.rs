@@ -10,13 +10,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use petgraph::graphmap::DiGraphMap;
-
 use crate::error::{Error, IoResultExt, Result};
 use crate::hash::ObjectId;
 use crate::object::{ObjectKind, Session};
 use crate::odb::pack::PackOptions;
 use crate::odb::RepackOptions;
+use crate::reach;
 use crate::refs::{RefName, RefTarget};
 use crate::store::Store;
 use crate::time::now_ms;
@@ -75,55 +74,6 @@ pub struct GcReport {
     pub by_conversation: BTreeMap<String, (usize, u64)>,
     pub bytes_before: u64,
     pub bytes_after: u64,
-}
-
-/// The sessions and blobs reachable from `roots`, and the session graph
-/// (child -> parent) they form. Reads sessions only.
-pub(crate) fn mark(
-    store: &Store,
-    roots: &[ObjectId],
-) -> Result<(HashSet<ObjectId>, DiGraphMap<ObjectId, ()>)> {
-    let odb = store.odb();
-    let mut graph: DiGraphMap<ObjectId, ()> = DiGraphMap::new();
-    let mut live: HashSet<ObjectId> = HashSet::new();
-    let mut stack: Vec<ObjectId> = roots.to_vec();
-    while let Some(id) = stack.pop() {
-        if !live.insert(id) {
-            continue;
-        }
-        graph.add_node(id);
-        // A reachable session that cannot be read hides what it reaches:
-        // sweeping then could drop live history. Stop instead.
-        let s = odb.session(&id).map_err(|e| {
-            Error::Invalid(format!(
-                "gc stops: session {id} is reachable but cannot be read ({e}); run sessctl fsck"
-            ))
-        })?;
-        for blob in session_blobs(&s) {
-            live.insert(blob);
-        }
-        for p in s
-            .parents
-            .iter()
-            .chain(s.compaction.as_ref().map(|c| &c.session))
-        {
-            graph.add_edge(id, *p, ());
-            stack.push(*p);
-        }
-    }
-    Ok((live, graph))
-}
-
-/// The blobs a session names.
-pub(crate) fn session_blobs(s: &Session) -> impl Iterator<Item = ObjectId> + '_ {
-    s.messages
-        .added
-        .iter()
-        .chain(&s.display_messages.added)
-        .chain(s.context_state.iter())
-        .chain(s.environment_state.iter())
-        .chain(s.compaction.as_ref().map(|c| &c.summary))
-        .copied()
 }
 
 /// The sessions gc keeps alive: every ref (HEAD included) and the old and
@@ -200,7 +150,7 @@ impl Store {
         let before = odb.stats()?;
         let all = odb.backend().ids()?;
         let roots = roots(self, Some(opts.reflog_expiry_ms))?;
-        let (live, _) = mark(self, &roots)?;
+        let (live, _) = reach::closure(self.odb(), &roots)?;
         let now = now_ms();
         let stored = odb.backend().stored_at()?;
         let root_dir = self.root().map(Path::to_path_buf);
@@ -255,14 +205,13 @@ impl Store {
                     next_ledger.insert(id, now);
                 }
                 let Ok(s) = odb.session(&id) else { continue };
-                for b in session_blobs(&s) {
+                for b in s.blobs() {
                     if doomed.remove(&b) {
                         report.kept_young += 1;
                         next_ledger.insert(b, now);
                     }
                 }
-                stack.extend(s.parents.iter().copied());
-                stack.extend(s.compaction.map(|c| c.session));
+                stack.extend(s.sessions());
             }
         }
         report.pruned = doomed.len();
@@ -319,7 +268,7 @@ impl Store {
                 .index()
                 .conversation_name(&conv)?
                 .unwrap_or_else(|| format!("(deleted) {}", conv.to_hex_prefix(12)));
-            for b in session_blobs(&s) {
+            for b in s.blobs() {
                 if doomed.contains(&b) {
                     owner.entry(b).or_insert_with(|| name.clone());
                 }

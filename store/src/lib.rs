@@ -87,6 +87,7 @@ pub mod listing;
 pub mod object;
 #[allow(unsafe_code)] // memmap2, in odb::pack only
 pub mod odb;
+pub mod reach;
 pub mod refs;
 pub mod remote;
 pub mod replay;

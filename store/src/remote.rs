@@ -11,10 +11,11 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use crate::bundle::{collect, select, Bundle, ProblemKind, Selected, Selection};
+use crate::bundle::{select, Bundle, ProblemKind, Selected, Selection};
 use crate::error::{Error, Result};
 use crate::hash::ObjectId;
 use crate::odb::{Durability, OpenOptions};
+use crate::reach;
 use crate::refs::{ConversationUpdate, PreviousValue, RefEdit, RefName, RefTarget};
 use crate::store::{Store, Transaction};
 
@@ -274,7 +275,8 @@ pub fn pack_for(sender: &Store, receiver: &Store, conversations: &[String]) -> R
         tips,
     } = select(sender, &selection(conversations)?)?;
     let odb = receiver.odb();
-    let (objects, prerequisites) = collect(sender.odb(), &tips, &mut |id| odb.contains(id))?;
+    let (objects, prerequisites) =
+        reach::missing_from(sender.odb(), &tips, &mut |id| odb.contains(id))?;
     Ok(Bundle::new(refs, records, prerequisites, objects))
 }
 

@@ -363,10 +363,7 @@ impl Store {
                 // Decoding proves the bytes are a session; the index takes it
                 // as decoded here.
                 let s = Session::decode(o.payload()).map_err(|e| Error::decode(o.id(), e))?;
-                for r in crate::gc::session_blobs(&s)
-                    .chain(s.parents.iter().copied())
-                    .chain(s.compaction.as_ref().map(|c| c.session))
-                {
+                for r in s.blobs().chain(s.sessions()) {
                     named.push((o.id(), r));
                 }
                 fresh.push((o.id(), s));

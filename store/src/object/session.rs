@@ -225,6 +225,29 @@ impl Session {
         self.parents.first().copied()
     }
 
+    /// The blobs the session names: its added messages and display
+    /// messages, its context and environment states, and its compaction's
+    /// summary. Only what this session adds: its parents name the rest.
+    pub fn blobs(&self) -> impl Iterator<Item = ObjectId> + '_ {
+        self.messages
+            .added
+            .iter()
+            .chain(&self.display_messages.added)
+            .chain(self.context_state.iter())
+            .chain(self.environment_state.iter())
+            .chain(self.compaction.as_ref().map(|c| &c.summary))
+            .copied()
+    }
+
+    /// The sessions the session names: its parents (the first is its
+    /// lineage parent), then its compaction's source.
+    pub fn sessions(&self) -> impl Iterator<Item = ObjectId> + '_ {
+        self.parents
+            .iter()
+            .chain(self.compaction.as_ref().map(|c| &c.session))
+            .copied()
+    }
+
     /// Checks what can be checked without other objects.
     pub fn validate(&self) -> Result<(), String> {
         for (i, p) in self.parents.iter().enumerate() {
