@@ -311,6 +311,24 @@ fn main() -> ExitCode {
     }
 }
 
+/// The library's error in the words of this command line: where a flag or
+/// another command is the way out, the message says so (the library never
+/// names a flag).
+fn message(e: &Error) -> String {
+    match e {
+        Error::NoHead | Error::HeadDetached { .. } => {
+            format!("{e}: give a conversation, or start one with --new")
+        }
+        Error::BadPruneTime { text } => format!(
+            "--prune takes now, a date (2025-11-01), an RFC 3339 time or N.days.ago \
+             (also minutes, hours, weeks), not '{text}'"
+        ),
+        Error::UnreadableReachable { .. } => format!("{e}; run sessctl fsck"),
+        Error::CorruptOperation { .. } => format!("{e}; run sessctl fsck"),
+        _ => e.to_string(),
+    }
+}
+
 fn report(e: CommandError) -> ExitCode {
     let (msg, code) = match e {
         CommandError::Store(Error::Io { source, .. })
@@ -329,7 +347,7 @@ fn report(e: CommandError) -> ExitCode {
             } else {
                 1
             };
-            (e.to_string(), code)
+            (message(&e), code)
         }
         CommandError::Usage(m) => (m, 2),
         CommandError::Failed(m) => (m, 1),

@@ -132,7 +132,7 @@ pub fn select(store: &Store, selection: &Selection) -> Result<Selected> {
                     };
                     let head = c
                         .head
-                        .ok_or_else(|| Error::Invalid(format!("conversation {rev} has no head")))?;
+                        .ok_or_else(|| Error::NoHeadYet { name: rev.clone() })?;
                     refs.push((name, head));
                     records.push((c.name, c.record));
                     tips.push(head);

@@ -24,10 +24,11 @@
 //! newline. `sessctl_checkpoint` holds the checkpoint object with all five
 //! keys; a runtime whose model API refuses unknown message keys strips it.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
@@ -37,7 +38,7 @@ use crate::hash::ObjectId;
 use crate::object::{Blob, Compaction, RunSummary, SessionMetadata};
 use crate::odb::Durability;
 use crate::replay::is_tool_result;
-use crate::store::{Messages, Store, Turn};
+use crate::store::{AfterCommit, AfterCommitError, Messages, Store, Turn};
 
 /// The keys of a checkpoint object, in the order they are rendered.
 pub const CHECKPOINT_KEYS: [&str; 5] = [
@@ -419,10 +420,8 @@ pub fn compact(
         .ok_or_else(|| Error::NoSuchConversation {
             name: conversation.to_owned(),
         })?;
-    let head = info.head.ok_or_else(|| {
-        Error::Invalid(format!(
-            "conversation {conversation} has no head to compact"
-        ))
+    let head = info.head.ok_or_else(|| Error::NoHeadYet {
+        name: conversation.to_owned(),
     })?;
     compact_at(
         store,
@@ -448,15 +447,20 @@ pub fn compact_at(
     let history = store.odb().load_messages(&head)?;
     let cut = cut_point(&history, keep_last);
     if cut == 0 {
-        return Err(Error::Invalid(format!(
-            "nothing to compact in {conversation}: its {} messages are all kept (keep-last {keep_last})",
-            history.len()
-        )));
+        return Err(Error::NothingToCompact {
+            conversation: conversation.to_owned(),
+            messages: history.len() as u64,
+            keep_last,
+        });
     }
     let started = Instant::now();
-    let summary = summarizer
-        .summarize(&history[..cut])
-        .map_err(|e| Error::Invalid(format!("cannot compact {conversation}: {e}")))?;
+    let summary =
+        summarizer
+            .summarize(&history[..cut])
+            .map_err(|reason| Error::SummarizerFailed {
+                conversation: conversation.to_owned(),
+                reason,
+            })?;
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let summary_value = Blob::new(summary.to_value())?.into_value();
     let mut messages = summary.messages();
@@ -496,7 +500,8 @@ pub fn compact_at(
 
 /// Compaction a store applies after each commit, continuation, merge or run
 /// commit, when the new head's estimated prompt size ([`estimate_tokens`])
-/// reaches `threshold` × `max_tokens`.
+/// reaches `threshold` × `max_tokens`. It is the store's after-commit hook
+/// ([`AfterCommit`]).
 #[derive(Clone)]
 pub struct AutoCompaction {
     pub max_tokens: u64,
@@ -504,6 +509,7 @@ pub struct AutoCompaction {
     pub threshold: f64,
     pub keep_last: usize,
     pub summarizer: Arc<dyn Summarizer + Send + Sync>,
+    estimates: Arc<Estimates>,
 }
 
 impl AutoCompaction {
@@ -519,7 +525,18 @@ impl AutoCompaction {
             threshold: Self::DEFAULT_THRESHOLD,
             keep_last,
             summarizer,
+            estimates: Arc::default(),
         }
+    }
+
+    /// Whether `session`'s history has reached the threshold.
+    fn due(&self, store: &Store, session: &ObjectId) -> Result<bool> {
+        let bytes = self.estimates.history_bytes(store, session)?;
+        Ok(threshold_reached(
+            bytes / 4,
+            self.max_tokens,
+            self.threshold,
+        ))
     }
 }
 
@@ -533,24 +550,87 @@ impl std::fmt::Debug for AutoCompaction {
     }
 }
 
-/// An auto-compaction that failed after a commit that stands.
-#[derive(Debug)]
-pub struct AutoCompactionError {
-    pub conversation: String,
-    /// The session that was committed and could not be compacted.
-    pub session: ObjectId,
-    pub error: Error,
-}
+impl AfterCommit for AutoCompaction {
+    fn name(&self) -> &'static str {
+        "auto-compaction"
+    }
 
-impl std::fmt::Display for AutoCompactionError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "auto-compaction of {} after {} failed: {}",
-            self.conversation, self.session, self.error
-        )
+    fn after_commit(
+        &self,
+        store: &Store,
+        conversation: &str,
+        session: ObjectId,
+        durability: Durability,
+    ) -> Option<Result<ObjectId>> {
+        match self.due(store, &session) {
+            Ok(false) => None,
+            Ok(true) => Some(compact_at(
+                store,
+                conversation,
+                session,
+                &*self.summarizer,
+                self.keep_last,
+                durability,
+            )),
+            Err(e) => Some(Err(e)),
+        }
     }
 }
+
+/// The sizes [`estimate_tokens`] starts from (the bytes of a history's
+/// canonical JSON) of heads auto-compaction has seen, so that a
+/// continuation costs only its new messages rather than a load of its whole
+/// history. Bounded: it forgets everything when full.
+#[derive(Debug, Default)]
+struct Estimates(Mutex<HashMap<ObjectId, (u64, u64)>>);
+
+impl Estimates {
+    const CAPACITY: usize = 4096;
+
+    /// The bytes of `serde_json::to_vec(history)` for `session`'s history:
+    /// its parent's known size plus its added messages when it continues a
+    /// head seen before, else measured from the whole history.
+    fn history_bytes(&self, store: &Store, session: &ObjectId) -> Result<u64> {
+        let s = store.odb().session(session)?;
+        let known = match (s.first_parent(), &s.compaction) {
+            (Some(p), None) => self.get(&p),
+            _ => None,
+        };
+        let bytes = match known {
+            // A JSON array of n values is 2 + their sizes + (n - 1) commas.
+            Some((len, bytes)) if len == s.messages.base => {
+                let mut total = bytes;
+                for (k, value) in store.odb().blobs(&s.messages.added)?.iter().enumerate() {
+                    let comma = u64::from(len > 0 || k > 0);
+                    total += json_len(value) + comma;
+                }
+                total
+            }
+            _ => json_len(&Value::Array(store.odb().load_messages(session)?)),
+        };
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= Self::CAPACITY {
+            map.clear();
+        }
+        map.insert(*session, (s.messages.history_len(), bytes));
+        Ok(bytes)
+    }
+
+    fn get(&self, id: &ObjectId) -> Option<(u64, u64)> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .copied()
+    }
+}
+
+fn json_len(v: &Value) -> u64 {
+    serde_json::to_vec(v).map_or(0, |b| b.len() as u64)
+}
+
+/// An auto-compaction that failed after a commit that stands.
+pub type AutoCompactionError = AfterCommitError;
 
 /// What [`Store::commit_and_compact`] did.
 #[derive(Debug)]
@@ -582,24 +662,19 @@ impl Store {
     /// [`Store::take_auto_compaction_errors`]. [`Store::commit_and_compact`]
     /// returns both outcomes instead.
     pub fn set_auto_compaction(&self, auto: Option<AutoCompaction>) {
-        *self.auto_compaction.write().expect("auto-compaction lock") = auto;
+        self.set_after_commit(auto.map(|a| Arc::new(a) as Arc<dyn AfterCommit>));
     }
 
+    /// The compaction applied after commits, if that is the store's
+    /// after-commit hook.
     pub fn auto_compaction(&self) -> Option<AutoCompaction> {
-        self.auto_compaction
-            .read()
-            .expect("auto-compaction lock")
-            .clone()
+        let hook: Arc<dyn std::any::Any + Send + Sync> = self.after_commit_hook()?;
+        hook.downcast::<AutoCompaction>().ok().map(|a| (*a).clone())
     }
 
     /// Auto-compactions that failed since the last call, oldest first.
     pub fn take_auto_compaction_errors(&self) -> Vec<AutoCompactionError> {
-        std::mem::take(
-            &mut *self
-                .auto_compaction_errors
-                .lock()
-                .expect("auto-compaction errors lock"),
-        )
+        self.take_after_commit_errors()
     }
 
     /// Commits a turn like [`Store::commit`], then applies auto-compaction
@@ -615,45 +690,7 @@ impl Store {
         let session = self.commit_with(name, expected_head, turn, &[], None, None, durability)?;
         Ok(CommitOutcome {
             session,
-            compaction: self.run_auto_compaction(name, session, durability),
+            compaction: self.run_after_commit(name, session, durability),
         })
-    }
-
-    pub(crate) fn auto_compact_after_commit(&self, name: &str, session: ObjectId) {
-        if let Some(Err(error)) = self.run_auto_compaction(name, session, Durability::Sync) {
-            self.auto_compaction_errors
-                .lock()
-                .expect("auto-compaction errors lock")
-                .push(AutoCompactionError {
-                    conversation: name.to_owned(),
-                    session,
-                    error,
-                });
-        }
-    }
-
-    fn run_auto_compaction(
-        &self,
-        name: &str,
-        session: ObjectId,
-        durability: Durability,
-    ) -> Option<Result<ObjectId>> {
-        // Cloned out of the lock: the summarizer may take minutes.
-        let auto = self.auto_compaction()?;
-        let due = self.odb().load_messages(&session).map(|history| {
-            threshold_reached(estimate_tokens(&history), auto.max_tokens, auto.threshold)
-        });
-        match due {
-            Ok(false) => None,
-            Ok(true) => Some(compact_at(
-                self,
-                name,
-                session,
-                &*auto.summarizer,
-                auto.keep_last,
-                durability,
-            )),
-            Err(e) => Some(Err(e)),
-        }
     }
 }

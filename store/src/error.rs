@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use crate::hash::{IdParseError, ObjectId, Prefix};
 use crate::object::{DecodeError, EncodeError, ObjectKind};
+use crate::refs::{NameError, PreviousValue, RefName, RefTarget};
 
 /// Everything that can go wrong in the store.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +55,8 @@ pub enum Error {
     Encode(#[from] EncodeError),
     #[error("{path} is not a sessctl store{}", if *.exists { " (it exists but has no FORMAT file)" } else { "" })]
     NotAStore { path: PathBuf, exists: bool },
+    #[error("{path} exists and is not an empty directory")]
+    NotEmpty { path: PathBuf },
     #[error("{path} already holds a sessctl store")]
     AlreadyExists { path: PathBuf },
     #[error("{path} has store format {found}; this sessctl reads format {supported}")]
@@ -70,15 +73,37 @@ pub enum Error {
     /// on disk, so the store refuses further writes until it is reopened.
     #[error("the store stopped accepting writes after a failed sync: {0}")]
     Poisoned(String),
+    /// A request that names something the store holds, in a way that
+    /// cannot be satisfied (a revision step past the root, a transfer onto
+    /// itself, a bundle whose prerequisites are missing).
     #[error("{0}")]
     Invalid(String),
     /// A ref did not hold what a transaction expected (a lost compare-and-swap).
     #[error("{name} moved: expected {}, found {}", show_target(.expected), show_target(.actual))]
     RefOutOfDate {
-        name: String,
+        name: RefName,
+        /// What the edit expected, as the ref log prints a target (`None`:
+        /// nothing).
         expected: Option<String>,
+        /// What the ref held (`None`: nothing).
         actual: Option<String>,
     },
+    /// Only `HEAD` may be symbolic, and never pointing at itself.
+    #[error("only HEAD may point at another ref, and not at itself ({name} -> {target})")]
+    SymbolicRef { name: RefName, target: RefName },
+    /// A new session names an object that is neither in the store nor in
+    /// its transaction.
+    #[error("session {session} names {named}, which the store does not have")]
+    MissingObject { session: ObjectId, named: ObjectId },
+    /// An operation of the journal or op log does not decode.
+    #[error("operation {seq} does not decode: {reason}")]
+    CorruptOperation { seq: u64, reason: String },
+    #[error("run {run} on {conversation} is not open (it ended, or the store was reopened)")]
+    RunNotOpen { conversation: String, run: u64 },
+    /// Another operation came between a run's claim and its sequence
+    /// number; the claim was released.
+    #[error("run claim on {conversation} raced with operation {op}; try again")]
+    ClaimRaced { conversation: String, op: u64 },
     /// Another run holds the conversation.
     #[error("conversation {conversation} is busy: run {run} of pid {pid} is in progress")]
     Busy {
@@ -87,18 +112,67 @@ pub enum Error {
         pid: u32,
     },
     #[error(transparent)]
-    BadName(#[from] crate::refs::NameError),
+    BadName(#[from] NameError),
     /// A malformed revision (`fix~x`): a usage error, not a lookup failure.
     #[error(transparent)]
-    BadRev(#[from] crate::rev::RevParseError),
+    BadRev(#[from] RevParseError),
     #[error("no conversation named {name}")]
     NoSuchConversation { name: String },
+    #[error("conversation {name} has no head")]
+    NoHeadYet { name: String },
+    #[error("conversation {name} is archived; unarchive it to continue it")]
+    ConversationArchived { name: String },
+    #[error("conversation {name} is archived already")]
+    AlreadyArchived { name: String },
+    #[error("conversation {name} is active already")]
+    NotArchived { name: String },
+    #[error("unknown revision '{rev}': not a conversation, ref, tag or object id")]
+    UnknownRevision { rev: String },
+    #[error("{rev} names {id}, a {kind}, not a session")]
+    NotASession {
+        rev: String,
+        id: ObjectId,
+        kind: ObjectKind,
+    },
+    #[error("cannot cut at message {at}: session {session} has {messages} messages")]
+    CutOutOfRange {
+        at: u64,
+        session: ObjectId,
+        messages: u64,
+    },
+    #[error("message {message} is not in the history of session {session}")]
+    NotInHistory {
+        message: ObjectId,
+        session: ObjectId,
+    },
+    #[error("a fork takes the messages it adds, not a full history")]
+    ForkTakesAddedMessages,
+    #[error("nothing to compact in {conversation}: its {messages} messages are all kept (keep-last {keep_last})")]
+    NothingToCompact {
+        conversation: String,
+        messages: u64,
+        keep_last: usize,
+    },
+    /// The summarizer failed or answered something that is not a summary;
+    /// the conversation is as it was.
+    #[error("cannot compact {conversation}: {reason}")]
+    SummarizerFailed {
+        conversation: String,
+        reason: String,
+    },
     #[error("a conversation named {name} exists already")]
     ConversationExists { name: String },
-    #[error("HEAD names no session yet: give a conversation, or start one with --new")]
+    /// A prune time that is none of: now, a date, an RFC 3339 time, or
+    /// N.days.ago (also minutes, hours, weeks).
+    #[error("not a prune time: '{text}'")]
+    BadPruneTime { text: String },
+    /// A size the format or a walk cannot hold.
+    #[error("{what}")]
+    LimitExceeded { what: &'static str },
+    #[error("HEAD names no session yet")]
     NoHead,
     /// `HEAD` names a session, not a conversation, so there is nothing to continue.
-    #[error("HEAD is detached at {}, not on a conversation: give a conversation, or start one with --new", .id.to_hex_prefix(12))]
+    #[error("HEAD is detached at {}, not on a conversation", .id.to_hex_prefix(12))]
     HeadDetached { id: ObjectId },
 }
 
@@ -124,6 +198,20 @@ impl Error {
         }
     }
 
+    /// A lost compare-and-swap on `name`: it holds `actual`, and `expected`
+    /// did not accept that.
+    pub(crate) fn ref_out_of_date(
+        name: &RefName,
+        expected: &PreviousValue,
+        actual: Option<&RefTarget>,
+    ) -> Self {
+        Error::RefOutOfDate {
+            name: name.clone(),
+            expected: expected.describe(),
+            actual: actual.map(|t| t.to_string()),
+        }
+    }
+
     pub(crate) fn decode(id: ObjectId, e: DecodeError) -> Self {
         Error::corrupt(id, e.to_string())
     }
@@ -132,11 +220,30 @@ impl Error {
     /// request or an environment problem). The CLI exits differently for it.
     pub fn is_corruption(&self) -> bool {
         match self {
-            Error::Corrupt { .. } | Error::CorruptFile { .. } => true,
+            Error::Corrupt { .. } | Error::CorruptFile { .. } | Error::CorruptOperation { .. } => {
+                true
+            }
             Error::UnreadableReachable { source, .. } => source.is_corruption(),
             _ => false,
         }
     }
+}
+
+/// Why a revision is malformed (a usage error, not a lookup failure).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RevParseError {
+    #[error("a revision cannot be empty")]
+    Empty,
+    #[error("'{rev}' is not a revision: '{op}' needs a name or id before it")]
+    NoName { rev: String, op: char },
+    #[error(
+        "'{rev}' is not a revision: after '{op}' expected a number, '~' or '^', found '{found}'"
+    )]
+    BadStep { rev: String, op: char, found: char },
+    #[error("'{rev}' is not a revision: {number} is too large a step")]
+    TooLarge { rev: String, number: String },
+    #[error("'{rev}' is not a revision: {reason}")]
+    BadName { rev: String, reason: NameError },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -14,7 +14,7 @@ use petgraph::visit::Dfs;
 use crate::error::Result;
 use crate::hash::ObjectId;
 use crate::object::{Blob, ObjectKind, Session};
-use crate::refs::{RefName, RefTarget};
+use crate::refs::{Hash, Operation, RefName, RefTarget};
 use crate::store::Store;
 
 /// How thorough to be.
@@ -314,5 +314,50 @@ impl Store {
             }
         }
         Ok(report)
+    }
+}
+
+impl Store {
+    /// Walks the operation chain and every ref's log chain; returns the
+    /// problems found, one line each (empty when all chains hold).
+    pub fn verify_chains(&self) -> Result<Vec<String>> {
+        let mut problems = Vec::new();
+        let mut prev_op: Option<Hash> = None;
+        let mut expect_seq = 1;
+        let mut heads: BTreeMap<String, Hash> = BTreeMap::new();
+        for (seq, bytes) in self.odb().backend().ops_after(0)? {
+            let op = match Operation::decode(&bytes) {
+                Ok(op) => op,
+                Err(e) => {
+                    problems.push(format!("operation {seq}: does not decode: {e}"));
+                    prev_op = None;
+                    expect_seq = seq + 1;
+                    continue;
+                }
+            };
+            if seq != expect_seq {
+                problems.push(format!(
+                    "operation {seq}: expected operation {expect_seq} (operations are missing)"
+                ));
+            }
+            if op.prev != prev_op && seq == expect_seq {
+                problems.push(format!(
+                    "operation {seq}: names a previous operation that is not the one before it"
+                ));
+            }
+            for entry in op.reflog_entries() {
+                let name = entry.name.to_string();
+                let expected = heads.get(&name).copied();
+                if entry.prev != expected {
+                    problems.push(format!(
+                        "{name}: reflog entry of operation {seq} does not chain to the entry before it"
+                    ));
+                }
+                heads.insert(name, entry.hash());
+            }
+            prev_op = Some(op.hash());
+            expect_seq = seq + 1;
+        }
+        Ok(problems)
     }
 }

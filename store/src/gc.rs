@@ -318,9 +318,9 @@ pub fn parse_prune(text: &str) -> Result<Prune> {
             }
         }
     }
-    Err(Error::Invalid(format!(
-        "--prune takes now, a date (2025-11-01), an RFC 3339 time or N.days.ago (also minutes, hours, weeks), not '{text}'"
-    )))
+    Err(Error::BadPruneTime {
+        text: text.to_owned(),
+    })
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! merge bases, and the whole-graph work (`graph`, Graphviz) on petgraph.
 //!
 //! Every walk reads parents and creation times through [`Lineage`], never a
-//! message body: for a [`Store`] that is its lineage index (`lineage.rs`, a
+//! message body: for a [`Store`](crate::Store) that is its lineage index (`lineage.rs`, a
 //! memory-mapped commit-graph with generation numbers), then the derived
 //! index, with the session object read only when both lack it.
 //!
@@ -35,7 +35,6 @@ use crate::error::Result;
 use crate::hash::ObjectId;
 use crate::lineage::LineageIndex;
 use crate::odb::Odb;
-use crate::store::Store;
 
 pub use lanes::{LaneRows, Lanes};
 use positions::Walker;
@@ -48,6 +47,17 @@ pub struct Node {
     pub parents: Vec<ObjectId>,
     /// Milliseconds since the Unix epoch.
     pub created_at: i64,
+}
+
+impl Node {
+    /// The node of the session at `pos` in a lineage index.
+    pub fn at(ix: &LineageIndex, pos: u32) -> Option<Node> {
+        Some(Node {
+            id: ix.id(pos)?,
+            parents: ix.parents(pos).filter_map(|p| ix.id(p)).collect(),
+            created_at: ix.created_at(pos),
+        })
+    }
 }
 
 /// Where walks get parents and creation times from.
@@ -85,34 +95,6 @@ impl<L: Lineage + ?Sized> Lineage for &L {
     }
     fn lineage_index(&self) -> Option<Arc<LineageIndex>> {
         (**self).lineage_index()
-    }
-}
-
-/// The lineage index first, then the derived index; the session object only
-/// when both lack it.
-impl Lineage for Store {
-    fn node(&self, id: &ObjectId) -> Result<Node> {
-        if let Some(ix) = Store::lineage_index(self) {
-            if let Some(node) = ix.position(id).and_then(|p| ix.node(p)) {
-                return Ok(node);
-            }
-        }
-        if let Some(info) = self.session_info(id)? {
-            return Ok(Node {
-                id: *id,
-                parents: info.parents,
-                created_at: info.created_at,
-            });
-        }
-        self.odb().node(id)
-    }
-
-    fn generation(&self, id: &ObjectId) -> Result<Option<u32>> {
-        Ok(Store::lineage_index(self).and_then(|ix| Some(ix.generation(ix.position(id)?))))
-    }
-
-    fn lineage_index(&self) -> Option<Arc<LineageIndex>> {
-        Store::lineage_index(self)
     }
 }
 

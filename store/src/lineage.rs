@@ -14,13 +14,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, IoResultExt, Result};
 use crate::hash::{ObjectId, ID_LEN};
 use crate::object::{ObjectKind, Session};
-use crate::odb::{Odb, RepackOptions, RepackStats};
-use crate::store::Store;
+use crate::odb::Odb;
 
 /// First 4 bytes of the file (objects-format.md, "Lineage index").
 pub const LINEAGE_MAGIC: [u8; 4] = *b"SLGI";
@@ -164,9 +162,9 @@ pub fn build(sessions: &BTreeMap<ObjectId, SessionFacts>) -> Result<Vec<u8>> {
         records.extend_from_slice(&f.messages.to_le_bytes());
     }
     if n > MAX_ENTRIES || extra.len() > MAX_ENTRIES || conversations.len() > MAX_ENTRIES {
-        return Err(Error::Invalid(format!(
-            "a lineage index holds fewer than {MAX_ENTRIES} sessions and edges"
-        )));
+        return Err(Error::LimitExceeded {
+            what: "a lineage index holds fewer than 2^31 - 1 sessions and edges",
+        });
     }
     let mut out = Vec::with_capacity(
         HEADER_LEN
@@ -269,6 +267,17 @@ pub fn collect_from(
 /// The caller holds the store's writer lock.
 pub fn write_for(odb: &Odb, store_root: &Path) -> Result<WriteStats> {
     write_from(odb, store_root, None)
+}
+
+/// Rewrites `<store_root>/lineage/graph.lgi` from every session object in
+/// `odb`, reusing nothing of the previous file (`reindex`).
+pub fn rebuild(odb: &Odb, store_root: &Path) -> Result<WriteStats> {
+    let (sessions, mut stats) = collect(odb, None)?;
+    let bytes = build(&sessions)?;
+    stats.sessions = u32_at(&bytes, 8).unwrap_or(0) as usize;
+    write_file(store_root, &bytes)?;
+    stats.written = true;
+    Ok(stats)
 }
 
 /// As [`write_for`]; with `sessions` (what a full repack reports), only
@@ -677,15 +686,6 @@ impl LineageIndex {
         .unwrap_or(0)
     }
 
-    /// What a walk needs of the session at `pos`.
-    pub fn node(&self, pos: u32) -> Option<crate::graph::Node> {
-        Some(crate::graph::Node {
-            id: self.id(pos)?,
-            parents: self.parents(pos).filter_map(|p| self.id(p)).collect(),
-            created_at: self.created_at(pos),
-        })
-    }
-
     /// Everything recorded of the session at `pos`.
     pub fn facts(&self, pos: u32) -> Option<SessionFacts> {
         Some(SessionFacts {
@@ -773,71 +773,5 @@ impl Iterator for Parents<'_> {
                 }
             }
         }
-    }
-}
-
-/// The store's handle on its lineage index: loaded on first use, dropped
-/// when the store rewrites the file.
-#[derive(Debug, Default)]
-pub(crate) struct Slot(Mutex<Option<Option<Arc<LineageIndex>>>>);
-
-impl Store {
-    /// The lineage index, loaded on first use; `None` for a store in memory,
-    /// when there is no file, or when it is damaged (then with a recovery
-    /// note: it is ignored until the next repack or gc rewrites it).
-    pub fn lineage_index(&self) -> Option<Arc<LineageIndex>> {
-        let mut slot = match self.lineage.0.lock() {
-            Ok(s) => s,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if let Some(loaded) = &*slot {
-            return loaded.clone();
-        }
-        let loaded = match self.root() {
-            None => None,
-            Some(root) => match LineageIndex::open(root) {
-                Ok(ix) => ix.map(Arc::new),
-                Err(e) => {
-                    self.note(format!(
-                        "ignoring the lineage index ({e}); the next repack or gc rewrites it"
-                    ));
-                    None
-                }
-            },
-        };
-        *slot = Some(loaded.clone());
-        loaded
-    }
-
-    /// Rewrites the lineage index from the objects (see [`write_for`]) and
-    /// reloads it. Nothing for a store in memory.
-    pub fn refresh_lineage(&self) -> Result<Option<WriteStats>> {
-        self.refresh_lineage_from(None)
-    }
-
-    /// As [`Store::refresh_lineage`], taking the sessions a full repack
-    /// reported when there are any (see [`write_from`]).
-    pub fn refresh_lineage_from(
-        &self,
-        sessions: Option<Vec<ObjectId>>,
-    ) -> Result<Option<WriteStats>> {
-        let Some(root) = self.root() else {
-            return Ok(None);
-        };
-        let stats = write_from(self.odb(), root, sessions)?;
-        let mut slot = match self.lineage.0.lock() {
-            Ok(s) => s,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        *slot = None;
-        Ok(Some(stats))
-    }
-
-    /// Repacks the object database, then rewrites the lineage index.
-    pub fn repack(&self, opts: &RepackOptions) -> Result<RepackStats> {
-        let _writers_wait = self.lock_state();
-        let stats = self.odb().repack(opts)?;
-        self.refresh_lineage_from(stats.sessions.clone())?;
-        Ok(stats)
     }
 }

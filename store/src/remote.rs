@@ -311,6 +311,14 @@ pub fn pull(
 /// at `source`, opened read-only (no lock taken). `HEAD` follows the
 /// source's when it names a conversation.
 pub fn clone(source: &Path, dest: &Path) -> Result<(Store, TransferReport)> {
+    if let (Ok(a), Ok(b)) = (source.canonicalize(), dest.canonicalize()) {
+        if a == b {
+            return Err(Error::Invalid(format!(
+                "cannot clone {} onto itself",
+                source.display()
+            )));
+        }
+    }
     if dest.exists() {
         let empty = std::fs::read_dir(dest)
             .map_err(|e| Error::Io {
@@ -320,10 +328,9 @@ pub fn clone(source: &Path, dest: &Path) -> Result<(Store, TransferReport)> {
             .next()
             .is_none();
         if !empty {
-            return Err(Error::Invalid(format!(
-                "{} exists and is not an empty directory",
-                dest.display()
-            )));
+            return Err(Error::NotEmpty {
+                path: dest.to_path_buf(),
+            });
         }
     }
     let from = Store::open(

@@ -7,14 +7,18 @@
 //!   REV);
 //! - `REV^N`: the N-th parent (`REV^` is `REV^1`, `REV^0` is REV).
 //!
-//! This module owns that syntax and the walk along parents it implies; what
-//! a name means (refs, prefixes) is [`Store::resolve_name`]'s. The walk reads
-//! parents through a [`Lineage`], never a message body.
+//! This module owns revision naming whole: that syntax, the walk along
+//! parents it implies, and what a name means (refs, tags, prefixes:
+//! [`Store::resolve_name`]). The walk reads parents through a [`Lineage`],
+//! never a message body.
+
+pub use crate::error::RevParseError;
 
 use crate::error::{Error, Result};
 use crate::graph::Lineage;
 use crate::hash::ObjectId;
-use crate::refs::{validate_name, NameError, RefName};
+use crate::object::ObjectKind;
+use crate::refs::{validate_name, NameError, RefName, RefTarget};
 use crate::store::Store;
 
 /// One step after a revision's name.
@@ -33,23 +37,6 @@ pub struct RevSpec {
     base_len: usize,
     /// Each step and where its text ends in the revision.
     steps: Vec<(Step, usize)>,
-}
-
-/// Why a revision is malformed (a usage error, not a lookup failure).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RevParseError {
-    #[error("a revision cannot be empty")]
-    Empty,
-    #[error("'{rev}' is not a revision: '{op}' needs a name or id before it")]
-    NoName { rev: String, op: char },
-    #[error(
-        "'{rev}' is not a revision: after '{op}' expected a number, '~' or '^', found '{found}'"
-    )]
-    BadStep { rev: String, op: char, found: char },
-    #[error("'{rev}' is not a revision: {number} is too large a step")]
-    TooLarge { rev: String, number: String },
-    #[error("'{rev}' is not a revision: {reason}")]
-    BadName { rev: String, reason: NameError },
 }
 
 impl RevSpec {
@@ -196,11 +183,67 @@ fn check_name(name: &str) -> Result<(), NameError> {
     validate_name(name)
 }
 
-/// Resolves a revision against a store (see the module docs).
-pub fn resolve(store: &Store, rev: &str) -> Result<ObjectId> {
-    let spec = RevSpec::parse(rev)?;
-    let start = store.resolve_name(spec.name())?;
-    spec.walk(store, start)
+/// What a name means, and a whole revision, against a store: the one place
+/// that turns what a person types into a session id. Uses only the store's
+/// public reads.
+impl Store {
+    /// Resolves a revision to a session: a name as [`Store::resolve_name`]
+    /// takes it, then any number of `~N` (N-th first-parent ancestor) and
+    /// `^N` (N-th parent) steps, as in git (see [`crate::rev`]).
+    pub fn resolve_rev(&self, rev: &str) -> Result<ObjectId> {
+        let spec = RevSpec::parse(rev)?;
+        let start = self.resolve_name(spec.name())?;
+        spec.walk(self, start)
+    }
+
+    /// Resolves a name to a session: `HEAD` or `@`, a conversation
+    /// name (its head), `archive/<name>`, `tags/<name>` or a tag name, a
+    /// full ref name, a full id or a unique prefix of 4+ hex digits. Names
+    /// win over prefixes, as in git.
+    pub fn resolve_name(&self, rev: &str) -> Result<ObjectId> {
+        if rev == "HEAD" || rev == "@" {
+            return self.resolve_ref(&RefName::Head)?.ok_or(Error::NoHead);
+        }
+        let mut candidates: Vec<RefName> = Vec::new();
+        if rev.starts_with("refs/") {
+            candidates.push(RefName::parse(rev)?);
+        } else if let Some(n) = rev.strip_prefix("archive/") {
+            candidates.push(RefName::archived(n)?);
+        } else if let Some(n) = rev.strip_prefix("tags/") {
+            candidates.push(RefName::tag(n)?);
+        } else if validate_name(rev).is_ok() {
+            candidates.push(RefName::conversation(rev)?);
+            candidates.push(RefName::tag(rev)?);
+            candidates.push(RefName::archived(rev)?);
+        }
+        for c in &candidates {
+            if let Some(RefTarget::Session(id)) = self.get_ref(c)? {
+                return Ok(id);
+            }
+        }
+        if rev.len() >= crate::hash::MIN_PREFIX_LEN && rev.bytes().all(|b| b.is_ascii_hexdigit()) {
+            let id = self.odb().resolve(rev)?;
+            let obj = self.odb().read(&id)?;
+            if obj.kind() != ObjectKind::Session {
+                return Err(Error::NotASession {
+                    rev: rev.to_owned(),
+                    id,
+                    kind: obj.kind(),
+                });
+            }
+            return Ok(id);
+        }
+        if !candidates.is_empty() || rev.starts_with("refs/") {
+            if let Some(RefName::Conversation(n)) = candidates.first() {
+                if self.conversation(n)?.is_some() {
+                    return Err(Error::NoHeadYet { name: n.clone() });
+                }
+            }
+        }
+        Err(Error::UnknownRevision {
+            rev: rev.to_owned(),
+        })
+    }
 }
 
 #[cfg(test)]

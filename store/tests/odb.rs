@@ -609,3 +609,13 @@ fn writes_pack_sealed_segments_so_the_journal_stays_one_segment() {
         odb.session(id).unwrap();
     }
 }
+
+#[test]
+fn a_write_batch_refuses_values_too_deep_for_a_blob() {
+    let mut v = serde_json::Value::Null;
+    for _ in 0..300 {
+        v = serde_json::Value::Array(vec![v]);
+    }
+    let mut b = sessctl_store::WriteBatch::new();
+    assert!(b.blob(&v).is_err());
+}

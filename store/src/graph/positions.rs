@@ -96,7 +96,9 @@ impl<'a, L: Lineage + ?Sized> Walker<'a, L> {
         let k = u32::try_from(self.tail.len())
             .ok()
             .and_then(|t| self.n.checked_add(t))
-            .ok_or_else(|| Error::Invalid("too many sessions for one walk".into()))?;
+            .ok_or(Error::LimitExceeded {
+                what: "too many sessions for one walk",
+            })?;
         self.tail.push(node);
         self.tail_gen.push(0);
         self.tail_key.insert(*id, k);

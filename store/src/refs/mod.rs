@@ -36,3 +36,48 @@ pub struct RefEdit {
     /// `None` deletes the ref.
     pub new: Option<RefTarget>,
 }
+
+impl PreviousValue {
+    /// Whether a ref holding `current` (`None`: absent) satisfies this
+    /// expectation: the compare of a compare-and-swap.
+    pub fn matches(&self, current: Option<&RefTarget>) -> bool {
+        match self {
+            PreviousValue::Any => true,
+            PreviousValue::MustNotExist => current.is_none(),
+            PreviousValue::MustExist => current.is_some(),
+            PreviousValue::MustMatch(t) => current == Some(t),
+        }
+    }
+
+    /// What the expectation says the ref holds, as a lost compare-and-swap
+    /// reports it (`None`: nothing, or anything).
+    pub fn describe(&self) -> Option<String> {
+        match self {
+            PreviousValue::MustMatch(t) => Some(t.to_string()),
+            PreviousValue::MustExist => Some("a value".into()),
+            PreviousValue::Any | PreviousValue::MustNotExist => None,
+        }
+    }
+}
+
+impl RefEdit {
+    /// Points `HEAD` at `target` (a conversation's ref: `HEAD` follows it),
+    /// whatever `HEAD` held.
+    pub fn head_to(target: RefName) -> RefEdit {
+        RefEdit {
+            name: RefName::Head,
+            expected: PreviousValue::Any,
+            new: Some(RefTarget::Symbolic(target)),
+        }
+    }
+
+    /// Detaches `HEAD` from the ref it follows, `from`, leaving it at the
+    /// session `at`; fails the transaction if `HEAD` moved meanwhile.
+    pub fn detach_head(from: RefName, at: crate::hash::ObjectId) -> RefEdit {
+        RefEdit {
+            name: RefName::Head,
+            expected: PreviousValue::MustMatch(RefTarget::Symbolic(from)),
+            new: Some(RefTarget::Session(at)),
+        }
+    }
+}

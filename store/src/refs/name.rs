@@ -134,6 +134,13 @@ impl RefName {
     }
 }
 
+/// A ref name equals its full text (`refs/heads/fix`, `HEAD`).
+impl PartialEq<str> for RefName {
+    fn eq(&self, other: &str) -> bool {
+        self.to_string() == other
+    }
+}
+
 impl fmt::Display for RefName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

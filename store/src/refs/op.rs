@@ -147,6 +147,35 @@ fn target(e: &mut Encoder, t: &RefTarget) {
     }
 }
 
+/// Opens a map for one ref move and writes the keys an operation's update
+/// and a reflog entry share (`new`, `old`, `name`, `prev`: first in
+/// canonical order); `more` counts the keys the caller writes after them.
+fn encode_move(
+    e: &mut Encoder,
+    name: &RefName,
+    old: Option<&RefTarget>,
+    new: Option<&RefTarget>,
+    prev: Option<&Hash>,
+    more: usize,
+) {
+    e.map(2 + more + new.is_some() as usize + old.is_some() as usize);
+    if let Some(t) = new {
+        e.text("new");
+        target(e, t);
+    }
+    if let Some(t) = old {
+        e.text("old");
+        target(e, t);
+    }
+    e.text("name");
+    e.text(&name.to_string());
+    e.text("prev");
+    match prev {
+        Some(p) => e.bytes(p),
+        None => e.null(),
+    }
+}
+
 fn read_target(d: &mut Decoder<'_>) -> Result<RefTarget, CborError> {
     if d.peek_major()? == 2 {
         return Ok(RefTarget::Session(id(d)?));
@@ -176,22 +205,14 @@ impl Operation {
         e.text("refs");
         e.array(self.refs.len());
         for r in &self.refs {
-            e.map(2 + r.new.is_some() as usize + r.old.is_some() as usize);
-            if let Some(t) = &r.new {
-                e.text("new");
-                target(&mut e, t);
-            }
-            if let Some(t) = &r.old {
-                e.text("old");
-                target(&mut e, t);
-            }
-            e.text("name");
-            e.text(&r.name.to_string());
-            e.text("prev");
-            match &r.prev {
-                Some(p) => e.bytes(p),
-                None => e.null(),
-            }
+            encode_move(
+                &mut e,
+                &r.name,
+                r.old.as_ref(),
+                r.new.as_ref(),
+                r.prev.as_ref(),
+                0,
+            );
         }
         e.text("runs");
         e.array(self.runs.len());
@@ -575,22 +596,14 @@ impl ReflogEntry {
     /// entry of the same ref names it as `prev`.
     pub fn hash(&self) -> Hash {
         let mut e = Encoder::with_capacity(160);
-        e.map(5 + self.new.is_some() as usize + self.old.is_some() as usize);
-        if let Some(t) = &self.new {
-            e.text("new");
-            target(&mut e, t);
-        }
-        if let Some(t) = &self.old {
-            e.text("old");
-            target(&mut e, t);
-        }
-        e.text("name");
-        e.text(&self.name.to_string());
-        e.text("prev");
-        match &self.prev {
-            Some(p) => e.bytes(p),
-            None => e.null(),
-        }
+        encode_move(
+            &mut e,
+            &self.name,
+            self.old.as_ref(),
+            self.new.as_ref(),
+            self.prev.as_ref(),
+            3,
+        );
         e.text("time");
         e.int(self.time);
         e.text("actor");

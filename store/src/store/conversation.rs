@@ -1,0 +1,539 @@
+//! Conversations: starting one (create, fork), continuing it (commit,
+//! merge), and moving it between active, archived and gone. Each verb
+//! builds its sessions (`builder.rs`) and applies one transaction.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::hash::ObjectId;
+use crate::index::{ConversationInfo, SessionInfo};
+use crate::object::{Compaction, RunSummary, SessionMetadata, SessionStatus};
+use crate::odb::Durability;
+use crate::refs::{
+    validate_name, ConversationRecord, ConversationStatus, ConversationUpdate, PreviousValue,
+    RefEdit, RefName, RefTarget, RunEvent, RunEventKind,
+};
+use crate::time::now_ms;
+
+use super::builder::Built;
+use super::{Run, Store, Transaction};
+
+/// How messages are given to a commit.
+#[derive(Debug, Clone)]
+pub enum Messages {
+    /// Messages appended to the parent's history.
+    Added(Vec<Value>),
+    /// The full new history; the common prefix with the parent's is kept.
+    History(Vec<Value>),
+}
+
+impl Default for Messages {
+    fn default() -> Self {
+        Messages::Added(Vec::new())
+    }
+}
+
+/// What one turn (one session) adds.
+#[derive(Debug, Clone, Default)]
+pub struct Turn {
+    pub messages: Messages,
+    /// Display messages; `None` mirrors `messages`.
+    pub display: Option<Messages>,
+    /// New context state; `None` keeps the parent's.
+    pub context_state: Option<Value>,
+    /// New environment state; `None` keeps the parent's.
+    pub environment_state: Option<Value>,
+    /// The session's title; also becomes the conversation's title.
+    pub title: Option<String>,
+    /// `None` means committed.
+    pub status: Option<SessionStatus>,
+    pub run: RunSummary,
+    pub metadata: SessionMetadata,
+    /// `None` means now.
+    pub created_at: Option<i64>,
+}
+
+/// Where a fork cuts its source's history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// Keep the first N messages.
+    AtMessage(u64),
+    /// Keep messages up to and including this one.
+    AtMessageId(ObjectId),
+}
+
+/// A fork request.
+#[derive(Debug, Clone, Default)]
+pub struct ForkOptions {
+    /// The new conversation's name (default: `fork-<12 hex of the source>`).
+    pub name: Option<String>,
+    pub cut: Option<Cut>,
+    /// Messages the fork adds right away (a fork with neither a cut nor
+    /// messages writes no object: it is a new ref at the source).
+    pub turn: Option<Turn>,
+}
+
+impl Store {
+    pub fn conversation(&self, name: &str) -> Result<Option<ConversationInfo>> {
+        self.index.conversation(name)
+    }
+
+    pub(super) fn require_conversation(&self, name: &str) -> Result<ConversationInfo> {
+        validate_name(name)?;
+        self.index
+            .conversation(name)?
+            .ok_or_else(|| Error::NoSuchConversation {
+                name: name.to_owned(),
+            })
+    }
+
+    /// Conversations, newest activity first.
+    pub fn conversations(&self, limit: Option<usize>) -> Result<Vec<ConversationInfo>> {
+        self.index.conversations_by_activity(limit)
+    }
+
+    /// The conversations `keep` accepts, newest activity first, stopping
+    /// after `limit` (reads no more records than that takes).
+    pub fn conversations_where(
+        &self,
+        limit: Option<usize>,
+        keep: impl Fn(&ConversationInfo) -> bool,
+    ) -> Result<Vec<ConversationInfo>> {
+        self.index.conversations_where(limit, keep)
+    }
+
+    pub fn session_info(&self, id: &ObjectId) -> Result<Option<SessionInfo>> {
+        self.index.session(id)
+    }
+
+    /// The conversation `HEAD` names, if it names one.
+    pub fn head_conversation(&self) -> Result<Option<String>> {
+        Ok(match self.index.get_ref(&RefName::Head)? {
+            Some(RefTarget::Symbolic(RefName::Conversation(n))) => Some(n),
+            _ => None,
+        })
+    }
+
+    /// Starts a conversation with a root session; returns its name and the
+    /// session. The name defaults to the first 12 hex digits of the root's
+    /// id. `HEAD` moves to it.
+    pub fn create(
+        &self,
+        name: Option<&str>,
+        turn: Turn,
+        durability: Durability,
+    ) -> Result<(String, ObjectId)> {
+        if let Some(n) = name {
+            validate_name(n)?;
+        }
+        let title = turn.title.clone();
+        let preset = turn.metadata.preset_id.clone();
+        let built = self.build_session(None, None, turn, &[], None, None)?;
+        let id = built.id;
+        let created_at = built.session.created_at;
+        let name = name
+            .map(str::to_owned)
+            .unwrap_or_else(|| id.to_hex_prefix(12));
+        if self.index.conversation(&name)?.is_some() {
+            return Err(Error::ConversationExists { name });
+        }
+        let record = ConversationRecord {
+            conversation_id: Some(id),
+            title,
+            default_preset_id: preset,
+            metadata: BTreeMap::new(),
+            status: ConversationStatus::Active,
+            created_at,
+            updated_at: created_at,
+        };
+        self.start_conversation("create", &name, id, record, Some(built), durability)?;
+        Ok((name, id))
+    }
+
+    /// Commits a turn on a conversation's head (a continuation). With
+    /// `expected_head`, the head must still be that session.
+    pub fn commit(
+        &self,
+        name: &str,
+        expected_head: Option<ObjectId>,
+        turn: Turn,
+        durability: Durability,
+    ) -> Result<ObjectId> {
+        let id = self.commit_with(name, expected_head, turn, &[], None, None, durability)?;
+        self.after_commit_recorded(name, id);
+        Ok(id)
+    }
+
+    /// Commits a session with several parents: the head and `others` (for
+    /// example a subagent's result merged back).
+    pub fn merge(
+        &self,
+        name: &str,
+        others: &[ObjectId],
+        turn: Turn,
+        durability: Durability,
+    ) -> Result<ObjectId> {
+        let id = self.commit_with(name, None, turn, others, None, None, durability)?;
+        self.after_commit_recorded(name, id);
+        Ok(id)
+    }
+
+    /// With `compaction`, the session replaces the whole history (base 0)
+    /// and records what it summarised; the operation's reason is `compact`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn commit_with(
+        &self,
+        name: &str,
+        expected_head: Option<ObjectId>,
+        turn: Turn,
+        extra_parents: &[ObjectId],
+        run: Option<&Run>,
+        compaction: Option<Compaction>,
+        durability: Durability,
+    ) -> Result<ObjectId> {
+        let info = self.require_conversation(name)?;
+        if info.record.status == ConversationStatus::Archived {
+            return Err(Error::ConversationArchived {
+                name: name.to_owned(),
+            });
+        }
+        let head = info.head.ok_or_else(|| Error::NoSuchConversation {
+            name: name.to_owned(),
+        })?;
+        if let Some(e) = expected_head {
+            let expected = PreviousValue::MustMatch(RefTarget::Session(e));
+            let actual = RefTarget::Session(head);
+            if !expected.matches(Some(&actual)) {
+                return Err(Error::ref_out_of_date(
+                    &RefName::conversation(name)?,
+                    &expected,
+                    Some(&actual),
+                ));
+            }
+        }
+        let mut record = info.record.clone();
+        // A fork's first commit starts its conversation: the session names
+        // none, so its own id becomes the conversation's.
+        let conversation = record.conversation_id;
+        if let Some(t) = &turn.title {
+            record.title = Some(t.clone());
+        }
+        let built = self.build_session(
+            Some(head),
+            conversation,
+            turn,
+            extra_parents,
+            None,
+            compaction,
+        )?;
+        let id = built.id;
+        if record.conversation_id.is_none() {
+            record.conversation_id = Some(id);
+        }
+        record.updated_at = built.session.created_at.max(record.updated_at);
+        let conv_ref = RefName::conversation(name)?;
+        let mut tx = Transaction {
+            reason: if compaction.is_some() {
+                "compact"
+            } else if extra_parents.is_empty() {
+                "commit"
+            } else {
+                "merge"
+            }
+            .into(),
+            edits: vec![
+                RefEdit {
+                    name: conv_ref.clone(),
+                    expected: PreviousValue::MustMatch(RefTarget::Session(head)),
+                    new: Some(RefTarget::Session(id)),
+                },
+                RefEdit::head_to(conv_ref),
+            ],
+            conversations: vec![ConversationUpdate {
+                name: name.to_owned(),
+                record: Some(record),
+            }],
+            objects: built.objects,
+            ..Transaction::default()
+        };
+        match run {
+            Some(r) => {
+                tx.require_claim.push((r.conversation.clone(), r.id));
+                tx.runs.push(RunEvent {
+                    conversation: r.conversation.clone(),
+                    run: r.id,
+                    kind: RunEventKind::Commit { session: id },
+                });
+            }
+            None => tx.require_unclaimed.push(name.to_owned()),
+        }
+        self.transact_decoded(tx, &[(id, built.session)], durability)?;
+        Ok(id)
+    }
+
+    /// Forks a new conversation from any session. A plain fork (no cut, no
+    /// turn) writes no object: it is a new ref at `from`, and the first
+    /// commit on it starts the new conversation. `HEAD` moves to the fork.
+    pub fn fork(
+        &self,
+        from: ObjectId,
+        opts: ForkOptions,
+        durability: Durability,
+    ) -> Result<(String, ObjectId)> {
+        let source = self.odb.session(&from)?;
+        let name = match opts.name {
+            Some(n) => {
+                validate_name(&n)?;
+                if self.index.conversation(&n)?.is_some() {
+                    return Err(Error::ConversationExists { name: n });
+                }
+                n
+            }
+            None => self.free_name(&format!("fork-{}", from.to_hex_prefix(12)))?,
+        };
+        let now = now_ms();
+        // A fork is about what its source was about: the session's title, or
+        // else its conversation's.
+        let title = match &source.title {
+            Some(t) => Some(t.clone()),
+            None => self
+                .index
+                .conversation_name(&source.conversation_id(from))?
+                .and_then(|n| self.index.conversation(&n).ok().flatten())
+                .and_then(|c| c.record.title),
+        };
+        let mut record = ConversationRecord {
+            conversation_id: None,
+            title,
+            default_preset_id: source.metadata.preset_id.clone(),
+            metadata: BTreeMap::new(),
+            status: ConversationStatus::Active,
+            created_at: now,
+            updated_at: now,
+        };
+        let (head, built) = if opts.cut.is_none() && opts.turn.is_none() {
+            (from, None)
+        } else {
+            let history = self.odb.history(&from)?;
+            let display = self.odb.display_history(&from)?;
+            let keep = match opts.cut {
+                None => history.len() as u64,
+                Some(Cut::AtMessage(k)) => {
+                    if k > history.len() as u64 {
+                        return Err(Error::CutOutOfRange {
+                            at: k,
+                            session: from,
+                            messages: history.len() as u64,
+                        });
+                    }
+                    k
+                }
+                Some(Cut::AtMessageId(m)) => {
+                    let pos = history
+                        .iter()
+                        .position(|h| *h == m)
+                        .ok_or(Error::NotInHistory {
+                            message: m,
+                            session: from,
+                        })?;
+                    pos as u64 + 1
+                }
+            };
+            // Display messages are cut at the same place when they mirror
+            // the messages, and kept whole when the cut keeps everything.
+            let display_keep = if keep == history.len() as u64 {
+                display.len() as u64
+            } else {
+                keep.min(display.len() as u64)
+            };
+            let turn = opts.turn.unwrap_or_default();
+            if let Messages::History(_) = turn.messages {
+                return Err(Error::ForkTakesAddedMessages);
+            }
+            if let Some(t) = &turn.title {
+                record.title = Some(t.clone());
+            }
+            let built = self.build_session(
+                Some(from),
+                None,
+                turn,
+                &[],
+                Some((keep, display_keep)),
+                None,
+            )?;
+            record.conversation_id = Some(built.id);
+            (built.id, Some(built))
+        };
+        self.start_conversation("fork", &name, head, record, built, durability)?;
+        Ok((name, head))
+    }
+
+    /// Creates `refs/heads/<name>` at `head` (neither it nor an archived
+    /// conversation of that name may exist), records the conversation and
+    /// points `HEAD` at it, in one transaction.
+    fn start_conversation(
+        &self,
+        reason: &str,
+        name: &str,
+        head: ObjectId,
+        record: ConversationRecord,
+        built: Option<Built>,
+        durability: Durability,
+    ) -> Result<()> {
+        let conv_ref = RefName::conversation(name)?;
+        let (objects, decoded) = match built {
+            Some(b) => (b.objects, vec![(b.id, b.session)]),
+            None => (Vec::new(), Vec::new()),
+        };
+        self.transact_decoded(
+            Transaction {
+                reason: reason.into(),
+                edits: vec![
+                    RefEdit {
+                        name: conv_ref.clone(),
+                        expected: PreviousValue::MustNotExist,
+                        new: Some(RefTarget::Session(head)),
+                    },
+                    RefEdit {
+                        name: RefName::archived(name)?,
+                        expected: PreviousValue::MustNotExist,
+                        new: None,
+                    },
+                    RefEdit::head_to(conv_ref),
+                ],
+                conversations: vec![ConversationUpdate {
+                    name: name.to_owned(),
+                    record: Some(record),
+                }],
+                objects,
+                ..Transaction::default()
+            },
+            &decoded,
+            durability,
+        )?;
+        Ok(())
+    }
+
+    fn free_name(&self, base: &str) -> Result<String> {
+        if self.index.conversation(base)?.is_none() {
+            return Ok(base.to_owned());
+        }
+        for n in 2.. {
+            let candidate = format!("{base}-{n}");
+            if self.index.conversation(&candidate)?.is_none() {
+                return Ok(candidate);
+            }
+        }
+        unreachable!("some suffix is free")
+    }
+
+    /// Moves `refs/heads/<name>` to `refs/archive/<name>`.
+    pub fn archive(&self, name: &str, durability: Durability) -> Result<ObjectId> {
+        self.move_between(name, true, durability)
+    }
+
+    /// Moves `refs/archive/<name>` back to `refs/heads/<name>`.
+    pub fn unarchive(&self, name: &str, durability: Durability) -> Result<ObjectId> {
+        self.move_between(name, false, durability)
+    }
+
+    fn move_between(&self, name: &str, archive: bool, durability: Durability) -> Result<ObjectId> {
+        let info = self.require_conversation(name)?;
+        let (from, to) = if archive {
+            (RefName::conversation(name)?, RefName::archived(name)?)
+        } else {
+            (RefName::archived(name)?, RefName::conversation(name)?)
+        };
+        let Some(RefTarget::Session(head)) = self.index.get_ref(&from)? else {
+            let name = name.to_owned();
+            return Err(if archive {
+                Error::AlreadyArchived { name }
+            } else {
+                Error::NotArchived { name }
+            });
+        };
+        let mut record = info.record.clone();
+        record.status = if archive {
+            ConversationStatus::Archived
+        } else {
+            ConversationStatus::Active
+        };
+        record.updated_at = now_ms().max(record.updated_at);
+        let mut edits = vec![
+            RefEdit {
+                name: from,
+                expected: PreviousValue::MustMatch(RefTarget::Session(head)),
+                new: None,
+            },
+            RefEdit {
+                name: to,
+                expected: PreviousValue::MustNotExist,
+                new: Some(RefTarget::Session(head)),
+            },
+        ];
+        if archive {
+            edits.extend(self.detach_head_edit(name, head)?);
+        }
+        self.transact(
+            Transaction {
+                reason: if archive { "archive" } else { "unarchive" }.into(),
+                edits,
+                conversations: vec![ConversationUpdate {
+                    name: name.to_owned(),
+                    record: Some(record),
+                }],
+                require_unclaimed: vec![name.to_owned()],
+                ..Transaction::default()
+            },
+            durability,
+        )?;
+        Ok(head)
+    }
+
+    /// If `HEAD` names the conversation, it is detached at its head.
+    fn detach_head_edit(&self, name: &str, head: ObjectId) -> Result<Option<RefEdit>> {
+        let conv_ref = RefName::conversation(name)?;
+        Ok(match self.index.get_ref(&RefName::Head)? {
+            Some(RefTarget::Symbolic(r)) if r == conv_ref => Some(RefEdit::detach_head(r, head)),
+            _ => None,
+        })
+    }
+
+    /// Removes a conversation: its ref and record go, its objects stay for
+    /// gc to judge.
+    pub fn delete(&self, name: &str, durability: Durability) -> Result<ObjectId> {
+        self.require_conversation(name)?;
+        let mut edits = Vec::new();
+        let mut head = None;
+        for r in [RefName::conversation(name)?, RefName::archived(name)?] {
+            if let Some(RefTarget::Session(h)) = self.index.get_ref(&r)? {
+                head = Some(h);
+                edits.push(RefEdit {
+                    name: r,
+                    expected: PreviousValue::MustMatch(RefTarget::Session(h)),
+                    new: None,
+                });
+            }
+        }
+        let head = head.ok_or_else(|| Error::NoSuchConversation {
+            name: name.to_owned(),
+        })?;
+        edits.extend(self.detach_head_edit(name, head)?);
+        self.transact(
+            Transaction {
+                reason: "delete".into(),
+                edits,
+                conversations: vec![ConversationUpdate {
+                    name: name.to_owned(),
+                    record: None,
+                }],
+                require_unclaimed: vec![name.to_owned()],
+                ..Transaction::default()
+            },
+            durability,
+        )?;
+        Ok(head)
+    }
+}

@@ -1,0 +1,187 @@
+//! Transactions: the one way a store changes. Every ref edit is checked
+//! against its expected value (a compare-and-swap), then the objects and
+//! the operation are appended in one journal frame, the index follows, and
+//! the journal is synced as the caller's durability asks.
+
+use crate::error::{Error, Result};
+use crate::hash::ObjectId;
+use crate::object::{EncodedObject, ObjectKind, Session};
+use crate::odb::Durability;
+use crate::refs::{
+    ConversationUpdate, Operation, RefEdit, RefName, RefTarget, RefUpdate, RunEvent,
+};
+use crate::time::now_ms;
+
+use super::Store;
+
+/// A set of changes applied atomically.
+#[derive(Debug, Clone, Default)]
+pub struct Transaction {
+    /// Why (recorded in the ref log): commit, fork, archive, ...
+    pub reason: String,
+    pub edits: Vec<RefEdit>,
+    pub conversations: Vec<ConversationUpdate>,
+    pub runs: Vec<RunEvent>,
+    /// Objects written in the same frame.
+    pub objects: Vec<EncodedObject>,
+    /// Conversations that must have no open run claim.
+    pub require_unclaimed: Vec<String>,
+    /// (conversation, run) claims that must be open.
+    pub require_claim: Vec<(String, u64)>,
+}
+
+/// What a committed transaction became.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Committed {
+    /// The operation's sequence number.
+    pub op: u64,
+}
+
+impl Store {
+    /// Applies a transaction atomically: every edit's expected value is
+    /// checked, then objects and the operation are appended in one frame,
+    /// then (with [`Durability::Sync`]) synced.
+    pub fn transact(&self, tx: Transaction, durability: Durability) -> Result<Committed> {
+        let mut decoded = Vec::new();
+        for o in &tx.objects {
+            if o.kind() == ObjectKind::Session {
+                // Decoding proves the bytes are a session; the index takes it
+                // as decoded here.
+                let s = Session::decode(o.payload()).map_err(|e| Error::decode(o.id(), e))?;
+                decoded.push((o.id(), s));
+            }
+        }
+        self.transact_decoded(tx, &decoded, durability)
+    }
+
+    /// [`Store::transact`] for a caller that built the transaction's
+    /// sessions itself: `decoded` holds each session object of `tx.objects`
+    /// with its id, as [`Session::encode`] encoded it.
+    pub(super) fn transact_decoded(
+        &self,
+        tx: Transaction,
+        decoded: &[(ObjectId, Session)],
+        durability: Durability,
+    ) -> Result<Committed> {
+        debug_assert_eq!(
+            decoded.len(),
+            tx.objects
+                .iter()
+                .filter(|o| o.kind() == ObjectKind::Session)
+                .count()
+        );
+        let mut st = self.state.lock().expect("state lock");
+        // Under the lock gc also holds: nothing a new session names can be
+        // swept between this check and the append.
+        for (session, s) in decoded {
+            for named in s.blobs().chain(s.sessions()) {
+                if !tx.objects.iter().any(|o| o.id() == named) && !self.odb.contains(&named)? {
+                    return Err(Error::MissingObject {
+                        session: *session,
+                        named,
+                    });
+                }
+            }
+        }
+        for conv in &tx.require_unclaimed {
+            if let Some(c) = self.index.claim(conv)? {
+                return Err(Error::Busy {
+                    conversation: conv.clone(),
+                    run: c.run,
+                    pid: c.pid,
+                });
+            }
+        }
+        for (conv, run) in &tx.require_claim {
+            match self.index.claim(conv)? {
+                Some(c) if c.run == *run => {}
+                _ => {
+                    return Err(Error::RunNotOpen {
+                        conversation: conv.clone(),
+                        run: *run,
+                    })
+                }
+            }
+        }
+        let mut updates = Vec::with_capacity(tx.edits.len());
+        for e in &tx.edits {
+            let current = self.index.get_ref(&e.name)?;
+            if !e.expected.matches(current.as_ref()) {
+                return Err(Error::ref_out_of_date(
+                    &e.name,
+                    &e.expected,
+                    current.as_ref(),
+                ));
+            }
+            if let Some(RefTarget::Session(id)) = &e.new {
+                let in_tx = tx.objects.iter().any(|o| o.id() == *id);
+                if !in_tx {
+                    match self.odb.read(id) {
+                        Ok(o) if o.kind() == ObjectKind::Session => {}
+                        Ok(o) => {
+                            return Err(Error::WrongKind {
+                                id: *id,
+                                expected: ObjectKind::Session,
+                                actual: o.kind(),
+                            })
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            if let Some(RefTarget::Symbolic(r)) = &e.new {
+                if e.name != RefName::Head || *r == RefName::Head {
+                    return Err(Error::SymbolicRef {
+                        name: e.name.clone(),
+                        target: r.clone(),
+                    });
+                }
+            }
+            // An edit that changes nothing was a check only: it is not a
+            // move, so it leaves no reflog entry.
+            if current == e.new {
+                continue;
+            }
+            updates.push(RefUpdate {
+                name: e.name.clone(),
+                old: current,
+                new: e.new.clone(),
+                prev: self.index.reflog_head(&e.name)?,
+            });
+        }
+        let new_objects = tx
+            .objects
+            .iter()
+            .map(|o| self.odb.contains(&o.id()).map(|has| !has))
+            .collect::<Result<Vec<bool>>>()?
+            .into_iter()
+            .any(|new| new);
+        if updates.is_empty() && tx.conversations.is_empty() && tx.runs.is_empty() && !new_objects {
+            // Nothing would change: no operation, nothing to sync.
+            return Ok(Committed { op: st.seq });
+        }
+        let op = Operation {
+            seq: st.seq + 1,
+            prev: st.hash,
+            time: now_ms(),
+            actor: self.actor.clone(),
+            reason: tx.reason,
+            refs: updates,
+            conversations: tx.conversations,
+            runs: tx.runs,
+        };
+        let bytes = op.encode();
+        let (_, ticket) = self.odb.backend().append(&tx.objects, &[(op.seq, bytes)])?;
+        st.seq = op.seq;
+        st.hash = Some(op.hash());
+        // The operation is in the journal: the index follows it. Should this
+        // fail, the next open catches the index up from the journal.
+        self.index.apply_with(&op, &self.odb, decoded)?;
+        drop(st);
+        if durability == Durability::Sync {
+            self.odb.backend().sync(ticket)?;
+        }
+        self.upkeep();
+        Ok(Committed { op: op.seq })
+    }
+}
