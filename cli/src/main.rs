@@ -314,7 +314,7 @@ fn main() -> ExitCode {
 /// The library's error in the words of this command line: where a flag or
 /// another command is the way out, the message says so (the library never
 /// names a flag).
-fn message(e: &Error) -> String {
+pub(crate) fn message(e: &Error) -> String {
     match e {
         Error::NoHead | Error::HeadDetached { .. } => {
             format!("{e}: give a conversation, or start one with --new")

@@ -28,7 +28,7 @@ pub fn gc(ctx: &Ctx, args: GcArgs) -> CmdResult {
         ..GcOptions::default()
     };
     if let Some(p) = &args.prune {
-        opts.prune = parse_prune(p).map_err(|e| CommandError::Usage(e.to_string()))?;
+        opts.prune = parse_prune(p).map_err(|e| CommandError::Usage(crate::message(&e)))?;
     }
     let store = ctx.open_store()?;
     crate::output::progress("gc: marking and sweeping...");

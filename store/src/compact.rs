@@ -529,14 +529,17 @@ impl AutoCompaction {
         }
     }
 
+    /// [`estimate_tokens`] of `session`'s history, from its parent's
+    /// estimate and its new messages when this auto-compaction has seen the
+    /// parent (a whole-history load otherwise).
+    pub fn estimated_tokens(&self, store: &Store, session: &ObjectId) -> Result<u64> {
+        Ok(self.estimates.history_bytes(store, session)? / 4)
+    }
+
     /// Whether `session`'s history has reached the threshold.
     fn due(&self, store: &Store, session: &ObjectId) -> Result<bool> {
-        let bytes = self.estimates.history_bytes(store, session)?;
-        Ok(threshold_reached(
-            bytes / 4,
-            self.max_tokens,
-            self.threshold,
-        ))
+        let estimate = self.estimated_tokens(store, session)?;
+        Ok(threshold_reached(estimate, self.max_tokens, self.threshold))
     }
 }
 

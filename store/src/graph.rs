@@ -23,13 +23,12 @@
 
 mod lanes;
 mod positions;
+mod topo;
+mod whole;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-
-use petgraph::graph::{DiGraph, NodeIndex};
-use petgraph::Direction;
 
 use crate::error::Result;
 use crate::hash::ObjectId;
@@ -38,6 +37,9 @@ use crate::odb::Odb;
 
 pub use lanes::{LaneRows, Lanes};
 use positions::Walker;
+use topo::priority;
+pub use topo::TopoWalk;
+pub use whole::{EdgeKind, SessionGraph};
 
 /// What a walk needs of one session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,195 +136,6 @@ impl Follow {
             node.parents.truncate(1);
         }
         node
-    }
-}
-
-/// The log order's preference among available sessions: newest first, then
-/// the smaller id.
-type Priority = (i64, Reverse<ObjectId>);
-
-fn priority(n: &Node) -> Priority {
-    (n.created_at, Reverse(n.id))
-}
-
-/// Sessions reachable from some starts, in log order (see the module
-/// docs). Yields nodes whose `parents` are the followed ones.
-#[derive(Debug)]
-pub struct TopoWalk<'a, L: ?Sized> {
-    lineage: &'a L,
-    follow: Follow,
-    /// Streaming: sessions found and not yet yielded; while there is one,
-    /// nothing unseen can be its descendant.
-    pending: Vec<Node>,
-    seen: HashSet<ObjectId>,
-    /// Once lines branch: the rest of the graph and its Kahn state.
-    rest: Option<(SessionGraph, Kahn)>,
-    /// Once lines branch, with a lineage index: the rest, in order.
-    ordered: Option<std::vec::IntoIter<Node>>,
-    /// With a lineage index: the streaming state in positions.
-    positional: Option<Streaming<'a, L>>,
-    failed: bool,
-}
-
-/// [`TopoWalk`]'s streaming state over positions in the lineage index.
-struct Streaming<'a, L: ?Sized> {
-    walker: Walker<'a, L>,
-    pending: Vec<u32>,
-    seen: positions::Bits,
-    buf: Vec<u32>,
-}
-
-impl<L: ?Sized> std::fmt::Debug for Streaming<'_, L> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Streaming")
-            .field("pending", &self.pending)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Kahn's algorithm over a loaded graph, the ready set ordered by
-/// [`priority`].
-#[derive(Debug)]
-struct Kahn {
-    indegree: Vec<usize>,
-    ready: BinaryHeap<(Priority, usize)>,
-}
-
-impl Kahn {
-    fn new(graph: &SessionGraph) -> Kahn {
-        let g = &graph.graph;
-        let indegree: Vec<usize> = g
-            .node_indices()
-            .map(|i| g.neighbors_directed(i, Direction::Incoming).count())
-            .collect();
-        let ready = g
-            .node_indices()
-            .filter(|i| indegree[i.index()] == 0)
-            .map(|i| (priority(&g[i]), i.index()))
-            .collect();
-        Kahn { indegree, ready }
-    }
-
-    fn next<'g>(&mut self, graph: &'g SessionGraph) -> Option<&'g Node> {
-        let g = &graph.graph;
-        let (_, i) = self.ready.pop()?;
-        let at = NodeIndex::new(i);
-        // A session with the same parent twice has two edges to it.
-        for p in g.neighbors_directed(at, Direction::Outgoing) {
-            let d = &mut self.indegree[p.index()];
-            *d -= 1;
-            if *d == 0 {
-                self.ready.push((priority(&g[p]), p.index()));
-            }
-        }
-        Some(&g[at])
-    }
-}
-
-impl<'a, L: Lineage + ?Sized> TopoWalk<'a, L> {
-    pub fn new(lineage: &'a L, starts: &[ObjectId], follow: Follow) -> Result<Self> {
-        let mut walk = TopoWalk {
-            lineage,
-            follow,
-            pending: Vec::new(),
-            seen: HashSet::new(),
-            rest: None,
-            ordered: None,
-            positional: None,
-            failed: false,
-        };
-        if let Some(ix) = lineage.lineage_index() {
-            let mut walker = Walker::new(lineage, ix, follow);
-            let mut seen = positions::Bits::with_capacity(walker.indexed());
-            let mut pending = Vec::new();
-            for s in starts {
-                let k = walker.key_of(s)?;
-                if seen.insert(k) {
-                    pending.push(k);
-                }
-            }
-            walk.positional = Some(Streaming {
-                walker,
-                pending,
-                seen,
-                buf: Vec::new(),
-            });
-            return Ok(walk);
-        }
-        for s in starts {
-            if walk.seen.insert(*s) {
-                walk.pending.push(follow.trim(lineage.node(s)?));
-            }
-        }
-        Ok(walk)
-    }
-
-    fn step(&mut self) -> Result<Option<Node>> {
-        if let Some((graph, kahn)) = &mut self.rest {
-            return Ok(kahn.next(graph).cloned());
-        }
-        if let Some(rest) = &mut self.ordered {
-            return Ok(rest.next());
-        }
-        if let Some(p) = &mut self.positional {
-            return match p.pending.len() {
-                0 => Ok(None),
-                1 => {
-                    let k = p.pending.pop().expect("one pending");
-                    let node = p.walker.node_of(k, &mut p.buf)?;
-                    for &q in &p.buf {
-                        if p.seen.insert(q) {
-                            p.pending.push(q);
-                        }
-                    }
-                    Ok(Some(node))
-                }
-                _ => {
-                    let ids: Vec<ObjectId> = p.pending.iter().map(|&k| p.walker.id(k)).collect();
-                    let mut rest = p.walker.topo_order(&ids)?.into_iter();
-                    let first = rest.next();
-                    self.ordered = Some(rest);
-                    Ok(first)
-                }
-            };
-        }
-        match self.pending.len() {
-            0 => Ok(None),
-            1 => {
-                let node = self.pending.pop().expect("one pending");
-                for p in &node.parents {
-                    if self.seen.insert(*p) {
-                        self.pending.push(self.follow.trim(self.lineage.node(p)?));
-                    }
-                }
-                Ok(Some(node))
-            }
-            _ => {
-                let from = std::mem::take(&mut self.pending);
-                let graph = SessionGraph::load_from(self.lineage, from, self.follow)?;
-                let mut kahn = Kahn::new(&graph);
-                let first = kahn.next(&graph).cloned();
-                self.rest = Some((graph, kahn));
-                Ok(first)
-            }
-        }
-    }
-}
-
-impl<L: Lineage + ?Sized> Iterator for TopoWalk<'_, L> {
-    type Item = Result<Node>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.failed {
-            return None;
-        }
-        match self.step() {
-            Ok(n) => n.map(Ok),
-            Err(e) => {
-                self.failed = true;
-                Some(Err(e))
-            }
-        }
     }
 }
 
@@ -475,139 +288,6 @@ fn reach(
         nodes.insert(at, node);
     }
     Ok(nodes)
-}
-
-/// What an edge of the graph is: child to first parent, or to another.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EdgeKind {
-    FirstParent,
-    OtherParent,
-}
-
-/// A loaded part of the session DAG: every session reachable from some
-/// starts, edges from child to parent.
-#[derive(Debug, Clone)]
-pub struct SessionGraph {
-    graph: DiGraph<Node, EdgeKind>,
-    index: HashMap<ObjectId, NodeIndex>,
-}
-
-impl SessionGraph {
-    /// Loads the sessions reachable from `starts`.
-    pub fn load(
-        lineage: &(impl Lineage + ?Sized),
-        starts: &[ObjectId],
-        follow: Follow,
-    ) -> Result<SessionGraph> {
-        let mut nodes = Vec::new();
-        let mut seen = HashSet::new();
-        for s in starts {
-            if seen.insert(*s) {
-                nodes.push(follow.trim(lineage.node(s)?));
-            }
-        }
-        SessionGraph::load_from(lineage, nodes, follow)
-    }
-
-    /// Loads the sessions reachable from nodes already read.
-    fn load_from(
-        lineage: &(impl Lineage + ?Sized),
-        from: Vec<Node>,
-        follow: Follow,
-    ) -> Result<SessionGraph> {
-        let mut graph = DiGraph::new();
-        let mut index = HashMap::new();
-        let mut queue: VecDeque<NodeIndex> = VecDeque::new();
-        for n in from {
-            if let std::collections::hash_map::Entry::Vacant(v) = index.entry(n.id) {
-                let i = graph.add_node(n);
-                v.insert(i);
-                queue.push_back(i);
-            }
-        }
-        while let Some(i) = queue.pop_front() {
-            let parents = graph[i].parents.clone();
-            for (k, p) in parents.iter().enumerate() {
-                let pi = match index.get(p) {
-                    Some(pi) => *pi,
-                    None => {
-                        let pi = graph.add_node(follow.trim(lineage.node(p)?));
-                        index.insert(*p, pi);
-                        queue.push_back(pi);
-                        pi
-                    }
-                };
-                let kind = if k == 0 {
-                    EdgeKind::FirstParent
-                } else {
-                    EdgeKind::OtherParent
-                };
-                graph.add_edge(i, pi, kind);
-            }
-        }
-        Ok(SessionGraph { graph, index })
-    }
-
-    pub fn len(&self) -> usize {
-        self.graph.node_count()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.graph.node_count() == 0
-    }
-
-    pub fn contains(&self, id: &ObjectId) -> bool {
-        self.index.contains_key(id)
-    }
-
-    pub fn node(&self, id: &ObjectId) -> Option<&Node> {
-        self.index.get(id).map(|i| &self.graph[*i])
-    }
-
-    /// Every session, in log order.
-    pub fn topo_order(&self) -> Vec<&Node> {
-        let mut kahn = Kahn::new(self);
-        let mut out = Vec::with_capacity(self.len());
-        while let Some(n) = kahn.next(self) {
-            out.push(n);
-        }
-        out
-    }
-
-    /// The graph as a Graphviz digraph: one node per session, labelled with
-    /// the lines `label` gives, in log order; edges child -> parent, the
-    /// first parent solid, the others dashed. Deterministic.
-    pub fn to_dot(&self, mut label: impl FnMut(&Node) -> Vec<String>) -> String {
-        use std::fmt::Write;
-        let mut out =
-            String::from("digraph sessions {\n  node [shape=box, fontname=\"monospace\"];\n");
-        let order = self.topo_order();
-        for n in &order {
-            let text: Vec<String> = label(n).iter().map(|l| dot_escape(l)).collect();
-            let _ = writeln!(out, "  \"{}\" [label=\"{}\"];", n.id, text.join("\\n"));
-        }
-        for n in &order {
-            for (k, p) in n.parents.iter().enumerate() {
-                let style = if k == 0 { "" } else { " [style=dashed]" };
-                let _ = writeln!(out, "  \"{}\" -> \"{}\"{style};", n.id, p);
-            }
-        }
-        out.push_str("}\n");
-        out
-    }
-}
-
-fn dot_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -443,3 +443,69 @@ fn a_failed_auto_compaction_leaves_the_commit_and_reports() {
         .commit("c", Some(out.head()), added(vec![]), Durability::Sync)
         .unwrap();
 }
+
+/// Auto-compaction sizes a continuation from its parent's known size plus
+/// the new messages; it must decide exactly as a load of the whole history
+/// would, turn after turn, across empty turns, unicode, a fork that cuts
+/// and the compactions it makes itself.
+#[test]
+fn auto_compaction_decides_as_the_whole_history_would() {
+    let store = Store::in_memory().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let max_tokens = 400;
+    let auto = AutoCompaction::new(max_tokens, 2, counting_summarizer(calls.clone()));
+    let threshold = auto.threshold;
+    store.set_auto_compaction(Some(auto));
+    // The store's copy shares what the hook has learned.
+    let auto = store.auto_compaction().unwrap();
+    store
+        .create(Some("c"), added(vec![msg("user", "go")]), Durability::Sync)
+        .unwrap();
+    let due = |store: &Store, id: &ObjectId| {
+        let history = store.odb().load_messages(id).unwrap();
+        let whole = estimate_tokens(&history);
+        assert_eq!(auto.estimated_tokens(store, id).unwrap(), whole, "{id}");
+        whole as f64 >= threshold * max_tokens as f64
+    };
+    for turn in 0..40 {
+        let before = calls.load(Ordering::SeqCst);
+        let msgs = match turn % 4 {
+            0 => vec![],
+            1 => vec![msg("assistant", &"é€".repeat(turn))],
+            _ => vec![msg("user", &"x".repeat(turn * 3)), msg("assistant", "ok")],
+        };
+        let id = store
+            .commit("c", None, added(msgs), Durability::Sync)
+            .unwrap();
+        let compacted = calls.load(Ordering::SeqCst) > before;
+        assert_eq!(compacted, due(&store, &id), "turn {turn}");
+        if turn == 20 {
+            let (_, fork) = store
+                .fork(
+                    id,
+                    sessctl_store::ForkOptions {
+                        name: Some("f".into()),
+                        cut: Some(sessctl_store::Cut::AtMessage(1)),
+                        turn: Some(added(vec![msg("user", "other")])),
+                    },
+                    Durability::Sync,
+                )
+                .unwrap();
+            let before = calls.load(Ordering::SeqCst);
+            let next = store
+                .commit(
+                    "f",
+                    Some(fork),
+                    added(vec![msg("user", &"y".repeat(900))]),
+                    Durability::Sync,
+                )
+                .unwrap();
+            assert_eq!(calls.load(Ordering::SeqCst) > before, due(&store, &next));
+        }
+    }
+    assert!(
+        calls.load(Ordering::SeqCst) > 1,
+        "the test never reached the threshold"
+    );
+    assert!(store.take_auto_compaction_errors().is_empty());
+}

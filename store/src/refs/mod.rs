@@ -81,3 +81,31 @@ impl RefEdit {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::ObjectId;
+
+    #[test]
+    fn previous_values_compare_as_a_cas_does() {
+        let a = RefTarget::Session(ObjectId::from_bytes([1; 32]));
+        let b = RefTarget::Session(ObjectId::from_bytes([2; 32]));
+        let cases = [
+            (PreviousValue::Any, [true, true]),
+            (PreviousValue::MustNotExist, [true, false]),
+            (PreviousValue::MustExist, [false, true]),
+            (PreviousValue::MustMatch(a.clone()), [false, true]),
+            (PreviousValue::MustMatch(b.clone()), [false, false]),
+        ];
+        for (expected, [absent, holds_a]) in cases {
+            assert_eq!(expected.matches(None), absent, "{expected:?} on nothing");
+            assert_eq!(expected.matches(Some(&a)), holds_a, "{expected:?} on a");
+        }
+        assert_eq!(
+            PreviousValue::MustMatch(a.clone()).describe(),
+            Some(a.to_string())
+        );
+        assert_eq!(PreviousValue::MustNotExist.describe(), None);
+    }
+}

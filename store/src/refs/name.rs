@@ -137,7 +137,13 @@ impl RefName {
 /// A ref name equals its full text (`refs/heads/fix`, `HEAD`).
 impl PartialEq<str> for RefName {
     fn eq(&self, other: &str) -> bool {
-        self.to_string() == other
+        let (prefix, name) = match self {
+            RefName::Head => return other == "HEAD",
+            RefName::Conversation(n) => ("refs/heads/", n),
+            RefName::Archived(n) => ("refs/archive/", n),
+            RefName::Tag(n) => ("refs/tags/", n),
+        };
+        other.strip_prefix(prefix) == Some(name.as_str())
     }
 }
 
@@ -155,6 +161,22 @@ impl fmt::Display for RefName {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ref_name_equals_its_full_text_only() {
+        for text in [
+            "HEAD",
+            "refs/heads/fix",
+            "refs/archive/fix",
+            "refs/tags/fix",
+        ] {
+            let name = RefName::parse(text).unwrap();
+            assert!(name == *text, "{text}");
+            assert!(name != *"fix");
+            assert!(name != *format!("{text}x").as_str());
+        }
+        assert!(RefName::conversation("fix").unwrap() != *"refs/tags/fix");
+    }
 
     #[test]
     fn each_rule_is_named() {
