@@ -1,3 +1,4 @@
+// Over 600 lines on purpose: the encoder and the strict decoder define canonical CBOR together.
 //! Deterministic CBOR (RFC 8949 §4.2, core deterministic encoding) restricted
 //! to the JSON data model.
 //!

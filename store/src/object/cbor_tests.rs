@@ -1,3 +1,4 @@
+// Over 600 lines on purpose: the codec's unit tests (RFC 8949 vectors, proptest round trips), kept out of cbor.rs.
 use super::*;
 use proptest::prelude::*;
 use serde_json::json;

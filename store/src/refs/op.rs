@@ -1,3 +1,4 @@
+// Over 600 lines on purpose: an operation's types and their canonical encoding and decoding change together.
 //! Operations: every change to refs, conversation records and run claims,
 //! as one journaled record (objects-format.md, "Operations").
 //!
