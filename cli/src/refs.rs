@@ -100,11 +100,19 @@ pub fn reflog(ctx: &Ctx, args: ReflogArgs) -> CmdResult {
 
 pub fn reindex(ctx: &Ctx) -> CmdResult {
     let store = ctx.open_store()?;
-    crate::output::progress("reindex: applying every operation...");
+    crate::output::progress("reindex: applying every operation, reading every session...");
     let n = store.reindex();
     crate::output::progress_done();
     let n = n?;
-    print(&format!("reindexed {n} operations\n"))
+    print(&format!("reindexed {n} operations\n"))?;
+    if store.root().is_some() {
+        let sessions = store.lineage_index().map_or(0, |ix| ix.len());
+        eprintln!(
+            "rebuilt the index, the lineage index ({sessions} sessions) and the listing \
+             from the objects and operations"
+        );
+    }
+    Ok(())
 }
 
 // ---- update-ref ----
