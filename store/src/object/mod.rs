@@ -80,15 +80,23 @@ impl std::fmt::Display for ObjectKind {
 /// `blake3("<kind> <version> <payload length>\0" || payload)`
 /// (objects-format.md, "Identity").
 pub fn object_id(kind: ObjectKind, payload: &[u8]) -> ObjectId {
+    let mut hasher = id_hasher(kind, payload.len());
+    hasher.update(payload);
+    ObjectId::from_bytes(*hasher.finalize().as_bytes())
+}
+
+/// A hasher that has taken the identity header of an object of `kind` whose
+/// payload is `len` bytes long: feed it the payload, as it arrives, to get
+/// the object's id without holding the payload.
+pub fn id_hasher(kind: ObjectKind, len: usize) -> blake3::Hasher {
     let mut hasher = blake3::Hasher::new();
     hasher.update(kind.name().as_bytes());
     hasher.update(b" ");
     hasher.update(OBJECT_FORMAT_VERSION.to_string().as_bytes());
     hasher.update(b" ");
-    hasher.update(payload.len().to_string().as_bytes());
+    hasher.update(len.to_string().as_bytes());
     hasher.update(b"\0");
-    hasher.update(payload);
-    ObjectId::from_bytes(*hasher.finalize().as_bytes())
+    hasher
 }
 
 /// An object as stored: its kind, its canonical payload and the id they hash
