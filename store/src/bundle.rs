@@ -348,6 +348,7 @@ impl Bundle {
         for _ in 0..r.u32()? {
             prerequisites.push(r.id()?);
         }
+        let count_at = r.pos;
         let count = r.u64()?;
         let blocks = r.u32()?;
         let mut objects = Vec::new();
@@ -359,13 +360,19 @@ impl Bundle {
             let data = r.take(stored)?;
             let block = Block { at, raw_len, path };
             block.decode(codec, data, &mut objects)?;
+            if objects.len() as u64 > count {
+                return Err(corrupt(
+                    count_at,
+                    format!("the header counts {count} objects; the blocks hold more"),
+                ));
+            }
         }
         if r.pos != r.buf.len() {
             return Err(corrupt(r.pos, "bytes after the last block".into()));
         }
         if objects.len() as u64 != count {
             return Err(corrupt(
-                8,
+                count_at,
                 format!(
                     "the header counts {count} objects, the blocks hold {}",
                     objects.len()
@@ -655,7 +662,10 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         if self.buf.len() - self.pos < n {
-            return Err(self.corrupt("the structure runs past its end".into()));
+            return Err(self.corrupt(format!(
+                "the structure runs past its end: a field of {n} bytes starts {} bytes before it",
+                self.buf.len() - self.pos
+            )));
         }
         let s = &self.buf[self.pos..self.pos + n];
         self.pos += n;
