@@ -111,3 +111,130 @@ fn a_record_that_claims_a_gib_is_hashed_as_it_streams_not_held() {
     assert!(err.contains("not to its id"), "{err}");
     assert!(peak < 64 << 20, "peak RSS {} MiB", peak >> 20);
 }
+
+/// Runs sessctl in `dir` on the store `s`; returns exit code, stdout, stderr.
+fn run_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sessctl"))
+        .current_dir(dir)
+        .arg("--store")
+        .arg("s")
+        .args(args)
+        .env_remove("SESSCTL_STORE")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// What a user can see of the store's state: every ref and every ref-log
+/// entry.
+fn state(dir: &Path) -> (String, String) {
+    let (code, refs, err) = run_in(dir, &["for-each-ref"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, log, err) = run_in(dir, &["reflog", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    (refs, log)
+}
+
+/// The catalogue of hostile inputs: each is refused with the exit code
+/// given (1: refused, 2: malformed on the command line, 3: corrupt data),
+/// never a panic, and leaves every ref, the ref log and fsck as they were.
+#[test]
+fn the_hostile_input_catalogue() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert_eq!(run_in(d, &["init"]).0, 0);
+    let write = |name: &str, bytes: &[u8]| std::fs::write(d.join(name), bytes).unwrap();
+    write("turn.json", br#"[{"role":"user","content":"hi"}]"#);
+    assert_eq!(
+        run_in(d, &["commit", "--new", "base", "--messages", "turn.json"]).0,
+        0
+    );
+    assert_eq!(
+        run_in(d, &["commit", "base", "--messages", "turn.json"]).0,
+        0
+    );
+
+    let mut random = Vec::with_capacity(4096);
+    let mut x: u32 = 0x9e37_79b9;
+    for _ in 0..4096 {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        random.push(x as u8);
+    }
+    write("random.bin", &random);
+    write("empty", b"");
+    write("bad.json", br#"[{"role": "user", "content": "hi""#);
+    write(
+        "deep.json",
+        format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)).as_bytes(),
+    );
+    write(
+        "badutf8.json",
+        b"[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]",
+    );
+    write("object.json", br#"{"role":"user"}"#);
+    write("dup.json", br#"[{"a":1,"a":2}]"#);
+    write("nan.json", b"[NaN]");
+    // Only a torn line: an agent died mid-write of its first line.
+    write("torn.jsonl", b"{\"type\":\"assist");
+    let mut short_bundle = b"SBDL".to_vec();
+    short_bundle.extend_from_slice(&1u32.to_le_bytes());
+    write("short.bundle", &short_bundle);
+    bomb(&d.join("bomb.bundle"), &[], 1 << 26);
+
+    let cases: &[(&[&str], i32)] = &[
+        (&["commit", "base", "--messages", "bad.json"], 1),
+        (&["commit", "base", "--messages", "deep.json"], 1),
+        (&["commit", "base", "--messages", "badutf8.json"], 1),
+        (&["commit", "base", "--messages", "object.json"], 1),
+        (&["commit", "base", "--messages", "random.bin"], 1),
+        (&["commit", "base", "--messages", "empty"], 1),
+        (&["commit", "base", "--messages", "dup.json"], 1),
+        (&["commit", "base", "--messages", "nan.json"], 1),
+        (&["commit", "base", "--messages", "missing.json"], 1),
+        (&["commit", "--new", "../x", "--messages", "turn.json"], 2),
+        (&["commit", "--new", "a\nb", "--messages", "turn.json"], 2),
+        (&["commit", "--new", "base", "--messages", "turn.json"], 1),
+        (&["fork", "base", "--as", "../x"], 2),
+        (&["fork", "base", "--at-message", "99"], 1),
+        (&["log", "base~x"], 2),
+        (&["log", ""], 2),
+        (&["log", "base~99"], 1),
+        (&["log", "base^3"], 1),
+        (&["show", "zz"], 1),
+        (&["cat-object", "-p", "zzzz"], 2),
+        (&["cat-object", "-p", "ab"], 2),
+        (&["archive", "nope"], 1),
+        (&["checkout", "nope"], 1),
+        (&["merge-base", "base", "nope"], 1),
+        (&["gc", "--prune=soon"], 2),
+        (&["import", "--from", "claude-code", "random.bin"], 1),
+        (&["import", "--from", "codex", "random.bin"], 1),
+        (&["import", "--from", "openai", "random.bin"], 1),
+        (&["import", "--from", "swe-agent", "random.bin"], 1),
+        (&["import", "--from", "claude-code", "torn.jsonl"], 1),
+        (&["import", "--from", "nope", "empty"], 2),
+        (&["bundle", "verify", "random.bin"], 3),
+        (&["bundle", "verify", "empty"], 3),
+        (&["bundle", "verify", "short.bundle"], 3),
+        (&["bundle", "verify", "bomb.bundle"], 3),
+        (&["bundle", "unbundle", "random.bin"], 3),
+        (&["bundle", "unbundle", "bomb.bundle"], 3),
+    ];
+    let before = state(d);
+    for (args, want) in cases {
+        let (code, _, err) = run_in(d, args);
+        assert_eq!(code, *want, "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(!err.trim().is_empty(), "{args:?} refused in silence");
+        assert_eq!(state(d), before, "{args:?} changed refs or the ref log");
+        let (fsck, _, problems) = run_in(d, &["fsck"]);
+        assert_eq!(fsck, 0, "{args:?} left fsck unclean: {problems}");
+    }
+}
