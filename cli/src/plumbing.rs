@@ -241,7 +241,7 @@ pub fn repack(ctx: &Ctx) -> CmdResult {
     crate::output::progress_done();
     let stats = stats?;
     // The lineage index is derived from the objects just repacked.
-    sessctl_store::lineage::write_from(&odb, &ctx.store, stats.sessions.clone())?;
+    sessctl_store::lineage_index::write_from(&odb, &ctx.store, stats.sessions.clone())?;
     for c in &stats.corrupt {
         eprintln!("sessctl: warning: left in place, damaged: {c}");
     }

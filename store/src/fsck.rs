@@ -304,7 +304,7 @@ impl Store {
             // The lineage index: its checksum and structure on open, then
             // every record against its session. A missing file is fine.
             if let Some(root) = self.root() {
-                match crate::lineage::LineageIndex::open(root) {
+                match crate::lineage_index::LineageIndex::open(root) {
                     Ok(Some(ix)) => report.problems.extend(ix.verify_against(&sessions)),
                     Ok(None) => {}
                     Err(e) => report.problems.push(format!(

@@ -2,7 +2,7 @@
 //! merge bases, and the whole-graph work (`graph`, Graphviz) on petgraph.
 //!
 //! Every walk reads parents and creation times through [`Lineage`], never a
-//! message body: for a [`Store`](crate::Store) that is its lineage index (`lineage.rs`, a
+//! message body: for a [`Store`](crate::Store) that is its lineage index (`lineage_index`, a
 //! memory-mapped commit-graph with generation numbers), then the derived
 //! index, with the session object read only when both lack it.
 //!
@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::hash::ObjectId;
-use crate::lineage::LineageIndex;
+use crate::lineage_index::LineageIndex;
 use crate::odb::Odb;
 
 pub use lanes::{LaneRows, Lanes};

@@ -82,7 +82,7 @@ pub mod graph;
 pub mod hash;
 pub mod import;
 pub mod index;
-pub mod lineage;
+pub mod lineage_index;
 pub mod listing;
 pub mod object;
 #[allow(unsafe_code)] // memmap2, in odb::pack only

@@ -254,7 +254,7 @@ fn dump_squeezed(b: &[u8]) -> String {
 /// The lineage index of the two example sessions.
 #[test]
 fn the_lineage_index_example_matches_the_spec() {
-    use sessctl_store::lineage::{build, LineageIndex, SessionFacts, LINEAGE_FORMAT_VERSION};
+    use sessctl_store::lineage_index::{build, LineageIndex, SessionFacts, LINEAGE_FORMAT_VERSION};
     let e = examples();
     let mut facts = std::collections::BTreeMap::new();
     for obj in [&e.root, &e.cont] {

@@ -12,7 +12,7 @@ use std::path::Path;
 use sessctl_store::fsck::FsckOptions;
 use sessctl_store::gc::{GcOptions, Prune};
 use sessctl_store::graph::{self, Follow, Lineage};
-use sessctl_store::lineage::{self, LineageIndex, LINEAGE_FORMAT_VERSION};
+use sessctl_store::lineage_index::{self as lineage, LineageIndex, LINEAGE_FORMAT_VERSION};
 use sessctl_store::{
     Durability, Error, MessageDelta, ObjectId, OpenOptions, RepackOptions, Session, Store,
     WriteBatch,

@@ -10,7 +10,7 @@ use std::collections::{BinaryHeap, HashMap};
 use super::{Follow, Lineage, Node};
 use crate::error::{Error, Result};
 use crate::hash::ObjectId;
-use crate::lineage::LineageIndex;
+use crate::lineage_index::LineageIndex;
 
 /// A growable bitset over keys.
 #[derive(Debug, Default)]

@@ -550,7 +550,7 @@ impl std::fmt::Debug for Pack {
 
 pub(crate) fn map_file(path: &Path) -> Result<Mmap> {
     let file = OpenOptions::new().read(true).open(path).at(path)?;
-    // SAFETY: packs and their indexes (and the lineage index, lineage.rs)
+    // SAFETY: packs and their indexes (and the lineage index, lineage_index/)
     // are immutable once renamed into place (they are written under
     // temporary names and never reopened for writing), and the store lock
     // keeps other sessctl writers out. A foreign process truncating the file

@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::graph::{Lineage, Node};
 use crate::hash::ObjectId;
 use crate::index::{CatchUp, Index};
-use crate::lineage::{LineageIndex, WriteStats};
+use crate::lineage_index::{LineageIndex, WriteStats};
 use crate::odb::{Odb, OpenOptions, RepackOptions, RepackStats};
 use crate::refs::{Hash, Operation, RefName, RefTarget, ReflogEntry};
 use crate::time::now_ms;
@@ -238,7 +238,7 @@ impl Store {
         if let Some(root) = &self.root {
             {
                 let _writers_wait = self.lock_state();
-                crate::lineage::rebuild(&self.odb, root)?;
+                crate::lineage_index::rebuild(&self.odb, root)?;
             }
             *self.lineage.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
             if self.writable {
@@ -279,14 +279,14 @@ impl Store {
     }
 
     /// Rewrites the lineage index from the objects (see
-    /// [`crate::lineage::write_for`]) and reloads it. Nothing for a store in
+    /// [`crate::lineage_index::write_for`]) and reloads it. Nothing for a store in
     /// memory.
     pub fn refresh_lineage(&self) -> Result<Option<WriteStats>> {
         self.refresh_lineage_from(None)
     }
 
     /// As [`Store::refresh_lineage`], taking the sessions a full repack
-    /// reported when there are any (see [`crate::lineage::write_from`]).
+    /// reported when there are any (see [`crate::lineage_index::write_from`]).
     pub fn refresh_lineage_from(
         &self,
         sessions: Option<Vec<ObjectId>>,
@@ -294,7 +294,7 @@ impl Store {
         let Some(root) = self.root() else {
             return Ok(None);
         };
-        let stats = crate::lineage::write_from(self.odb(), root, sessions)?;
+        let stats = crate::lineage_index::write_from(self.odb(), root, sessions)?;
         let mut slot = match self.lineage.0.lock() {
             Ok(s) => s,
             Err(poisoned) => poisoned.into_inner(),

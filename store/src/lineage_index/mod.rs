@@ -2,23 +2,23 @@
 //! generation number, conversation, creation time and message count, in the
 //! spirit of git's commit-graph (objects-format.md, "Lineage index").
 //!
-//! It owns `<store>/lineage/graph.lgi`: writing it (from the session objects,
-//! reusing the records of the previous file), reading it in place, and
-//! checking it. It is derived data: deleting it loses nothing, and a damaged
+//! It owns `<store>/lineage/graph.lgi`: writing it (`write.rs`: from the
+//! session objects, reusing the records of the previous file), reading it in
+//! place, and checking it (here). Not to be confused with `graph`, the walks
+//! that read it, nor with the CLI's history commands. It is derived data: deleting it loses nothing, and a damaged
 //! one is ignored (with a note) and rewritten by the next repack or gc. It
 //! must never answer differently from the session objects, so a session
 //! whose ancestry is incomplete in the store is left out of it (walks read
 //! such sessions from their objects).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fs::{self, File};
-use std::io::Write;
+mod write;
+
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, IoResultExt, Result};
+use crate::error::{Error, Result};
 use crate::hash::{ObjectId, ID_LEN};
-use crate::object::{ObjectKind, Session};
-use crate::odb::Odb;
+use crate::object::Session;
 
 /// First 4 bytes of the file (objects-format.md, "Lineage index").
 pub const LINEAGE_MAGIC: [u8; 4] = *b"SLGI";
@@ -70,253 +70,9 @@ pub fn path_in(store_root: &Path) -> PathBuf {
     store_root.join(LINEAGE_DIR).join(LINEAGE_FILE)
 }
 
-/// Builds the file's bytes from the facts of some sessions. Deterministic:
-/// the same sessions give the same bytes, whatever their order or history.
-///
-/// Sessions with a parent that is absent (or itself left out) are left out,
-/// so that the file is closed under parents.
-pub fn build(sessions: &BTreeMap<ObjectId, SessionFacts>) -> Result<Vec<u8>> {
-    // Generations, depth first; `None` marks a session left out.
-    let mut generation: HashMap<ObjectId, Option<u32>> = HashMap::with_capacity(sessions.len());
-    for start in sessions.keys() {
-        if generation.contains_key(start) {
-            continue;
-        }
-        let mut stack: Vec<(ObjectId, bool)> = vec![(*start, false)];
-        let mut on_stack: BTreeSet<ObjectId> = BTreeSet::new();
-        while let Some((id, expanded)) = stack.pop() {
-            if generation.contains_key(&id) {
-                continue;
-            }
-            let Some(facts) = sessions.get(&id) else {
-                generation.insert(id, None);
-                continue;
-            };
-            if !expanded {
-                if !on_stack.insert(id) {
-                    // A cycle (ids cannot make one): leave it out.
-                    generation.insert(id, None);
-                    continue;
-                }
-                stack.push((id, true));
-                for p in &facts.parents {
-                    if !generation.contains_key(p) {
-                        stack.push((*p, false));
-                    }
-                }
-                continue;
-            }
-            on_stack.remove(&id);
-            let mut g = Some(1u32);
-            for p in &facts.parents {
-                g = match (g, generation.get(p).copied().flatten()) {
-                    (Some(g), Some(pg)) => Some(g.max(pg.saturating_add(1))),
-                    _ => None,
-                };
-            }
-            generation.insert(id, g);
-        }
-    }
-    let kept: Vec<(&ObjectId, &SessionFacts, u32)> = sessions
-        .iter()
-        .filter_map(|(id, f)| Some((id, f, generation.get(id).copied().flatten()?)))
-        .collect();
-    let n = kept.len();
-    let position: HashMap<ObjectId, u32> = kept
-        .iter()
-        .enumerate()
-        .map(|(k, (id, _, _))| (**id, k as u32))
-        .collect();
-    let conversations: Vec<ObjectId> = kept
-        .iter()
-        .map(|(_, f, _)| f.conversation)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let mut records = Vec::with_capacity(n * RECORD_LEN);
-    let mut extra: Vec<u32> = Vec::new();
-    for (_, f, g) in &kept {
-        let pos = |p: &ObjectId| position.get(p).copied().unwrap_or(NO_PARENT);
-        let first = f.parents.first().map_or(NO_PARENT, pos);
-        let second = match f.parents.len() {
-            0 | 1 => NO_PARENT,
-            2 => pos(&f.parents[1]),
-            _ => {
-                let start = extra.len() as u32 | EXTRA_FLAG;
-                let rest = &f.parents[1..];
-                for (k, p) in rest.iter().enumerate() {
-                    let last = if k + 1 == rest.len() { EXTRA_FLAG } else { 0 };
-                    extra.push(pos(p) | last);
-                }
-                start
-            }
-        };
-        let conv = conversations
-            .binary_search(&f.conversation)
-            .map_or(u32::MAX, |c| c as u32);
-        records.extend_from_slice(&first.to_le_bytes());
-        records.extend_from_slice(&second.to_le_bytes());
-        records.extend_from_slice(&g.to_le_bytes());
-        records.extend_from_slice(&conv.to_le_bytes());
-        records.extend_from_slice(&f.created_at.to_le_bytes());
-        records.extend_from_slice(&f.messages.to_le_bytes());
-    }
-    if n > MAX_ENTRIES || extra.len() > MAX_ENTRIES || conversations.len() > MAX_ENTRIES {
-        return Err(Error::LimitExceeded {
-            what: "a lineage index holds fewer than 2^31 - 1 sessions and edges",
-        });
-    }
-    let mut out = Vec::with_capacity(
-        HEADER_LEN
-            + FANOUT_LEN
-            + n * (ID_LEN + RECORD_LEN)
-            + conversations.len() * ID_LEN
-            + extra.len() * 4
-            + CHECKSUM_LEN,
-    );
-    out.extend_from_slice(&LINEAGE_MAGIC);
-    for v in [
-        LINEAGE_FORMAT_VERSION,
-        n as u32,
-        conversations.len() as u32,
-        extra.len() as u32,
-        0,
-    ] {
-        out.extend_from_slice(&v.to_le_bytes());
-    }
-    let mut fanout = [0u32; 256];
-    for (id, _, _) in &kept {
-        fanout[id.as_bytes()[0] as usize] += 1;
-    }
-    let mut total = 0u32;
-    for f in fanout {
-        total += f;
-        out.extend_from_slice(&total.to_le_bytes());
-    }
-    for (id, _, _) in &kept {
-        out.extend_from_slice(id.as_bytes());
-    }
-    out.extend_from_slice(&records);
-    for c in &conversations {
-        out.extend_from_slice(c.as_bytes());
-    }
-    for e in &extra {
-        out.extend_from_slice(&e.to_le_bytes());
-    }
-    let sum = blake3::hash(&out);
-    out.extend_from_slice(sum.as_bytes());
-    Ok(out)
-}
-
-/// What a rewrite did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WriteStats {
-    /// Sessions in the new file.
-    pub sessions: usize,
-    /// Of those, how many were taken from the previous file.
-    pub reused: usize,
-    /// Session objects decoded (the new ones).
-    pub decoded: usize,
-    /// Whether the file changed (an identical one is left alone).
-    pub written: bool,
-}
-
-/// The facts of every session in `odb`: taken from `previous` where it has
-/// the session, decoded otherwise. Objects that do not read are skipped (the
-/// walks and fsck report them).
-pub fn collect(
-    odb: &Odb,
-    previous: Option<&LineageIndex>,
-) -> Result<(BTreeMap<ObjectId, SessionFacts>, WriteStats)> {
-    collect_from(odb, previous, odb.backend().ids_in_storage_order()?)
-}
-
-/// As [`collect`], over `candidates` only: a full repack names the sessions
-/// it packed, so that blobs (most objects) are not read again just to learn
-/// that they are not sessions. Candidates the odb lacks are skipped.
-pub fn collect_from(
-    odb: &Odb,
-    previous: Option<&LineageIndex>,
-    candidates: Vec<ObjectId>,
-) -> Result<(BTreeMap<ObjectId, SessionFacts>, WriteStats)> {
-    let mut stats = WriteStats::default();
-    let mut out = BTreeMap::new();
-    for id in candidates {
-        if let Some((ix, pos)) = previous.and_then(|ix| Some((ix, ix.position(&id)?))) {
-            if let Some(f) = ix.facts(pos) {
-                stats.reused += 1;
-                out.insert(id, f);
-                continue;
-            }
-        }
-        let Ok(obj) = odb.read(&id) else { continue };
-        if obj.kind() != ObjectKind::Session {
-            continue;
-        }
-        let Ok(s) = Session::decode(obj.payload()) else {
-            continue;
-        };
-        stats.decoded += 1;
-        out.insert(id, SessionFacts::of(&id, &s));
-    }
-    Ok((out, stats))
-}
-
-/// Rewrites `<store_root>/lineage/graph.lgi` from the sessions in `odb`,
-/// reusing the previous file's records (a damaged previous file is ignored).
-/// The caller holds the store's writer lock.
-pub fn write_for(odb: &Odb, store_root: &Path) -> Result<WriteStats> {
-    write_from(odb, store_root, None)
-}
-
-/// Rewrites `<store_root>/lineage/graph.lgi` from every session object in
-/// `odb`, reusing nothing of the previous file (`reindex`).
-pub fn rebuild(odb: &Odb, store_root: &Path) -> Result<WriteStats> {
-    let (sessions, mut stats) = collect(odb, None)?;
-    let bytes = build(&sessions)?;
-    stats.sessions = u32_at(&bytes, 8).unwrap_or(0) as usize;
-    write_file(store_root, &bytes)?;
-    stats.written = true;
-    Ok(stats)
-}
-
-/// As [`write_for`]; with `sessions` (what a full repack reports), only
-/// those are considered (see [`collect_from`]).
-pub fn write_from(
-    odb: &Odb,
-    store_root: &Path,
-    sessions: Option<Vec<ObjectId>>,
-) -> Result<WriteStats> {
-    let previous = LineageIndex::open(store_root).ok().flatten();
-    let (sessions, mut stats) = match sessions {
-        Some(c) => collect_from(odb, previous.as_ref(), c)?,
-        None => collect(odb, previous.as_ref())?,
-    };
-    let bytes = build(&sessions)?;
-    stats.sessions = u32_at(&bytes, 8).unwrap_or(0) as usize;
-    if previous.as_ref().is_some_and(|p| p.bytes() == &bytes[..]) {
-        return Ok(stats);
-    }
-    drop(previous);
-    write_file(store_root, &bytes)?;
-    stats.written = true;
-    Ok(stats)
-}
-
-/// Writes `bytes` as the store's lineage index: a temporary file, fsynced,
-/// renamed over the old one, the directory fsynced.
-pub fn write_file(store_root: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = store_root.join(LINEAGE_DIR);
-    fs::create_dir_all(&dir).at(&dir)?;
-    let tmp = dir.join(format!(".tmp-{}-{LINEAGE_FILE}", std::process::id()));
-    let mut f = File::create(&tmp).at(&tmp)?;
-    f.write_all(bytes).at(&tmp)?;
-    f.sync_all().at(&tmp)?;
-    drop(f);
-    let path = dir.join(LINEAGE_FILE);
-    fs::rename(&tmp, &path).at(&path)?;
-    crate::odb::journal::sync_dir(&dir)
-}
+pub use write::{
+    build, collect, collect_from, rebuild, write_file, write_for, write_from, WriteStats,
+};
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(
