@@ -66,6 +66,38 @@
 //! assert_eq!(store.conversations(Some(20))?.len(), 2);
 //! # Ok::<(), sessctl_store::Error>(())
 //! ```
+//!
+//! # Where each verb lives
+//!
+//! Every piece has one room; a room imports only from the rooms below it
+//! (`.ci/module-cycles.py` keeps the module graph free of cycles).
+//!
+//! | verb | room |
+//! |---|---|
+//! | ids, prefixes | [`hash`] |
+//! | blobs and sessions, their canonical bytes, what a session names | [`object`] |
+//! | journal, packs, reading and verifying objects, `Durability` | [`odb`] |
+//! | ref names, compare-and-swap expectations, operations, the ref log | [`refs`] |
+//! | the derived index (refs, conversations, session summaries, run claims) | [`index`] |
+//! | `ls`'s listing file | [`listing`] |
+//! | the lineage-index file (commit-graph) | [`lineage_index`] |
+//! | `log`, ancestors, count, merge-base, is-ancestor, `graph` | [`graph`] (walks over the [`graph::Lineage`] trait) |
+//! | open, recover, repack, reindex | [`store`] (`store/mod.rs`) |
+//! | transactions | `store/transaction.rs` ([`Store::transact`]) |
+//! | create, commit, merge, fork, archive, unarchive, delete | `store/conversation.rs`, sessions built by `store/builder.rs` |
+//! | begin, commit and fail a run | `store/run.rs` |
+//! | work after a commit | `store/hook.rs` ([`store::AfterCommit`]) |
+//! | revisions (`fix~2^2`), what a name means | [`rev`] |
+//! | compaction, auto-compaction | [`compact`] (implements [`store::AfterCommit`]) |
+//! | what sessions reach | [`reach`] (shared by [`gc`] and [`bundle`]) |
+//! | gc | [`gc`] |
+//! | fsck, the ref-log chain audit | [`fsck`] |
+//! | checkout, resume | [`resume`] |
+//! | replay and cassettes | [`replay`] |
+//! | diff | [`diff`] |
+//! | import, export | [`import`], [`export`] |
+//! | bundles; clone, push, pull | [`bundle`]; [`remote`] |
+//! | errors | [`error`] |
 
 #![deny(unsafe_code)]
 
