@@ -250,11 +250,23 @@ pub fn import_paths(
             text: String::from_utf8_lossy(&bytes).into_owned(),
         });
     }
+    import_sources(store, format, &sources, opts, report)
+}
+
+/// Imports files already read (`report` counts what reading them found):
+/// the path every import takes after reading, and the one fuzzing drives.
+pub fn import_sources(
+    store: &Store,
+    format: Format,
+    sources: &[SourceFile],
+    opts: &ImportOptions,
+    mut report: ImportReport,
+) -> Result<ImportReport> {
     let trees = match format {
-        Format::ClaudeCode => claude_code::parse(&sources, &mut report),
-        Format::Codex => codex::parse(&sources, &mut report),
-        Format::OpenAi => openai::parse(&sources, &mut report),
-        Format::SweAgent => swe_agent::parse(&sources, &mut report),
+        Format::ClaudeCode => claude_code::parse(sources, &mut report),
+        Format::Codex => codex::parse(sources, &mut report),
+        Format::OpenAi => openai::parse(sources, &mut report),
+        Format::SweAgent => swe_agent::parse(sources, &mut report),
     };
     import_trees(store, format, trees, opts, &mut report)?;
     Ok(report)
