@@ -8,7 +8,7 @@
 //! different conversations share syncs and never wait on each other's CAS.
 //!
 //! One file per concern: this one opens and recovers a store and holds its
-//! state and read accessors; [`transaction`](self) applies changes;
+//! state and read accessors; `transaction.rs` applies changes;
 //! `conversation.rs` and `builder.rs` turn turns into sessions and
 //! conversations; `run.rs` claims conversations for running agents;
 //! `hook.rs` runs work after a commit (auto-compaction plugs in there).
@@ -235,16 +235,16 @@ impl Store {
             let _st = self.state.lock().expect("state lock");
             self.index.rebuild(&self.odb)?
         };
-        if let Some(root) = &self.root {
+        // A read-only handle rebuilds its own (temporary) index only: the
+        // files are a writer's to replace.
+        if let (Some(root), true) = (&self.root, self.writable) {
             {
                 let _writers_wait = self.lock_state();
                 crate::lineage_index::rebuild(&self.odb, root)?;
             }
             *self.lineage.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
-            if self.writable {
-                crate::listing::remove(root);
-                self.write_listing()?;
-            }
+            crate::listing::remove(root);
+            self.write_listing()?;
         }
         Ok(applied)
     }
