@@ -615,7 +615,7 @@ impl Estimates {
         if map.len() >= Self::CAPACITY {
             map.clear();
         }
-        map.insert(*session, (s.messages.history_len(), bytes));
+        map.insert(*session, (s.messages.len(), bytes));
         Ok(bytes)
     }
 

@@ -111,12 +111,6 @@ pub struct MessageDelta {
 }
 
 impl MessageDelta {
-    /// The length of the history this delta makes: the `base` messages kept
-    /// of the first parent's history, then the added ones.
-    pub fn history_len(&self) -> u64 {
-        self.base + self.added.len() as u64
-    }
-
     /// The delta that turns `parent` into `new`: keeps their common prefix.
     /// This is how a caller that holds a *full* new history commits it.
     pub fn between(parent: &[ObjectId], new: &[ObjectId]) -> Self {

@@ -64,9 +64,9 @@ impl Store {
             }
         };
         // The parent records its lengths: no walk of its history.
-        let (parent_len, parent_display_len) = parent_session.as_ref().map_or((0, 0), |s| {
-            (s.messages.history_len(), s.display_messages.history_len())
-        });
+        let (parent_len, parent_display_len) = parent_session
+            .as_ref()
+            .map_or((0, 0), |s| (s.messages.len(), s.display_messages.len()));
         let (parent_len, parent_display_len) = cut.unwrap_or((parent_len, parent_display_len));
         let messages = match compaction {
             // A compaction replaces the whole history (objects-format.md, "History").
