@@ -18,6 +18,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 
+use super::Durability;
 use crate::error::{Error, IoResultExt, Result};
 use crate::hash::{ObjectId, Prefix, ID_LEN};
 use crate::object::{EncodedObject, ObjectKind};
@@ -477,17 +478,6 @@ pub struct Journal {
     /// still be salvaged is deleted.
     damaged: Mutex<std::collections::BTreeSet<u64>>,
     notes: Mutex<Vec<String>>,
-}
-
-/// How a write must reach the disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Durability {
-    /// Return once an `fdatasync` covers the write (shared with concurrent writers).
-    #[default]
-    Sync,
-    /// Return once the bytes are written to the OS; a power loss may lose
-    /// them. For bulk import and benchmarks.
-    NoSync,
 }
 
 /// The file name of segment `seq`.

@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-pub use journal::Durability;
 use journal::{FrameBuilder, Journal};
 use lock::StoreLock;
 use pack::{Pack, PackOptions};
@@ -31,6 +30,17 @@ use crate::object::{blob, Blob, EncodedObject, Object, ObjectKind, Session};
 pub const STORE_FORMAT_VERSION: u32 = 1;
 /// The first line of `FORMAT`, before the version number.
 pub const FORMAT_PREFIX: &str = "sessctl store format ";
+
+/// How a write must reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Return once an `fdatasync` covers the write (shared with concurrent writers).
+    #[default]
+    Sync,
+    /// Return once the bytes are written to the OS; a power loss may lose
+    /// them. For bulk import and benchmarks.
+    NoSync,
+}
 
 /// A position a caller can wait on to know its append is durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
