@@ -11,6 +11,10 @@
 //! its checksum at the end of the last segment is a torn write: its bytes are
 //! set aside in `journal/torn-*.bin` and the segment is cut there, never
 //! earlier. This module must never drop a frame that precedes a valid one.
+//!
+//! One file, though long: the frame format, the recovery scan that trusts
+//! or cuts frames by their sync watermark, and the group-commit writer that
+//! stamps it are one protocol and change together.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
