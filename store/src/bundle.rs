@@ -12,12 +12,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::path::Path;
 
+use crate::atomic_file::AtomicFile;
 use crate::error::{Error, IoResultExt, Result};
 use crate::gc::session_blobs;
 use crate::hash::{ObjectId, ID_LEN};
 use crate::object::{Blob, EncodedObject, ObjectKind, Session};
 use crate::odb::journal::decompress;
-use crate::odb::Odb;
+use crate::odb::{Durability, Odb};
 use crate::refs::op::{record_bytes, record_from_bytes};
 use crate::refs::{ConversationRecord, ConversationStatus, RefName, RefTarget};
 use crate::store::Store;
@@ -329,14 +330,7 @@ impl Bundle {
     /// renamed, so a crash never leaves half a bundle under its name).
     pub fn write(&self, path: &Path) -> Result<u64> {
         let bytes = self.encode();
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "bundle".into());
-        let tmp = path.with_file_name(format!(".tmp-{name}"));
-        fs::write(&tmp, &bytes).at(&tmp)?;
-        fs::File::open(&tmp).and_then(|f| f.sync_all()).at(&tmp)?;
-        fs::rename(&tmp, path).at(path)?;
+        AtomicFile::replace(path, &bytes, Durability::Sync)?;
         Ok(bytes.len() as u64)
     }
 

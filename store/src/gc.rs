@@ -12,11 +12,12 @@ use std::path::{Path, PathBuf};
 
 use petgraph::graphmap::DiGraphMap;
 
-use crate::error::{Error, IoResultExt, Result};
+use crate::atomic_file::AtomicFile;
+use crate::error::{Error, Result};
 use crate::hash::ObjectId;
 use crate::object::{ObjectKind, Session};
 use crate::odb::pack::PackOptions;
-use crate::odb::RepackOptions;
+use crate::odb::{Durability, RepackOptions};
 use crate::refs::{RefName, RefTarget};
 use crate::store::Store;
 use crate::time::now_ms;
@@ -185,11 +186,7 @@ fn write_ledger(path: &Path, entries: &HashMap<ObjectId, i64>) -> Result<()> {
         bytes.extend_from_slice(id.as_bytes());
         bytes.extend_from_slice(&t.to_le_bytes());
     }
-    let tmp = path.with_extension("tmp");
-    fs::write(&tmp, &bytes).at(&tmp)?;
-    fs::File::open(&tmp).and_then(|f| f.sync_all()).at(&tmp)?;
-    fs::rename(&tmp, path).at(path)?;
-    Ok(())
+    AtomicFile::replace(path, &bytes, Durability::Sync)
 }
 
 impl Store {

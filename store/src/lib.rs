@@ -69,6 +69,7 @@
 
 #![deny(unsafe_code)]
 
+mod atomic_file;
 pub mod bundle;
 pub mod compact;
 pub mod diff;

@@ -11,15 +11,15 @@
 //! such sessions from their objects).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::atomic_file::AtomicFile;
 use crate::error::{Error, IoResultExt, Result};
 use crate::hash::{ObjectId, ID_LEN};
 use crate::object::{ObjectKind, Session};
-use crate::odb::{Odb, RepackOptions, RepackStats};
+use crate::odb::{Durability, Odb, RepackOptions, RepackStats};
 use crate::store::Store;
 
 /// First 4 bytes of the file (objects-format.md, "Lineage index").
@@ -299,14 +299,7 @@ pub fn write_from(
 pub fn write_file(store_root: &Path, bytes: &[u8]) -> Result<()> {
     let dir = store_root.join(LINEAGE_DIR);
     fs::create_dir_all(&dir).at(&dir)?;
-    let tmp = dir.join(format!(".tmp-{}-{LINEAGE_FILE}", std::process::id()));
-    let mut f = File::create(&tmp).at(&tmp)?;
-    f.write_all(bytes).at(&tmp)?;
-    f.sync_all().at(&tmp)?;
-    drop(f);
-    let path = dir.join(LINEAGE_FILE);
-    fs::rename(&tmp, &path).at(&path)?;
-    crate::odb::journal::sync_dir(&dir)
+    AtomicFile::replace(&dir.join(LINEAGE_FILE), bytes, Durability::Sync)
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {

@@ -505,9 +505,7 @@ fn segment_header(seq: u64) -> [u8; SEGMENT_HEADER_LEN as usize] {
     h
 }
 
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|d| d.sync_all()).at(dir)
-}
+pub(crate) use crate::atomic_file::sync_dir;
 
 impl Journal {
     /// Opens (and, unless read-only, recovers) the journal in `dir`.

@@ -5,7 +5,8 @@
 use std::fs;
 use std::path::Path;
 
-use super::journal;
+use super::{journal, Durability};
+use crate::atomic_file::AtomicFile;
 use crate::error::{Error, IoResultExt, Result};
 
 /// Version of the store layout, written to `FORMAT` (objects-format.md, "Versioning").
@@ -24,11 +25,8 @@ pub fn init_layout(path: &Path) -> Result<()> {
     }
     fs::create_dir_all(path.join("journal")).at(path)?;
     fs::create_dir_all(path.join("packs")).at(path)?;
-    let tmp = path.join("FORMAT.tmp");
-    fs::write(&tmp, format!("{FORMAT_PREFIX}{STORE_FORMAT_VERSION}\n")).at(&tmp)?;
-    fs::File::open(&tmp).and_then(|f| f.sync_all()).at(&tmp)?;
-    fs::rename(&tmp, &format).at(&format)?;
-    journal::sync_dir(path)?;
+    let text = format!("{FORMAT_PREFIX}{STORE_FORMAT_VERSION}\n");
+    AtomicFile::replace(&format, text.as_bytes(), Durability::Sync)?;
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         journal::sync_dir(parent)?;
     }

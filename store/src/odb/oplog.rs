@@ -6,7 +6,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::journal::{self, FrameBuilder};
-use super::RawOp;
+use super::{Durability, RawOp};
+use crate::atomic_file::AtomicFile;
 use crate::error::{Error, IoResultExt, Result};
 
 /// `oplog/<first>-<last>.ops` files, sorted: (first, last, path).
@@ -40,7 +41,6 @@ pub(super) fn write_oplog_file(dir: &Path, ops: &[RawOp]) -> Result<()> {
     fs::create_dir_all(dir).at(dir)?;
     let (first, last) = (ops[0].0, ops[ops.len() - 1].0);
     let path = dir.join(format!("{first:016}-{last:016}.ops"));
-    let tmp = dir.join(format!(".tmp-{first:016}-{last:016}.ops"));
     let mut bytes = Vec::new();
     bytes.extend_from_slice(&journal::OPLOG_MAGIC);
     bytes.extend_from_slice(&journal::JOURNAL_FORMAT_VERSION.to_le_bytes());
@@ -52,10 +52,7 @@ pub(super) fn write_oplog_file(dir: &Path, ops: &[RawOp]) -> Result<()> {
         }
         bytes.extend_from_slice(&frame.finish());
     }
-    fs::write(&tmp, &bytes).at(&tmp)?;
-    fs::File::open(&tmp).and_then(|f| f.sync_all()).at(&tmp)?;
-    fs::rename(&tmp, &path).at(&path)?;
-    journal::sync_dir(dir)?;
+    AtomicFile::replace(&path, &bytes, Durability::Sync)?;
     if let Some(parent) = dir.parent() {
         journal::sync_dir(parent)?;
     }

@@ -3,7 +3,6 @@
 //! before the index makes the pack visible.
 
 use std::collections::HashSet;
-use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -12,6 +11,7 @@ use super::{
     INDEX_ENTRY_LEN, INDEX_HEADER_LEN, INDEX_MAGIC, PACK_FORMAT_VERSION, PACK_HEADER_LEN,
     PACK_MAGIC,
 };
+use crate::atomic_file::AtomicFile;
 use crate::error::{Error, IoResultExt, Result};
 use crate::hash::{hex, ObjectId, ID_LEN};
 use crate::object::EncodedObject;
@@ -46,25 +46,12 @@ pub struct WrittenPack {
 /// Writes `objects` (in the given order; duplicates skipped) as a new pack in
 /// `dir`. The pack is durable and visible under its final name on return.
 pub fn write_pack(dir: &Path, objects: &[EncodedObject], opts: PackOptions) -> Result<WrittenPack> {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp_pack = dir.join(format!(".tmp-{}-{n}.pack", std::process::id()));
-    let tmp_index = tmp_pack.with_extension("idx");
-    let result = write_pack_files(dir, objects, opts, &tmp_pack, &tmp_index);
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp_pack);
-        let _ = fs::remove_file(&tmp_index);
-    }
-    result
-}
-
-fn write_pack_files(
-    dir: &Path,
-    objects: &[EncodedObject],
-    opts: PackOptions,
-    tmp_pack: &Path,
-    tmp_index: &Path,
-) -> Result<WrittenPack> {
+    // Both files are named after the pack's checksum, known once it is
+    // written; should anything fail, dropping them deletes them.
+    let mut pack_file = AtomicFile::create(&dir.join("new.pack"))?;
+    let mut index_file = AtomicFile::create(&dir.join("new.idx"))?;
+    let tmp_pack_path = pack_file.path().to_path_buf();
+    let tmp_pack = tmp_pack_path.as_path();
     let mut seen = HashSet::with_capacity(objects.len());
     // (id, block, offset, len) per object; (pack offset, compressed, raw) per block.
     let mut entries: Vec<(ObjectId, u32, u32, u32)> = Vec::with_capacity(objects.len());
@@ -75,8 +62,7 @@ fn write_pack_files(
         .include_checksum(true)
         .map_err(|e| Error::Invalid(format!("zstd: {e}")))?;
 
-    let file = File::create(tmp_pack).at(tmp_pack)?;
-    let mut out = HashingWriter::new(BufWriter::with_capacity(1 << 20, file));
+    let mut out = HashingWriter::new(BufWriter::with_capacity(1 << 20, &mut pack_file));
     let mut header = [0u8; PACK_HEADER_LEN];
     header[..4].copy_from_slice(&PACK_MAGIC);
     header[4..8].copy_from_slice(&PACK_FORMAT_VERSION.to_le_bytes());
@@ -87,7 +73,7 @@ fn write_pack_files(
 
     let mut block: Vec<u8> = Vec::with_capacity(opts.block_target * 2);
     let mut flush = |block: &mut Vec<u8>,
-                     out: &mut HashingWriter<BufWriter<File>>,
+                     out: &mut HashingWriter<BufWriter<&mut AtomicFile>>,
                      offset: &mut u64,
                      blocks: &mut Vec<(u64, u32, u32)>|
      -> Result<()> {
@@ -121,11 +107,10 @@ fn write_pack_files(
     let pack_sum = out.hasher.finalize();
     out.write_all(pack_sum.as_bytes()).at(tmp_pack)?;
     let bytes = offset + CHECKSUM_LEN as u64;
-    let file = out
-        .inner
+    // Flushes the buffer; the pack file is synced when committed.
+    out.into_inner()
         .into_inner()
         .map_err(|e| Error::io(tmp_pack, e.into_error()))?;
-    file.sync_all().at(tmp_pack)?;
 
     entries.sort_unstable_by_key(|e| e.0);
     let mut idx = Vec::with_capacity(
@@ -164,19 +149,16 @@ fn write_pack_files(
     idx.extend_from_slice(pack_sum.as_bytes());
     let idx_sum = blake3::hash(&idx);
     idx.extend_from_slice(idx_sum.as_bytes());
-    {
-        let mut f = File::create(tmp_index).at(tmp_index)?;
-        f.write_all(&idx).at(tmp_index)?;
-        f.sync_all().at(tmp_index)?;
-    }
+    index_file.write_all(&idx).at(index_file.path())?;
 
     let name = format!("pack-{}", hex(pack_sum.as_bytes()));
     let pack_path = dir.join(format!("{name}.pack"));
     let index_path = dir.join(format!("{name}.idx"));
-    // The index is renamed last: a pack is visible once its index exists.
-    fs::rename(tmp_pack, &pack_path).at(&pack_path)?;
-    fs::rename(tmp_index, &index_path).at(&index_path)?;
-    crate::odb::journal::sync_dir(dir)?;
+    pack_file.set_file_name(&format!("{name}.pack"));
+    index_file.set_file_name(&format!("{name}.idx"));
+    // Both are durable before either is renamed, and the index is renamed
+    // last: a pack is visible once its index exists.
+    AtomicFile::commit_all([pack_file, index_file])?;
     Ok(WrittenPack {
         name,
         pack_path,
@@ -198,6 +180,10 @@ impl<W: Write> HashingWriter<W> {
             inner,
             hasher: blake3::Hasher::new(),
         }
+    }
+
+    fn into_inner(self) -> W {
+        self.inner
     }
 }
 
