@@ -72,7 +72,8 @@ enum Command {
     Prune(conversations::PruneArgs),
     /// Show how refs moved, newest first.
     Reflog(refs::ReflogArgs),
-    /// Rebuild the index from the journal and the objects.
+    /// Rebuild every derived index from the objects and operations: the index,
+    /// the lineage index and the listing ("reindexed N operations").
     Reindex,
     /// Drop what no ref, recent ref-log entry or open run reaches, past the
     /// grace period; repack what is kept.

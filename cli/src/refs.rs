@@ -104,15 +104,7 @@ pub fn reindex(ctx: &Ctx) -> CmdResult {
     let n = store.reindex();
     crate::output::progress_done();
     let n = n?;
-    print(&format!("reindexed {n} operations\n"))?;
-    if store.root().is_some() {
-        let sessions = store.lineage_index().map_or(0, |ix| ix.len());
-        eprintln!(
-            "rebuilt the index, the lineage index ({sessions} sessions) and the listing \
-             from the objects and operations"
-        );
-    }
-    Ok(())
+    print(&format!("reindexed {n} operations\n"))
 }
 
 // ---- update-ref ----

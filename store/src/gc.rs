@@ -10,11 +10,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, IoResultExt, Result};
+use crate::error::{Error, Result};
 use crate::hash::ObjectId;
 use crate::object::{ObjectKind, Session};
+use crate::odb::atomic_file::AtomicFile;
 use crate::odb::pack::PackOptions;
-use crate::odb::RepackOptions;
+use crate::odb::{Durability, RepackOptions};
 use crate::reach;
 use crate::refs::{RefName, RefTarget};
 use crate::store::Store;
@@ -135,11 +136,7 @@ fn write_ledger(path: &Path, entries: &HashMap<ObjectId, i64>) -> Result<()> {
         bytes.extend_from_slice(id.as_bytes());
         bytes.extend_from_slice(&t.to_le_bytes());
     }
-    let tmp = path.with_extension("tmp");
-    fs::write(&tmp, &bytes).at(&tmp)?;
-    fs::File::open(&tmp).and_then(|f| f.sync_all()).at(&tmp)?;
-    fs::rename(&tmp, path).at(path)?;
-    Ok(())
+    AtomicFile::replace(path, &bytes, Durability::Sync)
 }
 
 impl Store {

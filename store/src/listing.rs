@@ -19,7 +19,8 @@ use std::path::Path;
 
 use crate::error::{IoResultExt, Result};
 use crate::index::ConversationInfo;
-use crate::odb::journal;
+use crate::odb::atomic_file::AtomicFile;
+use crate::odb::{journal, Durability};
 use crate::refs::Hash;
 
 /// Version of the listing file (objects-format.md, "Versioning").
@@ -204,9 +205,8 @@ pub(crate) fn write(
         op_seq,
         op_hash,
     };
-    let tmp = root.join(format!("{LISTING_FILE}.tmp"));
-    fs::write(&tmp, encode(&stamp, complete, &newest)).at(&tmp)?;
-    fs::rename(&tmp, &path).at(&path)
+    let bytes = encode(&stamp, complete, &newest);
+    AtomicFile::replace(&path, &bytes, Durability::NoSync)
 }
 
 /// Removes the listing (it would be stale).

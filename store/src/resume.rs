@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
@@ -18,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::hash::ObjectId;
 use crate::index::user_text;
 use crate::object::Compaction;
+use crate::odb::atomic_file::AtomicFile;
 use crate::odb::{Durability, Odb};
 use crate::refs::{validate_name, PreviousValue, RefEdit, RefName, RefTarget};
 use crate::replay::role_of;
@@ -169,34 +169,10 @@ impl Seed {
         fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let state = dir.join(STATE_FILE);
         let display = dir.join(DISPLAY_FILE);
-        write_atomically(&state, self.state_json().as_bytes())?;
-        write_atomically(&display, self.display_json().as_bytes())?;
-        // The renames are durable once the directory is.
-        fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| Error::io(dir, e))?;
+        AtomicFile::replace(&state, self.state_json().as_bytes(), Durability::Sync)?;
+        AtomicFile::replace(&display, self.display_json().as_bytes(), Durability::Sync)?;
         Ok([state, display])
     }
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
-    let written = fs::File::create(&tmp).and_then(|mut f| {
-        f.write_all(bytes)?;
-        f.sync_all()
-    });
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(Error::io(&tmp, e));
-    }
-    fs::rename(&tmp, path).map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        Error::io(path, e)
-    })
 }
 
 // ---- resume ----

@@ -15,6 +15,8 @@ use std::path::Path;
 use crate::error::{Error, IoResultExt, Result};
 use crate::hash::{ObjectId, ID_LEN};
 use crate::object::{Blob, EncodedObject, ObjectKind, Session};
+use crate::odb::atomic_file::AtomicFile;
+use crate::odb::Durability;
 use crate::reach;
 use crate::refs::op::record_bytes;
 use crate::refs::{ConversationRecord, ConversationStatus, RefName, RefTarget};
@@ -269,14 +271,7 @@ impl Bundle {
     /// renamed, so a crash never leaves half a bundle under its name).
     pub fn write(&self, path: &Path) -> Result<u64> {
         let bytes = self.encode();
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "bundle".into());
-        let tmp = path.with_file_name(format!(".tmp-{name}"));
-        fs::write(&tmp, &bytes).at(&tmp)?;
-        fs::File::open(&tmp).and_then(|f| f.sync_all()).at(&tmp)?;
-        fs::rename(&tmp, path).at(path)?;
+        AtomicFile::replace(path, &bytes, Durability::Sync)?;
         Ok(bytes.len() as u64)
     }
 

@@ -2,14 +2,14 @@
 //! (deterministic), and the file, replaced atomically.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs;
 use std::path::Path;
 
 use crate::error::{Error, IoResultExt, Result};
 use crate::hash::ObjectId;
 use crate::object::{ObjectKind, Session};
-use crate::odb::Odb;
+use crate::odb::atomic_file::AtomicFile;
+use crate::odb::{Durability, Odb};
 
 use super::*;
 
@@ -251,12 +251,5 @@ pub fn write_from(
 pub fn write_file(store_root: &Path, bytes: &[u8]) -> Result<()> {
     let dir = store_root.join(LINEAGE_DIR);
     fs::create_dir_all(&dir).at(&dir)?;
-    let tmp = dir.join(format!(".tmp-{}-{LINEAGE_FILE}", std::process::id()));
-    let mut f = File::create(&tmp).at(&tmp)?;
-    f.write_all(bytes).at(&tmp)?;
-    f.sync_all().at(&tmp)?;
-    drop(f);
-    let path = dir.join(LINEAGE_FILE);
-    fs::rename(&tmp, &path).at(&path)?;
-    crate::odb::journal::sync_dir(&dir)
+    AtomicFile::replace(&dir.join(LINEAGE_FILE), bytes, Durability::Sync)
 }

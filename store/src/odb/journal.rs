@@ -11,6 +11,10 @@
 //! its checksum at the end of the last segment is a torn write: its bytes are
 //! set aside in `journal/torn-*.bin` and the segment is cut there, never
 //! earlier. This module must never drop a frame that precedes a valid one.
+//!
+//! One file, though long: the frame format, the recovery scan that trusts
+//! or cuts frames by their sync watermark, and the group-commit writer that
+//! stamps it are one protocol and change together.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
@@ -18,6 +22,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 
+use super::Durability;
 use crate::error::{Error, IoResultExt, Result};
 use crate::hash::{ObjectId, Prefix, ID_LEN};
 use crate::object::{EncodedObject, ObjectKind};
@@ -479,17 +484,6 @@ pub struct Journal {
     notes: Mutex<Vec<String>>,
 }
 
-/// How a write must reach the disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Durability {
-    /// Return once an `fdatasync` covers the write (shared with concurrent writers).
-    #[default]
-    Sync,
-    /// Return once the bytes are written to the OS; a power loss may lose
-    /// them. For bulk import and benchmarks.
-    NoSync,
-}
-
 /// The file name of segment `seq`.
 pub fn segment_name(seq: u64) -> String {
     format!("{seq:016}.journal")
@@ -511,9 +505,7 @@ fn segment_header(seq: u64) -> [u8; SEGMENT_HEADER_LEN as usize] {
     h
 }
 
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|d| d.sync_all()).at(dir)
-}
+pub(crate) use crate::odb::atomic_file::sync_dir;
 
 impl Journal {
     /// Opens (and, unless read-only, recovers) the journal in `dir`.

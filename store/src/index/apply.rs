@@ -1,0 +1,369 @@
+//! Applying an operation: the conversation records, refs, reflog entries
+//! and run claims it changes, the sessions it makes reachable, and the
+//! conversation summaries derived from them, written as one batch.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use serde_json::Value;
+
+use super::conversations::activity_key;
+use super::refs::{reflog_json, target_bytes, target_from};
+use super::runs::claim_bytes;
+use super::summary::{ConversationInfo, RunClaim, SessionInfo};
+use super::{key, Index, APPLIED, FLUSH_EVERY_KEYS, FLUSH_EVERY_OPS};
+use crate::error::Result;
+use crate::hash::ObjectId;
+use crate::object::{Session, SessionStatus, SessionType, Usage};
+use crate::odb::Odb;
+use crate::refs::{Operation, RefName, RefTarget, RunEventKind};
+
+const PREVIEW_CHARS: usize = 200;
+
+/// Writes of one operation, readable before they are applied.
+struct Overlay<'a> {
+    index: &'a Index,
+    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+impl<'a> Overlay<'a> {
+    fn new(index: &'a Index) -> Self {
+        Overlay {
+            index,
+            writes: BTreeMap::new(),
+        }
+    }
+    fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(v) = self.writes.get(k) {
+            return Ok(v.clone());
+        }
+        self.index.get(k)
+    }
+    fn put(&mut self, k: Vec<u8>, v: Vec<u8>) {
+        self.writes.insert(k, Some(v));
+    }
+    fn del(&mut self, k: Vec<u8>) {
+        self.writes.insert(k, None);
+    }
+    /// Hands the operation's writes to the index's pending set.
+    fn commit(self) -> Result<()> {
+        let flush = {
+            let mut p = self.index.pending.lock().expect("index pending lock");
+            p.ops += 1;
+            p.writes.extend(self.writes);
+            p.ops >= FLUSH_EVERY_OPS || p.writes.len() >= FLUSH_EVERY_KEYS
+        };
+        if flush {
+            self.index.flush_pending()?;
+        }
+        Ok(())
+    }
+}
+
+impl Index {
+    /// Applies one operation atomically.
+    pub fn apply(&self, op: &Operation, odb: &Odb) -> Result<()> {
+        self.apply_with(op, odb, &[])
+    }
+
+    /// As [`Index::apply`], given sessions the caller has decoded already
+    /// (a commit's own), which are then not read back from the journal.
+    pub fn apply_with(
+        &self,
+        op: &Operation,
+        odb: &Odb,
+        fresh: &[(ObjectId, Session)],
+    ) -> Result<()> {
+        let mut o = Overlay::new(self);
+        let mut touched: BTreeSet<String> = BTreeSet::new();
+        for cu in &op.conversations {
+            let k = key("c:", cu.name.as_bytes());
+            let old = o
+                .get(&k)?
+                .and_then(|b| ConversationInfo::from_index_bytes(&cu.name, &b));
+            if let Some(old) = &old {
+                o.del(activity_key(old.last_activity, &old.name));
+                if let Some(cid) = old.record.conversation_id {
+                    if cu.record.as_ref().and_then(|r| r.conversation_id) != Some(cid) {
+                        o.del(key("i:", cid.as_bytes()));
+                    }
+                }
+            }
+            match &cu.record {
+                Some(r) => {
+                    let mut info = match old {
+                        Some(mut i) => {
+                            i.record = r.clone();
+                            i
+                        }
+                        None => ConversationInfo::new(&cu.name, r.clone()),
+                    };
+                    info.last_activity = info.last_activity.max(r.updated_at);
+                    if let Some(cid) = r.conversation_id {
+                        o.put(key("i:", cid.as_bytes()), cu.name.as_bytes().to_vec());
+                    }
+                    o.put(k, info.to_index_bytes());
+                    o.put(activity_key(info.last_activity, &info.name), Vec::new());
+                    touched.insert(cu.name.clone());
+                }
+                None => o.del(k),
+            }
+        }
+        for (i, (u, entry)) in op.refs.iter().zip(op.reflog_entries()).enumerate() {
+            let full = u.name.to_string();
+            let rk = key("r:", full.as_bytes());
+            match &u.new {
+                Some(t) => o.put(rk, target_bytes(t)),
+                None => o.del(rk),
+            }
+            let mut lk = key("l:", full.as_bytes());
+            lk.push(0);
+            lk.extend_from_slice(&op.seq.to_be_bytes());
+            lk.extend_from_slice(&(i as u16).to_be_bytes());
+            o.put(lk, reflog_json(&entry));
+            o.put(key("h:", full.as_bytes()), entry.hash().to_vec());
+            if let Some(RefTarget::Session(id)) = &u.new {
+                index_sessions(&mut o, odb, *id, fresh)?;
+            }
+            if let RefName::Conversation(n) | RefName::Archived(n) = &u.name {
+                touched.insert(n.clone());
+            }
+        }
+        for r in &op.runs {
+            let k = key("u:", r.conversation.as_bytes());
+            match &r.kind {
+                RunEventKind::Begin { pid } => o.put(
+                    k,
+                    claim_bytes(&RunClaim {
+                        run: r.run,
+                        pid: *pid,
+                        started_at: op.time,
+                    }),
+                ),
+                RunEventKind::Commit { .. } | RunEventKind::Fail { .. } => o.del(k),
+            }
+            touched.insert(r.conversation.clone());
+        }
+        // Receiving a conversation from another store or importing it from
+        // an agent's files is not activity on it: the record's times, taken
+        // from the source, carry over (remote.rs, import/).
+        let activity = match op.reason.as_str() {
+            "unbundle" | "clone" | "push" | "pull" | "import" => i64::MIN,
+            _ => op.time,
+        };
+        for name in &touched {
+            summarize(&mut o, name, activity)?;
+        }
+        let mut applied = op.seq.to_be_bytes().to_vec();
+        applied.extend_from_slice(&op.hash());
+        o.put(APPLIED.to_vec(), applied);
+        o.commit()
+    }
+}
+
+/// Indexes `id` and every session it reaches that is not indexed yet,
+/// parents before children. A session that cannot be read is indexed as a
+/// placeholder (fsck reports it) so that one damaged object cannot stop
+/// the index from opening.
+fn index_sessions(
+    o: &mut Overlay<'_>,
+    odb: &Odb,
+    id: ObjectId,
+    fresh: &[(ObjectId, Session)],
+) -> Result<()> {
+    let mut pending = vec![id];
+    while let Some(start) = pending.pop() {
+        let mut chain: Vec<(ObjectId, Option<Session>)> = Vec::new();
+        let mut on_chain: HashSet<ObjectId> = HashSet::new();
+        let mut at = Some(start);
+        while let Some(cur) = at {
+            // `on_chain` guards against a cycle, which only an edited store has.
+            if o.get(&key("s:", cur.as_bytes()))?.is_some() || !on_chain.insert(cur) {
+                break;
+            }
+            let s = match fresh.iter().find(|(f, _)| *f == cur) {
+                Some((_, s)) => Some(s.clone()),
+                None => odb.session(&cur).ok(),
+            };
+            at = s.as_ref().and_then(|s| s.first_parent());
+            chain.push((cur, s));
+        }
+        for (sid, s) in chain.into_iter().rev() {
+            let info = match &s {
+                Some(s) => session_info(o, odb, sid, s)?,
+                None => SessionInfo {
+                    id: sid,
+                    conversation: sid,
+                    parents: Vec::new(),
+                    status: SessionStatus::Failed,
+                    created_at: 0,
+                    messages: 0,
+                    display_messages: 0,
+                    usage: Usage::default(),
+                    duration_ms: 0,
+                    preview: "(unreadable session)".into(),
+                    preview_at: None,
+                    title: None,
+                    session_type: SessionType::Agent,
+                },
+            };
+            o.put(key("s:", sid.as_bytes()), info.to_index_bytes());
+            if let Some(name) = o
+                .get(&key("i:", info.conversation.as_bytes()))?
+                .and_then(|v| String::from_utf8(v).ok())
+            {
+                let ck = key("c:", name.as_bytes());
+                if let Some(mut c) = o
+                    .get(&ck)?
+                    .and_then(|b| ConversationInfo::from_index_bytes(&name, &b))
+                {
+                    c.sessions += 1;
+                    c.usage.total_tokens += info.usage.total_tokens;
+                    c.usage.prompt_tokens += info.usage.prompt_tokens;
+                    c.usage.completion_tokens += info.usage.completion_tokens;
+                    c.usage.requests += info.usage.requests;
+                    o.put(ck, c.to_index_bytes());
+                }
+            }
+            if let Some(s) = &s {
+                for p in s.parents.iter().skip(1) {
+                    if o.get(&key("s:", p.as_bytes()))?.is_none() {
+                        pending.push(*p);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn session_info(o: &Overlay<'_>, odb: &Odb, id: ObjectId, s: &Session) -> Result<SessionInfo> {
+    let parent = match s.first_parent() {
+        Some(p) => o
+            .get(&key("s:", p.as_bytes()))?
+            .and_then(|b| SessionInfo::from_index_bytes(p, &b)),
+        None => None,
+    };
+    // The preview is the history's first user message: kept from the
+    // parent when the kept prefix holds it, else found among the added.
+    let (mut preview, mut preview_at) = (String::new(), None);
+    if let Some(at) = parent.as_ref().and_then(|p| p.preview_at) {
+        if at < s.messages.base {
+            preview = parent
+                .as_ref()
+                .map(|p| p.preview.clone())
+                .unwrap_or_default();
+            preview_at = Some(at);
+        }
+    }
+    // A compaction's history opens with the summary; the conversation is
+    // still about what the compacted session's preview says.
+    if let Some(c) = &s.compaction {
+        if let Some(before) = o
+            .get(&key("s:", c.session.as_bytes()))?
+            .and_then(|b| SessionInfo::from_index_bytes(c.session, &b))
+            .filter(|i| i.preview_at.is_some())
+        {
+            preview = before.preview;
+            preview_at = Some(0);
+        }
+    }
+    if preview_at.is_none() {
+        for (k, m) in s.messages.added.iter().enumerate() {
+            let Ok(v) = odb.blob(m) else { continue };
+            if let Some(text) = user_text(&v) {
+                preview = text.chars().take(PREVIEW_CHARS).collect();
+                preview_at = Some(s.messages.base + k as u64);
+                break;
+            }
+        }
+    }
+    Ok(SessionInfo {
+        id,
+        conversation: s.conversation_id(id),
+        parents: s.parents.clone(),
+        status: s.status,
+        created_at: s.created_at,
+        messages: s.messages.len(),
+        display_messages: s.display_messages.len(),
+        usage: s.run.usage,
+        duration_ms: s.run.duration_ms,
+        preview,
+        preview_at,
+        title: s.title.clone(),
+        session_type: s.metadata.session_type,
+    })
+}
+
+/// The text of a user message in the shapes agents write: OpenAI chat
+/// (`role`, `content` string or parts), Claude Code lines (`message`
+/// inside, `type: "user"`), Codex items.
+pub fn user_text(v: &Value) -> Option<String> {
+    let inner = v.get("message").filter(|m| m.is_object()).unwrap_or(v);
+    let role = inner
+        .get("role")
+        .or_else(|| v.get("role"))
+        .or_else(|| v.get("type"))
+        .and_then(Value::as_str)?;
+    if role != "user" {
+        return None;
+    }
+    let text = content_text(inner.get("content")?)?;
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+/// Text of a message content: a string, or the text parts of a list.
+pub fn content_text(c: &Value) -> Option<String> {
+    match c {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => {
+            let texts: Vec<&str> = parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str).or_else(|| p.as_str()))
+                .collect();
+            (!texts.is_empty()).then(|| texts.join(" "))
+        }
+        _ => None,
+    }
+}
+
+/// Recomputes what a conversation's summary derives from its refs.
+fn summarize(o: &mut Overlay<'_>, name: &str, time: i64) -> Result<()> {
+    let ck = key("c:", name.as_bytes());
+    let Some(mut info) = o
+        .get(&ck)?
+        .and_then(|b| ConversationInfo::from_index_bytes(name, &b))
+    else {
+        return Ok(());
+    };
+    o.del(activity_key(info.last_activity, name));
+    let head = [format!("refs/heads/{name}"), format!("refs/archive/{name}")]
+        .iter()
+        .find_map(|r| {
+            o.get(&key("r:", r.as_bytes()))
+                .ok()
+                .flatten()
+                .and_then(|b| target_from(&b))
+        });
+    info.head = match head {
+        Some(RefTarget::Session(id)) => Some(id),
+        _ => None,
+    };
+    if info.head.is_none() {
+        info.messages = 0;
+        info.preview = String::new();
+    }
+    if let Some(h) = info.head {
+        if let Some(si) = o
+            .get(&key("s:", h.as_bytes()))?
+            .and_then(|b| SessionInfo::from_index_bytes(h, &b))
+        {
+            info.messages = si.messages;
+            info.preview = si.preview;
+        }
+    }
+    info.last_activity = info.last_activity.max(time);
+    o.put(activity_key(info.last_activity, name), Vec::new());
+    o.put(ck, info.to_index_bytes());
+    Ok(())
+}

@@ -1,0 +1,71 @@
+//! Lookups of summaries: a session by id, a conversation by name or by the
+//! id its sessions carry, and conversations by newest activity.
+
+use super::summary::{ConversationInfo, SessionInfo};
+use super::{key, sled_err, Index};
+use crate::error::{Error, Result};
+use crate::hash::ObjectId;
+
+/// Activity keys sort by time; the bias makes negative times sort first.
+pub(super) fn activity_key(time: i64, name: &str) -> Vec<u8> {
+    let mut k = key("a:", &((time as u64) ^ (1 << 63)).to_be_bytes());
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+impl Index {
+    pub fn session(&self, id: &ObjectId) -> Result<Option<SessionInfo>> {
+        Ok(self
+            .get(&key("s:", id.as_bytes()))?
+            .and_then(|v| SessionInfo::from_index_bytes(*id, &v)))
+    }
+
+    pub fn conversation(&self, name: &str) -> Result<Option<ConversationInfo>> {
+        let Some(v) = self.get(&key("c:", name.as_bytes()))? else {
+            return Ok(None);
+        };
+        let mut info = ConversationInfo::from_index_bytes(name, &v).ok_or_else(|| {
+            Error::Invalid(format!(
+                "index: unreadable record of conversation {name}; run sessctl reindex"
+            ))
+        })?;
+        info.running = self.claim(name)?;
+        Ok(Some(info))
+    }
+
+    /// The name of the conversation whose sessions carry `id`.
+    pub fn conversation_name(&self, id: &ObjectId) -> Result<Option<String>> {
+        Ok(self
+            .get(&key("i:", id.as_bytes()))?
+            .and_then(|v| String::from_utf8(v).ok()))
+    }
+
+    /// Conversations, newest activity first, stopping after `limit`.
+    pub fn conversations_by_activity(&self, limit: Option<usize>) -> Result<Vec<ConversationInfo>> {
+        self.conversations_where(limit, |_| true)
+    }
+
+    /// The conversations `keep` accepts, newest activity first, stopping
+    /// after `limit`: only as many records are read as it takes.
+    pub fn conversations_where(
+        &self,
+        limit: Option<usize>,
+        keep: impl Fn(&ConversationInfo) -> bool,
+    ) -> Result<Vec<ConversationInfo>> {
+        let mut out = Vec::new();
+        if limit == Some(0) {
+            return Ok(out);
+        }
+        for kv in self.scan(b"a:")?.rev() {
+            let (k, _) = kv.map_err(sled_err)?;
+            let name = String::from_utf8_lossy(&k[10..]).into_owned();
+            if let Some(info) = self.conversation(&name)?.filter(|i| keep(i)) {
+                out.push(info);
+                if limit.is_some_and(|l| out.len() >= l) {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+}

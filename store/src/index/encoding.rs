@@ -1,0 +1,350 @@
+//! The binary encoding of index values: session and conversation
+//! summaries.
+//!
+//! Index values were JSON; parsing and printing them was a quarter of a
+//! commit's cost. Values are now written in a compact binary form that
+//! starts with a tag byte no JSON text starts with; values written as JSON
+//! by an earlier version are still read.
+
+use serde_json::Value;
+
+use super::summary::{ConversationInfo, RunClaim, SessionInfo};
+use crate::hash::ObjectId;
+use crate::object::{SessionStatus, SessionType, Usage};
+use crate::refs::{ConversationRecord, ConversationStatus};
+
+const SESSION_TAG: u8 = 0xB1;
+const CONVERSATION_TAG: u8 = 0xC1;
+
+#[derive(Default)]
+struct Bin(Vec<u8>);
+
+impl Bin {
+    fn u8(&mut self, v: u8) -> &mut Self {
+        self.0.push(v);
+        self
+    }
+    fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn i64(&mut self, v: i64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn id(&mut self, v: &ObjectId) -> &mut Self {
+        self.0.extend_from_slice(v.as_bytes());
+        self
+    }
+    fn str(&mut self, v: &str) -> &mut Self {
+        self.u64(v.len() as u64);
+        self.0.extend_from_slice(v.as_bytes());
+        self
+    }
+    fn opt_str(&mut self, v: Option<&str>) -> &mut Self {
+        match v {
+            Some(v) => self.u8(1).str(v),
+            None => self.u8(0),
+        }
+    }
+    fn opt_id(&mut self, v: Option<&ObjectId>) -> &mut Self {
+        match v {
+            Some(v) => self.u8(1).id(v),
+            None => self.u8(0),
+        }
+    }
+    fn opt_u64(&mut self, v: Option<u64>) -> &mut Self {
+        match v {
+            Some(v) => self.u8(1).u64(v),
+            None => self.u8(0),
+        }
+    }
+    fn usage(&mut self, u: &Usage) -> &mut Self {
+        self.u64(u.total_tokens)
+            .u64(u.prompt_tokens)
+            .u64(u.completion_tokens)
+            .u64(u.requests)
+    }
+}
+
+struct Unbin<'a>(&'a [u8]);
+
+impl<'a> Unbin<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if n > self.0.len() {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn id(&mut self) -> Option<ObjectId> {
+        Some(ObjectId::from_bytes(self.take(32)?.try_into().ok()?))
+    }
+    fn str(&mut self) -> Option<&'a str> {
+        let n = usize::try_from(self.u64()?).ok()?;
+        std::str::from_utf8(self.take(n)?).ok()
+    }
+    fn opt<T>(&mut self, f: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
+        match self.u8()? {
+            0 => Some(None),
+            1 => Some(Some(f(self)?)),
+            _ => None,
+        }
+    }
+    fn usage(&mut self) -> Option<Usage> {
+        Some(Usage {
+            total_tokens: self.u64()?,
+            prompt_tokens: self.u64()?,
+            completion_tokens: self.u64()?,
+            requests: self.u64()?,
+        })
+    }
+    fn end(&self) -> Option<()> {
+        self.0.is_empty().then_some(())
+    }
+}
+
+impl SessionInfo {
+    pub(super) fn to_index_bytes(&self) -> Vec<u8> {
+        let mut b = Bin::default();
+        b.u8(SESSION_TAG)
+            .id(&self.conversation)
+            .u64(self.parents.len() as u64);
+        for p in &self.parents {
+            b.id(p);
+        }
+        b.str(self.status.as_str())
+            .i64(self.created_at)
+            .u64(self.messages)
+            .u64(self.display_messages)
+            .usage(&self.usage)
+            .u64(self.duration_ms)
+            .str(&self.preview)
+            .opt_u64(self.preview_at)
+            .opt_str(self.title.as_deref())
+            .str(self.session_type.as_str());
+        b.0
+    }
+
+    pub(super) fn from_index_bytes(id: ObjectId, b: &[u8]) -> Option<SessionInfo> {
+        if b.first() != Some(&SESSION_TAG) {
+            return SessionInfo::from_bytes(id, b);
+        }
+        let mut r = Unbin(&b[1..]);
+        let conversation = r.id()?;
+        let n = usize::try_from(r.u64()?).ok()?;
+        let mut parents = Vec::with_capacity(n.min(64));
+        for _ in 0..n {
+            parents.push(r.id()?);
+        }
+        let info = SessionInfo {
+            id,
+            conversation,
+            parents,
+            status: SessionStatus::parse(r.str()?)?,
+            created_at: r.i64()?,
+            messages: r.u64()?,
+            display_messages: r.u64()?,
+            usage: r.usage()?,
+            duration_ms: r.u64()?,
+            preview: r.str()?.to_owned(),
+            preview_at: r.opt(Unbin::u64)?,
+            title: r.opt(|r| r.str().map(str::to_owned))?,
+            session_type: SessionType::parse(r.str()?)?,
+        };
+        r.end()?;
+        Some(info)
+    }
+}
+
+impl ConversationInfo {
+    pub(super) fn to_index_bytes(&self) -> Vec<u8> {
+        let r = &self.record;
+        let mut b = Bin::default();
+        let metadata = if r.metadata.is_empty() {
+            String::new()
+        } else {
+            Value::Object(
+                r.metadata
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            )
+            .to_string()
+        };
+        b.u8(CONVERSATION_TAG)
+            .opt_id(r.conversation_id.as_ref())
+            .opt_str(r.title.as_deref())
+            .opt_str(r.default_preset_id.as_deref())
+            .str(&metadata)
+            .str(r.status.as_str())
+            .i64(r.created_at)
+            .i64(r.updated_at)
+            .opt_id(self.head.as_ref())
+            .i64(self.last_activity)
+            .u64(self.messages)
+            .u64(self.sessions)
+            .usage(&self.usage)
+            .str(&self.preview);
+        match &self.running {
+            Some(c) => b.u8(1).u64(c.run).u64(u64::from(c.pid)).i64(c.started_at),
+            None => b.u8(0),
+        };
+        b.0
+    }
+
+    pub(super) fn from_index_bytes(name: &str, b: &[u8]) -> Option<ConversationInfo> {
+        if b.first() != Some(&CONVERSATION_TAG) {
+            return ConversationInfo::from_bytes(name, b);
+        }
+        let mut r = Unbin(&b[1..]);
+        let conversation_id = r.opt(Unbin::id)?;
+        let title = r.opt(|r| r.str().map(str::to_owned))?;
+        let default_preset_id = r.opt(|r| r.str().map(str::to_owned))?;
+        let metadata = match r.str()? {
+            "" => Default::default(),
+            text => match serde_json::from_str::<Value>(text).ok()? {
+                Value::Object(m) => m.into_iter().collect(),
+                _ => return None,
+            },
+        };
+        let record = ConversationRecord {
+            conversation_id,
+            title,
+            default_preset_id,
+            metadata,
+            status: ConversationStatus::parse(r.str()?)?,
+            created_at: r.i64()?,
+            updated_at: r.i64()?,
+        };
+        let info = ConversationInfo {
+            name: name.to_owned(),
+            record,
+            head: r.opt(Unbin::id)?,
+            last_activity: r.i64()?,
+            messages: r.u64()?,
+            sessions: r.u64()?,
+            usage: r.usage()?,
+            preview: r.str()?.to_owned(),
+            running: r.opt(|r| {
+                Some(RunClaim {
+                    run: r.u64()?,
+                    pid: u32::try_from(r.u64()?).ok()?,
+                    started_at: r.i64()?,
+                })
+            })?,
+        };
+        r.end()?;
+        Some(info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn session() -> SessionInfo {
+        SessionInfo {
+            id: ObjectId::from_bytes([1; 32]),
+            conversation: ObjectId::from_bytes([2; 32]),
+            parents: vec![ObjectId::from_bytes([3; 32]), ObjectId::from_bytes([4; 32])],
+            status: SessionStatus::AwaitingToolResults,
+            created_at: -5,
+            messages: 7,
+            display_messages: 6,
+            usage: Usage {
+                total_tokens: 1,
+                prompt_tokens: 2,
+                completion_tokens: 3,
+                requests: 4,
+            },
+            duration_ms: 99,
+            preview: "héllo".into(),
+            preview_at: Some(2),
+            title: Some("t".into()),
+            session_type: SessionType::Agent,
+        }
+    }
+
+    fn conversation(running: bool) -> ConversationInfo {
+        let mut metadata = std::collections::BTreeMap::new();
+        metadata.insert("cwd".to_owned(), json!("/src"));
+        metadata.insert("n".to_owned(), json!([1, {"a": null}]));
+        ConversationInfo {
+            name: "fix".into(),
+            record: ConversationRecord {
+                conversation_id: Some(ObjectId::from_bytes([9; 32])),
+                title: None,
+                default_preset_id: Some("p".into()),
+                metadata,
+                status: ConversationStatus::Archived,
+                created_at: 10,
+                updated_at: 20,
+            },
+            head: None,
+            last_activity: 30,
+            messages: 4,
+            sessions: 2,
+            usage: Usage::default(),
+            preview: String::new(),
+            running: running.then_some(RunClaim {
+                run: 8,
+                pid: 4242,
+                started_at: 11,
+            }),
+        }
+    }
+
+    #[test]
+    fn index_values_round_trip_and_json_ones_still_read() {
+        let s = session();
+        assert_eq!(
+            SessionInfo::from_index_bytes(s.id, &s.to_index_bytes()),
+            Some(s.clone())
+        );
+        assert_eq!(
+            SessionInfo::from_index_bytes(s.id, &s.to_bytes()),
+            Some(s.clone())
+        );
+        for running in [false, true] {
+            let c = conversation(running);
+            assert_eq!(
+                ConversationInfo::from_index_bytes("fix", &c.to_index_bytes()),
+                Some(c.clone())
+            );
+            assert_eq!(
+                ConversationInfo::from_index_bytes("fix", &c.to_bytes()),
+                Some(c.clone())
+            );
+        }
+    }
+
+    #[test]
+    fn cut_or_padded_index_values_do_not_decode() {
+        let s = session().to_index_bytes();
+        let c = conversation(true).to_index_bytes();
+        for n in 0..s.len() {
+            assert!(SessionInfo::from_index_bytes(session().id, &s[..n]).is_none());
+        }
+        for n in 0..c.len() {
+            assert!(ConversationInfo::from_index_bytes("fix", &c[..n]).is_none());
+        }
+        let mut long = s.clone();
+        long.push(0);
+        assert!(SessionInfo::from_index_bytes(session().id, &long).is_none());
+    }
+}

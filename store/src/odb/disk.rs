@@ -1,0 +1,522 @@
+//! The disk backend: journal segments and packs under one store directory,
+//! one writer process at a time. It opens (recovering the journal and
+//! clearing a dead repack's leftovers), reads through the journal then the
+//! packs, and keeps the number of segments and packs small (maintain,
+//! repack), moving the operations of packed segments to the op log.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use super::journal::{self, FrameBuilder, Journal};
+use super::layout::check_format;
+use super::lock::StoreLock;
+use super::oplog::{oplog_files, read_oplog_file, write_oplog_file};
+use super::pack::{self, Pack};
+use super::{ObjectBackend, OdbStats, OpenOptions, RawOp, RepackOptions, RepackStats, SyncTicket};
+use crate::error::{Error, IoResultExt, Result};
+use crate::hash::{ObjectId, Prefix};
+use crate::object::{EncodedObject, ObjectKind, Session};
+
+/// Journal and packs on disk.
+#[derive(Debug)]
+pub struct DiskBackend {
+    root: PathBuf,
+    journal: Journal,
+    packs: RwLock<Vec<Arc<Pack>>>,
+    repacking: Mutex<()>,
+    auto_pack: bool,
+    notes: Mutex<Vec<String>>,
+    /// What the journal scan found damaged, kept for fsck.
+    damage: Vec<String>,
+    _lock: Option<StoreLock>,
+}
+
+impl DiskBackend {
+    pub fn open(path: &Path, opts: &OpenOptions) -> Result<DiskBackend> {
+        check_format(path)?;
+        let lock = if opts.read_only {
+            None
+        } else {
+            Some(StoreLock::acquire(&path.join("LOCK"), opts.wait)?)
+        };
+        let packs_dir = path.join("packs");
+        if !opts.read_only {
+            // Leftovers of a repack that died before its rename.
+            for entry in fs::read_dir(&packs_dir).at(&packs_dir)? {
+                let entry = entry.at(&packs_dir)?;
+                if entry.file_name().to_string_lossy().starts_with(".tmp-") {
+                    let _ = fs::remove_file(entry.path());
+                }
+            }
+        }
+        let journal = Journal::open(&path.join("journal"), opts.read_only, opts.segment_target)?;
+        let mut packs = Vec::new();
+        for name in pack::list_packs(&packs_dir)? {
+            packs.push(Arc::new(Pack::open(&packs_dir, &name)?));
+        }
+        let notes = journal.take_notes();
+        if !notes.is_empty() && !opts.read_only {
+            append_recovery_log(path, &notes);
+        }
+        Ok(DiskBackend {
+            root: path.to_path_buf(),
+            journal,
+            packs: RwLock::new(packs),
+            repacking: Mutex::new(()),
+            auto_pack: opts.auto_pack,
+            damage: notes
+                .iter()
+                .filter(|n| !n.contains("torn write"))
+                .cloned()
+                .collect(),
+            notes: Mutex::new(notes),
+            _lock: lock,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn packs(&self) -> Vec<Arc<Pack>> {
+        self.packs.read().expect("pack list lock").clone()
+    }
+
+    /// Packs the objects of `old` packs and `sealed` segments (those `keep`
+    /// accepts) into one new pack, moves the segments' operations to the
+    /// op log, and deletes what the new pack replaces. The caller holds the
+    /// repack lock.
+    fn repack_these(
+        &self,
+        opts: &RepackOptions,
+        keep: Option<&dyn Fn(&ObjectId) -> bool>,
+        before: OdbStats,
+        sealed: Vec<u64>,
+        old: Vec<Arc<Pack>>,
+    ) -> Result<RepackStats> {
+        let mut objects = Vec::new();
+        let kept = |id: &ObjectId| keep.is_none_or(|k| k(id));
+        // A damaged object is not carried into the new pack, and the file
+        // holding it is not deleted: its bytes may still be salvaged.
+        let mut corrupt = Vec::new();
+        let mut keep_packs: HashSet<String> = HashSet::new();
+        for p in &old {
+            for id in p.ids_in_pack_order()? {
+                if kept(&id) {
+                    match p.read(&id) {
+                        Ok(Some(o)) => objects.push(o),
+                        Ok(None) => return Err(Error::NotFound { id }),
+                        Err(e) if e.is_corruption() => {
+                            corrupt.push(e.to_string());
+                            keep_packs.insert(p.name().to_owned());
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+        for id in self.journal.ids_in(&sealed) {
+            if kept(&id) {
+                match self.journal.read(&id) {
+                    Ok(Some(o)) => objects.push(o),
+                    Ok(None) => return Err(Error::NotFound { id }),
+                    // Its segment holds damage, and damaged segments stay.
+                    Err(e) if e.is_corruption() => corrupt.push(e.to_string()),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let ordered = Self::pack_order(objects);
+        let sessions: Vec<ObjectId> = ordered
+            .iter()
+            .filter(|o| o.kind() == ObjectKind::Session)
+            .map(EncodedObject::id)
+            .collect();
+        let packs_dir = self.root.join("packs");
+        let written = if ordered.is_empty() {
+            None
+        } else {
+            Some(pack::write_pack(&packs_dir, &ordered, opts.pack)?)
+        };
+        {
+            let new_pack = match &written {
+                Some(w) => Some(Arc::new(Pack::open(&packs_dir, &w.name)?)),
+                None => None,
+            };
+            let mut packs = self.packs.write().expect("pack list lock");
+            packs.retain(|p| {
+                keep_packs.contains(p.name()) || !old.iter().any(|o| Arc::ptr_eq(o, p))
+            });
+            packs.extend(new_pack);
+        }
+        // Operations are history: they move to the op-log archive before
+        // their segments go.
+        let ops = self.journal.ops_in(&sealed)?;
+        if !ops.is_empty() {
+            write_oplog_file(&self.root.join("oplog"), &ops)?;
+        }
+        self.journal.retire(&sealed)?;
+        for p in &old {
+            if written.as_ref().is_some_and(|w| w.name == p.name()) || keep_packs.contains(p.name())
+            {
+                continue;
+            }
+            // Index first: without it the pack is no longer listed.
+            let [pack_path, index_path] = p.paths();
+            fs::remove_file(index_path).at(index_path)?;
+            fs::remove_file(pack_path).at(pack_path)?;
+        }
+        journal::sync_dir(&packs_dir)?;
+        let after = self.stats()?;
+        Ok(RepackStats {
+            objects: written.as_ref().map_or(0, |w| w.objects),
+            packs_before: old.len(),
+            segments_packed: sealed.len(),
+            bytes_before: before.disk_bytes(),
+            bytes_after: after.disk_bytes(),
+            pack_name: written.map(|w| w.name),
+            corrupt,
+            sessions: Some(sessions),
+        })
+    }
+
+    /// Objects in the order a new pack should hold them: each conversation's
+    /// sessions together, then the blobs they reference in first-use order,
+    /// then whatever no session references.
+    fn pack_order(objects: Vec<EncodedObject>) -> Vec<EncodedObject> {
+        let mut by_id: HashMap<ObjectId, EncodedObject> = HashMap::with_capacity(objects.len());
+        let mut input: Vec<ObjectId> = Vec::with_capacity(objects.len());
+        for o in objects {
+            let id = o.id();
+            if by_id.insert(id, o).is_none() {
+                input.push(id);
+            }
+        }
+        let mut groups: Vec<(Vec<ObjectId>, Vec<ObjectId>)> = Vec::new();
+        let mut group_of: HashMap<ObjectId, usize> = HashMap::new();
+        let mut placed: HashSet<ObjectId> = HashSet::new();
+        for id in &input {
+            let obj = &by_id[id];
+            if obj.kind() != ObjectKind::Session {
+                continue;
+            }
+            // An undecodable session is still packed, byte for byte, at the end.
+            let Ok(s) = Session::decode(obj.payload()) else {
+                continue;
+            };
+            let conv = s.conversation_id(*id);
+            let g = *group_of.entry(conv).or_insert_with(|| {
+                groups.push((Vec::new(), Vec::new()));
+                groups.len() - 1
+            });
+            groups[g].0.push(*id);
+            placed.insert(*id);
+            let refs = s
+                .messages
+                .added
+                .iter()
+                .chain(&s.display_messages.added)
+                .chain(s.context_state.iter())
+                .chain(s.environment_state.iter())
+                .chain(s.compaction.as_ref().map(|c| &c.summary));
+            for r in refs {
+                if by_id.contains_key(r) && placed.insert(*r) {
+                    groups[g].1.push(*r);
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(input.len());
+        for (sessions, blobs) in groups {
+            for id in sessions.into_iter().chain(blobs) {
+                if let Some(o) = by_id.remove(&id) {
+                    out.push(o);
+                }
+            }
+        }
+        for id in input {
+            if let Some(o) = by_id.remove(&id) {
+                out.push(o);
+            }
+        }
+        out
+    }
+}
+
+/// Which packs an incremental pack of `new_objects` objects merges: the
+/// smallest ones, as long as each is no bigger than twice what is merged
+/// so far, so that pack sizes grow geometrically and their number stays
+/// about log2 of the store's objects.
+fn geometric_merge(new_objects: usize, mut packs: Vec<Arc<Pack>>) -> Vec<Arc<Pack>> {
+    packs.sort_by_key(|p| p.object_count());
+    let mut merged = new_objects.max(1);
+    let mut out = Vec::new();
+    for p in packs {
+        if p.object_count() > 2 * merged {
+            break;
+        }
+        merged += p.object_count();
+        out.push(p);
+    }
+    out
+}
+
+fn append_recovery_log(root: &Path, notes: &[String]) {
+    use std::io::Write;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    if let Ok(mut f) = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(root.join("recovery.log"))
+    {
+        for n in notes {
+            let _ = writeln!(f, "{now} {n}");
+        }
+        let _ = f.sync_all();
+    }
+}
+
+impl ObjectBackend for DiskBackend {
+    fn append(&self, objects: &[EncodedObject], ops: &[RawOp]) -> Result<(usize, SyncTicket)> {
+        let mut frame = FrameBuilder::new();
+        let mut seen = HashSet::with_capacity(objects.len());
+        for obj in objects {
+            if obj.payload().len() > journal::MAX_OBJECT_SIZE {
+                return Err(Error::Invalid(format!(
+                    "object {} is {} bytes; the limit is {} bytes",
+                    obj.id(),
+                    obj.payload().len(),
+                    journal::MAX_OBJECT_SIZE
+                )));
+            }
+            if seen.insert(obj.id()) && !self.contains(&obj.id())? {
+                frame.push_object(obj);
+            }
+        }
+        for (seq, op) in ops {
+            frame.push_op(*seq, op);
+        }
+        let n = frame.objects_len();
+        let end = self.journal.append_nowait(&frame)?;
+        Ok((n, SyncTicket(end)))
+    }
+
+    fn sync(&self, ticket: SyncTicket) -> Result<()> {
+        self.journal.sync_to(ticket.0)
+    }
+
+    fn ops_after(&self, after: u64) -> Result<Vec<RawOp>> {
+        let mut out = Vec::new();
+        let journal_first = self.journal.op_range().map(|r| r.0);
+        // Archived operations are read only when the journal does not reach
+        // back far enough: a normal open reads none of them.
+        if journal_first.is_none_or(|first| first > after + 1) {
+            for (_, last, path) in oplog_files(&self.root.join("oplog"))? {
+                if last > after {
+                    out.extend(
+                        read_oplog_file(&path)?
+                            .into_iter()
+                            .filter(|(s, _)| *s > after),
+                    );
+                }
+            }
+        }
+        let max = out.last().map(|o| o.0).unwrap_or(after);
+        out.extend(
+            self.journal
+                .ops_after(after)?
+                .into_iter()
+                .filter(|(s, _)| *s > max),
+        );
+        Ok(out)
+    }
+
+    fn read(&self, id: &ObjectId) -> Result<Option<EncodedObject>> {
+        if let Some(o) = self.journal.read(id)? {
+            return Ok(Some(o));
+        }
+        for p in self.packs() {
+            if let Some(o) = p.read(id)? {
+                return Ok(Some(o));
+            }
+        }
+        Ok(None)
+    }
+
+    fn contains(&self, id: &ObjectId) -> Result<bool> {
+        if self.journal.contains(id) {
+            return Ok(true);
+        }
+        for p in self.packs() {
+            if p.contains(id)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn ids_with_prefix(&self, prefix: &Prefix) -> Result<Vec<ObjectId>> {
+        let mut out = Vec::new();
+        self.journal.ids_with_prefix(prefix, &mut out);
+        for p in self.packs() {
+            p.ids_with_prefix(prefix, &mut out)?;
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
+    fn ids(&self) -> Result<Vec<ObjectId>> {
+        let mut out = self.journal.ids();
+        for p in self.packs() {
+            out.extend(p.ids()?);
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
+    fn ids_in_storage_order(&self) -> Result<Vec<ObjectId>> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for p in self.packs() {
+            out.extend(
+                p.ids_in_pack_order()?
+                    .into_iter()
+                    .filter(|id| seen.insert(*id)),
+            );
+        }
+        let mut journal: Vec<(ObjectId, u64)> = self.journal.ids_with_segments();
+        journal.sort_unstable_by_key(|e| e.1);
+        out.extend(
+            journal
+                .into_iter()
+                .map(|e| e.0)
+                .filter(|id| seen.insert(*id)),
+        );
+        Ok(out)
+    }
+
+    fn repack_filtered(
+        &self,
+        opts: &RepackOptions,
+        keep: Option<&dyn Fn(&ObjectId) -> bool>,
+    ) -> Result<RepackStats> {
+        let _one_at_a_time = self.repacking.lock().expect("repack lock");
+        let before = self.stats()?;
+        let sealed = self.journal.seal()?;
+        let old = self.packs();
+        if keep.is_none() && old.len() <= 1 && sealed.is_empty() {
+            return Ok(RepackStats {
+                objects: before.pack_objects,
+                packs_before: old.len(),
+                segments_packed: 0,
+                bytes_before: before.disk_bytes(),
+                bytes_after: before.disk_bytes(),
+                pack_name: old.first().map(|p| p.name().to_owned()),
+                corrupt: Vec::new(),
+                sessions: None,
+            });
+        }
+        self.repack_these(opts, keep, before, sealed, old)
+    }
+
+    fn maintain(&self) -> Result<Option<RepackStats>> {
+        if !self.auto_pack || self.journal.sealed_segments().is_empty() {
+            return Ok(None);
+        }
+        // Someone else is repacking: they take these segments too, or the
+        // next write after them does.
+        let Ok(_one_at_a_time) = self.repacking.try_lock() else {
+            return Ok(None);
+        };
+        let sealed = self.journal.sealed_segments();
+        if sealed.is_empty() {
+            return Ok(None);
+        }
+        let before = self.stats()?;
+        let merge = geometric_merge(self.journal.ids_in(&sealed).len(), self.packs());
+        let mut stats =
+            self.repack_these(&RepackOptions::default(), None, before, sealed, merge)?;
+        // Only part of the store: not every session.
+        stats.sessions = None;
+        Ok(Some(stats))
+    }
+
+    fn stored_at(&self) -> Result<HashMap<ObjectId, i64>> {
+        let mtime = |path: &Path| -> i64 {
+            fs::metadata(path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(i64::MAX, |d| d.as_millis() as i64)
+        };
+        let mut out = HashMap::new();
+        for p in self.packs() {
+            let t = mtime(p.paths()[0]);
+            for id in p.ids()? {
+                out.insert(id, t);
+            }
+        }
+        for (id, seq) in self.journal.ids_with_segments() {
+            let t = mtime(&self.root.join("journal").join(journal::segment_name(seq)));
+            // An object in both: the later time is the safe one.
+            let e = out.entry(id).or_insert(t);
+            *e = (*e).max(t);
+        }
+        Ok(out)
+    }
+
+    fn stats(&self) -> Result<OdbStats> {
+        let packs = self.packs();
+        let journal_dir = self.root.join("journal");
+        let segments = fs::read_dir(&journal_dir)
+            .at(&journal_dir)?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".journal"))
+            .count();
+        Ok(OdbStats {
+            journal_segments: segments,
+            journal_objects: self.journal.object_count(),
+            journal_bytes: self.journal.disk_bytes(),
+            packs: packs.len(),
+            pack_objects: packs.iter().map(|p| p.object_count()).sum(),
+            pack_bytes: packs.iter().map(|p| p.disk_bytes()).sum(),
+        })
+    }
+
+    fn take_recovery_notes(&self) -> Vec<String> {
+        std::mem::take(&mut *self.notes.lock().expect("notes lock"))
+    }
+
+    fn verify_storage(&self) -> Vec<String> {
+        self.packs().iter().flat_map(|p| p.verify()).collect()
+    }
+
+    fn damage(&self) -> Vec<String> {
+        self.damage.clone()
+    }
+
+    fn set_aside(&self) -> Vec<String> {
+        let dir = self.root.join("journal");
+        let mut out: Vec<String> = fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("torn-"))
+            .map(|e| {
+                let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+                format!(
+                    "{} holds {len} bytes cut from a torn write; delete it once inspected",
+                    e.path().display()
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    }
+}

@@ -1,0 +1,290 @@
+//! Reading a pack index in place (objects-format.md, "Pack index"): its
+//! layout, the checks of its header, fan-out, checksum and id order, and
+//! lookups over borrowed bytes. Every function here is fuzzed and never
+//! panics.
+
+use super::{
+    le_u32, le_u64, BLOCK_ENTRY_LEN, CHECKSUM_LEN, FANOUT_LEN, INDEX_ENTRY_LEN, INDEX_HEADER_LEN,
+    INDEX_MAGIC, PACK_FORMAT_VERSION,
+};
+use crate::hash::{ObjectId, Prefix, ID_LEN};
+
+/// The layout of a parsed index, with offsets into its bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct IndexLayout {
+    pub objects: usize,
+    pub blocks: usize,
+    ids_at: usize,
+    entries_at: usize,
+    blocks_at: usize,
+    trailer_at: usize,
+}
+
+impl IndexLayout {
+    /// The layout of an index of `objects` ids and `blocks` blocks, and the
+    /// index's total size; `None` when that does not fit in a `usize`.
+    fn of(objects: usize, blocks: usize) -> Option<(IndexLayout, usize)> {
+        let ids_at = INDEX_HEADER_LEN + FANOUT_LEN;
+        let entries_at = ids_at.checked_add(objects.checked_mul(ID_LEN)?)?;
+        let blocks_at = entries_at.checked_add(objects.checked_mul(INDEX_ENTRY_LEN)?)?;
+        let trailer_at = blocks_at.checked_add(blocks.checked_mul(BLOCK_ENTRY_LEN)?)?;
+        let size = trailer_at.checked_add(2 * CHECKSUM_LEN)?;
+        let layout = IndexLayout {
+            objects,
+            blocks,
+            ids_at,
+            entries_at,
+            blocks_at,
+            trailer_at,
+        };
+        Some((layout, size))
+    }
+
+    /// The size in bytes of the index this layout describes.
+    fn index_len(&self) -> usize {
+        self.trailer_at + 2 * CHECKSUM_LEN
+    }
+}
+
+/// Checks an index's header, size and fan-out, without hashing it. Never panics.
+pub fn parse_index(idx: &[u8]) -> Result<IndexLayout, String> {
+    IndexView::parse(idx).map(|view| view.layout)
+}
+
+/// Checks the parts of an index that need a full pass: its checksum and the
+/// order of its ids. Never panics, even when `layout` was parsed from other
+/// bytes (that is an error).
+pub fn verify_index(idx: &[u8], layout: &IndexLayout) -> Result<(), String> {
+    if layout.index_len() != idx.len() {
+        return Err(format!(
+            "index layout is for {} bytes, the index has {}",
+            layout.index_len(),
+            idx.len()
+        ));
+    }
+    IndexView {
+        bytes: idx,
+        layout: *layout,
+    }
+    .verify()
+}
+
+/// A pack index read in place: lookups over borrowed bytes (a mapped file,
+/// or any slice), with no copy and no allocation.
+///
+/// [`IndexView::parse`] checks the header, the size and the fan-out table.
+/// Every accessor is bounds-checked on its own as well, so a view over a
+/// corrupt index answers "not found" or `None`, never panics and never
+/// slices out of bounds, whether or not [`IndexView::verify`] passed. Until
+/// it has, answers may be wrong (ids out of order defeat the binary search).
+#[derive(Debug, Clone, Copy)]
+pub struct IndexView<'a> {
+    pub(super) bytes: &'a [u8],
+    pub(super) layout: IndexLayout,
+}
+
+impl<'a> IndexView<'a> {
+    /// Checks an index's header, size and fan-out, without hashing it.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, String> {
+        if bytes.len() < INDEX_HEADER_LEN + FANOUT_LEN + 2 * CHECKSUM_LEN {
+            return Err(format!("{} bytes is too short for an index", bytes.len()));
+        }
+        if bytes[..4] != INDEX_MAGIC {
+            return Err("not a pack index (bad magic)".into());
+        }
+        let header = |at| le_u32(bytes, at).expect("the header is present");
+        let version = header(4);
+        if version != PACK_FORMAT_VERSION {
+            return Err(format!(
+                "pack index version {version}, expected {PACK_FORMAT_VERSION}"
+            ));
+        }
+        let objects = header(8) as usize;
+        let blocks = header(12) as usize;
+        let (layout, size) = IndexLayout::of(objects, blocks).ok_or_else(|| {
+            format!("index of {objects} objects and {blocks} blocks is too large")
+        })?;
+        if size != bytes.len() {
+            return Err(format!(
+                "index of {} objects and {} blocks should be {} bytes, not {}",
+                objects,
+                blocks,
+                size,
+                bytes.len()
+            ));
+        }
+        let view = IndexView { bytes, layout };
+        let mut prev = 0;
+        for b in 0..=255u8 {
+            let f = view.fanout(b);
+            if f < prev {
+                return Err(format!("fan-out table decreases at byte {b:#04x}"));
+            }
+            prev = f;
+        }
+        if prev != objects {
+            return Err(format!(
+                "fan-out table counts {prev} objects, header {objects}"
+            ));
+        }
+        Ok(view)
+    }
+
+    pub fn layout(&self) -> IndexLayout {
+        self.layout
+    }
+
+    /// Number of ids (objects) in the index.
+    pub fn object_count(&self) -> usize {
+        self.layout.objects
+    }
+
+    /// Number of entries in the block table.
+    pub fn block_count(&self) -> usize {
+        self.layout.blocks
+    }
+
+    /// Checks what needs a full pass: the checksum, then the id order.
+    pub fn verify(&self) -> Result<(), String> {
+        self.verify_checksum()?;
+        self.verify_order()
+    }
+
+    /// Checks the index's own checksum, its last 32 bytes.
+    pub fn verify_checksum(&self) -> Result<(), String> {
+        let end = self.layout.trailer_at + CHECKSUM_LEN;
+        let (Some(covered), Some(recorded)) = (self.bytes.get(..end), self.bytes.get(end..)) else {
+            return Err("index checksum lies outside the index".into());
+        };
+        if blake3::hash(covered).as_bytes()[..] != *recorded {
+            return Err("index checksum mismatch".into());
+        }
+        Ok(())
+    }
+
+    /// Checks that ids are strictly ascending and each sits inside the
+    /// fan-out range of its first byte, which is what lookups rely on.
+    pub fn verify_order(&self) -> Result<(), String> {
+        let mut prev: Option<&[u8]> = None;
+        for i in 0..self.layout.objects {
+            let Some(id) = self.id_bytes(i) else {
+                return Err(format!("id at position {i} lies outside the index"));
+            };
+            if prev.is_some_and(|p| p >= id) {
+                return Err(format!("ids out of order at position {i}"));
+            }
+            let (lo, hi) = self.fanout_range(id[0]);
+            if i < lo || i >= hi {
+                return Err(format!("id at position {i} is outside its fan-out range"));
+            }
+            prev = Some(id);
+        }
+        Ok(())
+    }
+
+    /// The checksum of the pack this index describes (the trailer).
+    pub fn pack_checksum(&self) -> &'a [u8] {
+        let at = self.layout.trailer_at;
+        self.bytes.get(at..at + CHECKSUM_LEN).unwrap_or(&[])
+    }
+
+    /// The id at `position` in sorted order.
+    pub fn id(&self, position: usize) -> Option<ObjectId> {
+        self.id_bytes(position).and_then(ObjectId::from_slice)
+    }
+
+    /// Every id, in index (sorted, once verified) order.
+    pub fn ids(&self) -> impl Iterator<Item = ObjectId> + 'a {
+        self.bytes
+            .get(self.layout.ids_at..self.layout.entries_at)
+            .unwrap_or(&[])
+            .chunks_exact(ID_LEN)
+            .filter_map(ObjectId::from_slice)
+    }
+
+    /// The position of `id`, if the index holds it.
+    pub fn position(&self, id: &ObjectId) -> Option<usize> {
+        let (i, hi) = self.lower_bound(id.as_bytes());
+        (i < hi && self.id_bytes(i) == Some(&id.as_bytes()[..])).then_some(i)
+    }
+
+    /// Appends the ids that start with `prefix`, in sorted order.
+    pub fn ids_with_prefix(&self, prefix: &Prefix, out: &mut Vec<ObjectId>) {
+        let (lo, hi) = self.lower_bound(prefix.lower_bound().as_bytes());
+        for i in lo..hi {
+            match self.id(i) {
+                Some(id) if prefix.matches(&id) => out.push(id),
+                _ => break,
+            }
+        }
+    }
+
+    /// The entry at `position`: (block, offset of the record in the
+    /// decompressed block, record length).
+    pub fn entry(&self, position: usize) -> Option<(u32, u32, u32)> {
+        if position >= self.layout.objects {
+            return None;
+        }
+        let at = self.layout.entries_at + position * INDEX_ENTRY_LEN;
+        Some((
+            le_u32(self.bytes, at)?,
+            le_u32(self.bytes, at + 4)?,
+            le_u32(self.bytes, at + 8)?,
+        ))
+    }
+
+    /// Block `n` of the block table: (offset in the pack, compressed length,
+    /// decompressed length).
+    pub fn block_entry(&self, n: u32) -> Option<(u64, u32, u32)> {
+        let n = usize::try_from(n)
+            .ok()
+            .filter(|&n| n < self.layout.blocks)?;
+        let at = self.layout.blocks_at + n * BLOCK_ENTRY_LEN;
+        Some((
+            le_u64(self.bytes, at)?,
+            le_u32(self.bytes, at + 8)?,
+            le_u32(self.bytes, at + 12)?,
+        ))
+    }
+
+    fn id_bytes(&self, position: usize) -> Option<&'a [u8]> {
+        if position >= self.layout.objects {
+            return None;
+        }
+        let at = self.layout.ids_at + position * ID_LEN;
+        self.bytes.get(at..at + ID_LEN)
+    }
+
+    /// Fan-out entry `b`: the number of ids whose first byte is <= `b`.
+    fn fanout(&self, b: u8) -> usize {
+        le_u32(self.bytes, INDEX_HEADER_LEN + 4 * b as usize).map_or(0, |f| f as usize)
+    }
+
+    /// The positions of the ids whose first byte is `first`, clamped to the
+    /// id table so that a corrupt fan-out cannot send a search outside it.
+    fn fanout_range(&self, first: u8) -> (usize, usize) {
+        let hi = self.fanout(first).min(self.layout.objects);
+        let lo = match first {
+            0 => 0,
+            _ => self.fanout(first - 1),
+        };
+        (lo.min(hi), hi)
+    }
+
+    /// Position of the first id >= `key` within its fan-out range, and the
+    /// range's end.
+    fn lower_bound(&self, key: &[u8; ID_LEN]) -> (usize, usize) {
+        let (mut lo, hi) = self.fanout_range(key[0]);
+        let mut len = hi - lo;
+        while len > 0 {
+            let half = len / 2;
+            if self.id_bytes(lo + half).is_some_and(|id| id < &key[..]) {
+                lo += half + 1;
+                len -= half + 1;
+            } else {
+                len = half;
+            }
+        }
+        (lo, hi)
+    }
+}

@@ -1,0 +1,326 @@
+//! Packs: sealed, immutable files of zstd-compressed blocks of objects, with
+//! an index of sorted ids (objects-format.md, "Packs" and "Pack index").
+//!
+//! Neighbouring objects share a block and so a compression context; the
+//! writer is given objects in the order they should sit (one conversation's
+//! chain together). Both files are read through memmap2; this file holds
+//! the crate's only `unsafe` (`map_file`). A pack is never modified after
+//! it is renamed into place; it is only ever deleted whole.
+//!
+//! Here: the format's constants, the reader ([`Pack`]) and the listing of a
+//! directory's packs; the writer is in `write.rs`, the index's parser and
+//! lookups in `index.rs`.
+
+mod index;
+mod write;
+
+use std::fs::{self, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use memmap2::Mmap;
+
+use crate::error::{Error, IoResultExt, Result};
+use crate::hash::{ObjectId, Prefix};
+use crate::object::{EncodedObject, ObjectKind};
+
+pub use index::{parse_index, verify_index, IndexLayout, IndexView};
+pub use write::{write_pack, PackOptions, WrittenPack};
+
+/// First 4 bytes of a `.pack` file (objects-format.md, "Packs").
+pub const PACK_MAGIC: [u8; 4] = *b"SPAK";
+/// First 4 bytes of an `.idx` file (objects-format.md, "Pack index").
+pub const INDEX_MAGIC: [u8; 4] = *b"SIDX";
+/// Version of the pack and index layout (objects-format.md, "Versioning").
+pub const PACK_FORMAT_VERSION: u32 = 1;
+pub const PACK_HEADER_LEN: usize = 16;
+pub const INDEX_HEADER_LEN: usize = 16;
+pub const FANOUT_LEN: usize = 256 * 4;
+/// Bytes of an index entry: block, offset within the block, length.
+pub const INDEX_ENTRY_LEN: usize = 12;
+/// Bytes of a block table entry: pack offset, compressed length, raw length.
+pub const BLOCK_ENTRY_LEN: usize = 16;
+pub const CHECKSUM_LEN: usize = 32;
+/// Uncompressed bytes gathered into one block before it is cut.
+pub const DEFAULT_BLOCK_TARGET: usize = 64 << 10;
+pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
+/// Decompressed blocks kept per pack for the next read.
+const BLOCK_CACHE: usize = 4;
+
+fn le_u32(b: &[u8], at: usize) -> Option<u32> {
+    let bytes = b.get(at..at.checked_add(4)?)?;
+    Some(u32::from_le_bytes(bytes.try_into().ok()?))
+}
+
+fn le_u64(b: &[u8], at: usize) -> Option<u64> {
+    let bytes = b.get(at..at.checked_add(8)?)?;
+    Some(u64::from_le_bytes(bytes.try_into().ok()?))
+}
+
+/// An open pack and its index.
+pub struct Pack {
+    name: String,
+    pack_path: PathBuf,
+    index_path: PathBuf,
+    pack: Mmap,
+    index: Mmap,
+    layout: IndexLayout,
+    /// Whether the index's checksum and id order were checked, done on first
+    /// use so that opening a store costs the same however many packs it has.
+    index_verified: OnceLock<Result<(), String>>,
+    cache: Mutex<Vec<(u32, Arc<Vec<u8>>)>>,
+}
+
+impl std::fmt::Debug for Pack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pack")
+            .field("name", &self.name)
+            .field("objects", &self.layout.objects)
+            .field("blocks", &self.layout.blocks)
+            .finish()
+    }
+}
+
+pub(crate) fn map_file(path: &Path) -> Result<Mmap> {
+    let file = OpenOptions::new().read(true).open(path).at(path)?;
+    // SAFETY: packs and their indexes (and the lineage index, lineage_index/)
+    // are immutable once renamed into place (they are written under
+    // temporary names and never reopened for writing), and the store lock
+    // keeps other sessctl writers out. A foreign process truncating the file
+    // would be outside that contract.
+    unsafe { Mmap::map(&file) }.at(path)
+}
+
+impl Pack {
+    /// Opens `<dir>/<name>.pack` and `<dir>/<name>.idx`; checks headers and
+    /// sizes only.
+    pub fn open(dir: &Path, name: &str) -> Result<Pack> {
+        let pack_path = dir.join(format!("{name}.pack"));
+        let index_path = dir.join(format!("{name}.idx"));
+        let index = map_file(&index_path)?;
+        let pack = map_file(&pack_path)?;
+        let layout = parse_index(&index).map_err(|reason| Error::CorruptFile {
+            path: index_path.clone(),
+            offset: 0,
+            reason,
+        })?;
+        if pack.len() < PACK_HEADER_LEN + CHECKSUM_LEN
+            || pack[..4] != PACK_MAGIC
+            || le_u32(&pack, 4) != Some(PACK_FORMAT_VERSION)
+            || pack[8..16] != [0u8; 8]
+        {
+            return Err(Error::CorruptFile {
+                path: pack_path,
+                offset: 0,
+                reason: format!("not a version-{PACK_FORMAT_VERSION} pack"),
+            });
+        }
+        Ok(Pack {
+            name: name.to_owned(),
+            pack_path,
+            index_path,
+            pack,
+            index,
+            layout,
+            index_verified: OnceLock::new(),
+            cache: Mutex::new(Vec::with_capacity(BLOCK_CACHE)),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn object_count(&self) -> usize {
+        self.layout.objects
+    }
+    pub fn paths(&self) -> [&Path; 2] {
+        [&self.pack_path, &self.index_path]
+    }
+    pub fn disk_bytes(&self) -> u64 {
+        (self.pack.len() + self.index.len()) as u64
+    }
+
+    /// The index, read in place. `layout` was parsed from these very bytes,
+    /// which never change while the map lives.
+    fn view(&self) -> IndexView<'_> {
+        IndexView {
+            bytes: &self.index,
+            layout: self.layout,
+        }
+    }
+
+    fn ensure_index(&self) -> Result<()> {
+        self.index_verified
+            .get_or_init(|| self.view().verify())
+            .clone()
+            .map_err(|reason| Error::CorruptFile {
+                path: self.index_path.clone(),
+                offset: 0,
+                reason,
+            })
+    }
+
+    pub fn contains(&self, id: &ObjectId) -> Result<bool> {
+        self.ensure_index()?;
+        Ok(self.view().position(id).is_some())
+    }
+
+    /// Ids in this pack that start with `prefix`.
+    pub fn ids_with_prefix(&self, prefix: &Prefix, out: &mut Vec<ObjectId>) -> Result<()> {
+        self.ensure_index()?;
+        self.view().ids_with_prefix(prefix, out);
+        Ok(())
+    }
+
+    /// Every id in the pack, sorted.
+    pub fn ids(&self) -> Result<Vec<ObjectId>> {
+        self.ensure_index()?;
+        Ok(self.view().ids().collect())
+    }
+
+    /// Every id in the order the objects sit in the pack (block, offset),
+    /// which is the order a repack should keep.
+    pub fn ids_in_pack_order(&self) -> Result<Vec<ObjectId>> {
+        self.ensure_index()?;
+        let view = self.view();
+        let mut v: Vec<(u32, u32, ObjectId)> = view
+            .ids()
+            .enumerate()
+            .filter_map(|(i, id)| view.entry(i).map(|(block, offset, _)| (block, offset, id)))
+            .collect();
+        v.sort_unstable_by_key(|e| (e.0, e.1));
+        Ok(v.into_iter().map(|e| e.2).collect())
+    }
+
+    /// Reads and verifies an object.
+    pub fn read(&self, id: &ObjectId) -> Result<Option<EncodedObject>> {
+        self.ensure_index()?;
+        let view = self.view();
+        let Some((block, offset, len)) = view.position(id).and_then(|i| view.entry(i)) else {
+            return Ok(None);
+        };
+        let (offset, len) = (offset as usize, len as usize);
+        let data = self.block(block).map_err(|r| Error::corrupt(*id, r))?;
+        let Some(record) = offset
+            .checked_add(len)
+            .and_then(|end| data.get(offset..end))
+        else {
+            return Err(Error::corrupt(
+                *id,
+                format!("{}: record lies outside block {block}", self.name),
+            ));
+        };
+        let Some((&code, payload)) = record.split_first() else {
+            return Err(Error::corrupt(*id, format!("{}: empty record", self.name)));
+        };
+        let kind = ObjectKind::from_code(code).ok_or_else(|| {
+            Error::corrupt(
+                *id,
+                format!("{}: unknown object kind code {code}", self.name),
+            )
+        })?;
+        EncodedObject::verified(*id, kind, payload.to_vec())
+            .map(Some)
+            .map_err(|r| Error::corrupt(*id, format!("in {}: {r}", self.name)))
+    }
+
+    /// The decompressed bytes of block `n`, from the cache when recent.
+    fn block(&self, n: u32) -> Result<Arc<Vec<u8>>, String> {
+        {
+            let mut cache = self.cache.lock().expect("block cache lock");
+            if let Some(pos) = cache.iter().position(|(b, _)| *b == n) {
+                let hit = cache.remove(pos);
+                let data = hit.1.clone();
+                cache.push(hit);
+                return Ok(data);
+            }
+        }
+        let Some((offset, clen, rlen)) = self.view().block_entry(n) else {
+            return Err(format!("{}: block {n} does not exist", self.name));
+        };
+        let (clen, rlen) = (clen as usize, rlen as usize);
+        let body_end = self.pack.len() - CHECKSUM_LEN;
+        let Some(compressed) = usize::try_from(offset)
+            .ok()
+            .filter(|&o| o >= PACK_HEADER_LEN)
+            .and_then(|o| Some(o..o.checked_add(clen)?))
+            .filter(|r| r.end <= body_end)
+            .map(|r| &self.pack[r])
+        else {
+            return Err(format!("{}: block {n} lies outside the pack", self.name));
+        };
+        let data = super::journal::decompress(compressed, rlen)
+            .map_err(|e| format!("{}: block {n}: {e}", self.name))?;
+        if data.len() != rlen {
+            return Err(format!(
+                "{}: block {n} decompressed to {} bytes, not {rlen}",
+                self.name,
+                data.len()
+            ));
+        }
+        let data = Arc::new(data);
+        let mut cache = self.cache.lock().expect("block cache lock");
+        if cache.len() >= BLOCK_CACHE {
+            cache.remove(0);
+        }
+        cache.push((n, data.clone()));
+        Ok(data)
+    }
+
+    /// Checks everything: both checksums, every block, every object's hash.
+    /// Returns the problems found, one line each.
+    pub fn verify(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if let Err(e) = self.ensure_index() {
+            problems.push(e.to_string());
+            return problems;
+        }
+        let body = &self.pack[..self.pack.len() - CHECKSUM_LEN];
+        let sum = blake3::hash(body);
+        if sum.as_bytes()[..] != self.pack[self.pack.len() - CHECKSUM_LEN..] {
+            problems.push(format!(
+                "{}: pack checksum mismatch",
+                self.pack_path.display()
+            ));
+        }
+        if sum.as_bytes()[..] != *self.view().pack_checksum() {
+            problems.push(format!(
+                "{}: index names a different pack checksum",
+                self.index_path.display()
+            ));
+        }
+        // Pack order: each block is inflated once.
+        let ids = match self.ids_in_pack_order() {
+            Ok(ids) => ids,
+            Err(e) => {
+                problems.push(e.to_string());
+                return problems;
+            }
+        };
+        for id in ids {
+            if let Err(e) = self.read(&id) {
+                problems.push(e.to_string());
+            }
+        }
+        problems
+    }
+}
+
+/// Names (`pack-<hex>`) of the complete packs in `dir`: those whose index exists.
+pub fn list_packs(dir: &Path) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in fs::read_dir(dir).at(dir)? {
+        let entry = entry.at(dir)?;
+        let file_name = entry.file_name();
+        let Some(name) = file_name.to_str() else {
+            continue;
+        };
+        if let Some(stem) = name.strip_suffix(".idx") {
+            if stem.starts_with("pack-") {
+                names.push(stem.to_owned());
+            }
+        }
+    }
+    names.sort();
+    Ok(names)
+}
