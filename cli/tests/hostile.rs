@@ -238,3 +238,64 @@ fn the_hostile_input_catalogue() {
         assert_eq!(fsck, 0, "{args:?} left fsck unclean: {problems}");
     }
 }
+
+/// A store of a newer format is refused by every verb, readers and the `ls`
+/// shortcut included, with the message writers give; a FORMAT that says
+/// nothing sensible is damage (exit 3), never read as some default.
+#[test]
+fn every_verb_refuses_a_store_of_another_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert_eq!(run_in(d, &["init"]).0, 0);
+    std::fs::write(d.join("turn.json"), br#"[{"role":"user","content":"hi"}]"#).unwrap();
+    assert_eq!(
+        run_in(d, &["commit", "--new", "base", "--messages", "turn.json"]).0,
+        0
+    );
+    assert_eq!(run_in(d, &["ls"]).0, 0, "a closing writer leaves a listing");
+    let verbs: &[&[&str]] = &[
+        &["ls"],
+        &["ls", "--json", "--limit", "1"],
+        &["log"],
+        &["log", "--oneline", "base"],
+        &["show", "base"],
+        &["resume", "base"],
+        &["reflog"],
+        &["for-each-ref"],
+        &["rev-parse", "base"],
+        &["merge-base", "base", "base"],
+        &["cat-object", "-p", "base"],
+        &["diff", "base", "base"],
+        &["fsck"],
+        &["gc", "--dry-run"],
+        &["repack"],
+        &["reindex"],
+        &["commit", "base", "--messages", "turn.json"],
+        &["fork", "base"],
+        &["archive", "base"],
+        &["export", "base"],
+        &["bundle", "create", "out.bundle", "--all"],
+    ];
+    let format = d.join("s/FORMAT");
+    for (text, code, says) in [
+        (
+            "sessctl store format 2\n",
+            1,
+            "has store format 2; this sessctl reads format 1",
+        ),
+        ("sessctl store format one\n", 3, "FORMAT is damaged"),
+        ("", 3, "FORMAT is damaged"),
+        ("\u{0}\u{1}garbage", 3, "FORMAT is damaged"),
+    ] {
+        std::fs::write(&format, text).unwrap();
+        for args in verbs {
+            let (got, out, err) = run_in(d, args);
+            assert_eq!(got, code, "{args:?} on FORMAT {text:?}: {out}{err}");
+            assert!(err.contains(says), "{args:?} on FORMAT {text:?}: {err}");
+            assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        }
+    }
+    std::fs::write(&format, "sessctl store format 1\n").unwrap();
+    assert_eq!(run_in(d, &["fsck"]).0, 0);
+    assert_eq!(run_in(d, &["log", "--oneline", "base"]).0, 0);
+}

@@ -57,6 +57,9 @@ pub enum Error {
     NotAStore { path: PathBuf, exists: bool },
     #[error("{path} exists and is not an empty directory")]
     NotEmpty { path: PathBuf },
+    /// A `FORMAT` file that does not say `sessctl store format N`.
+    #[error("{path} is damaged: it should say 'sessctl store format N', it says {found:?}")]
+    BadFormatFile { path: PathBuf, found: String },
     #[error("{path} already holds a sessctl store")]
     AlreadyExists { path: PathBuf },
     #[error("{path} has store format {found}; this sessctl reads format {supported}")]
@@ -220,9 +223,10 @@ impl Error {
     /// request or an environment problem). The CLI exits differently for it.
     pub fn is_corruption(&self) -> bool {
         match self {
-            Error::Corrupt { .. } | Error::CorruptFile { .. } | Error::CorruptOperation { .. } => {
-                true
-            }
+            Error::Corrupt { .. }
+            | Error::CorruptFile { .. }
+            | Error::CorruptOperation { .. }
+            | Error::BadFormatFile { .. } => true,
             Error::UnreadableReachable { source, .. } => source.is_corruption(),
             _ => false,
         }

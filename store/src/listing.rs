@@ -174,9 +174,13 @@ fn journal_end(root: &Path) -> Result<Option<(u64, u64)>> {
 }
 
 /// The store's listing when it describes the store as it is now; `None`
-/// when there is none or it is stale or damaged. Takes no lock and opens
+/// when there is none, it is stale or damaged, or the store's `FORMAT` is
+/// not this sessctl's. Takes no lock and opens
 /// neither the index nor the journal.
 pub fn read_current(root: &Path) -> Option<Listing> {
+    // A store of another format (or with a damaged FORMAT) is refused by
+    // the open this answer would spare, so there is no answer here.
+    crate::odb::check_format(root).ok()?;
     let bytes = fs::read(root.join(LISTING_FILE)).ok()?;
     let listing = decode(&bytes)?;
     let (segment, segment_len) = journal_end(root).ok()??;

@@ -33,9 +33,13 @@ pub fn init_layout(path: &Path) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn check_format(path: &Path) -> Result<()> {
+/// Checks that `path` is a store of the format this sessctl reads: its
+/// `FORMAT` file says `sessctl store format 1`. Every open goes through it,
+/// readers included, and so does every shortcut that reads a store's files
+/// without opening it (`ls`'s listing).
+pub fn check_format(path: &Path) -> Result<()> {
     let format = path.join("FORMAT");
-    let text = match fs::read_to_string(&format) {
+    let text = match fs::read(&format) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(Error::NotAStore {
@@ -45,16 +49,22 @@ pub(super) fn check_format(path: &Path) -> Result<()> {
         }
         Err(e) => return Err(Error::io(&format, e)),
     };
-    let found = text
-        .trim()
-        .strip_prefix(FORMAT_PREFIX)
-        .unwrap_or(text.trim());
-    if found != STORE_FORMAT_VERSION.to_string() {
-        return Err(Error::UnsupportedFormat {
+    let text = String::from_utf8_lossy(&text);
+    let version = text
+        .strip_suffix('\n')
+        .and_then(|t| t.strip_prefix(FORMAT_PREFIX))
+        .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) && !v.starts_with('0'))
+        .and_then(|v| v.parse::<u32>().ok());
+    match version {
+        Some(STORE_FORMAT_VERSION) => Ok(()),
+        Some(v) => Err(Error::UnsupportedFormat {
             path: path.to_path_buf(),
-            found: found.to_owned(),
+            found: v.to_string(),
             supported: STORE_FORMAT_VERSION,
-        });
+        }),
+        None => Err(Error::BadFormatFile {
+            path: format,
+            found: text.chars().take(64).collect(),
+        }),
     }
-    Ok(())
 }

@@ -30,7 +30,7 @@ use crate::hash::{ObjectId, Prefix};
 use crate::object::{blob, Blob, EncodedObject, Object, ObjectKind, Session};
 
 pub use disk::DiskBackend;
-pub use layout::{init_layout, FORMAT_PREFIX, STORE_FORMAT_VERSION};
+pub use layout::{check_format, init_layout, FORMAT_PREFIX, STORE_FORMAT_VERSION};
 pub use memory::MemoryBackend;
 
 /// How a write must reach the disk.
