@@ -15,6 +15,7 @@ mod index;
 mod write;
 
 use std::fs::{self, OpenOptions};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -23,6 +24,7 @@ use memmap2::Mmap;
 use crate::error::{Error, IoResultExt, Result};
 use crate::hash::{ObjectId, Prefix};
 use crate::object::{EncodedObject, ObjectKind};
+use crate::odb::journal::STREAM_VERIFY_ABOVE;
 
 pub use index::{parse_index, verify_index, IndexLayout, IndexView};
 pub use write::{write_pack, PackOptions, WrittenPack};
@@ -200,15 +202,29 @@ impl Pack {
             return Ok(None);
         };
         let (offset, len) = (offset as usize, len as usize);
-        let data = self.block(block).map_err(|r| Error::corrupt(*id, r))?;
-        let Some(record) = offset
-            .checked_add(len)
-            .and_then(|end| data.get(offset..end))
-        else {
-            return Err(Error::corrupt(
+        let outside = || {
+            Error::corrupt(
                 *id,
                 format!("{}: record lies outside block {block}", self.name),
-            ));
+            )
+        };
+        let large;
+        let data;
+        let record = match self.view().block_entry(block) {
+            Some((_, _, rlen)) if rlen as usize > STREAM_VERIFY_ABOVE => {
+                large = self
+                    .large_record(id, block, offset, len)
+                    .map_err(|r| Error::corrupt(*id, r))?
+                    .ok_or_else(outside)?;
+                &large[..]
+            }
+            _ => {
+                data = self.block(block).map_err(|r| Error::corrupt(*id, r))?;
+                offset
+                    .checked_add(len)
+                    .and_then(|end| data.get(offset..end))
+                    .ok_or_else(outside)?
+            }
         };
         let Some((&code, payload)) = record.split_first() else {
             return Err(Error::corrupt(*id, format!("{}: empty record", self.name)));
@@ -224,6 +240,73 @@ impl Pack {
             .map_err(|r| Error::corrupt(*id, format!("in {}: {r}", self.name)))
     }
 
+    /// The record at `offset..offset + len` of a block too large to inflate
+    /// on trust: streamed twice, first to check that it hashes to `id` (so
+    /// that a forged block or index costs 64 KiB), then to keep it. Never
+    /// cached, never the whole block in memory. `None`: the record lies
+    /// outside the block.
+    fn large_record(
+        &self,
+        id: &ObjectId,
+        n: u32,
+        offset: usize,
+        len: usize,
+    ) -> Result<Option<Vec<u8>>, String> {
+        let (compressed, rlen) = self.compressed_block(n)?;
+        if len == 0 || offset.checked_add(len).is_none_or(|end| end > rlen) {
+            return Ok(None);
+        }
+        let skip = |frame: &mut dyn Read| -> Result<(), String> {
+            let skipped = std::io::copy(&mut frame.take(offset as u64), &mut std::io::sink())
+                .map_err(|e| format!("{}: block {n}: zstd: {e}", self.name))?;
+            if skipped != offset as u64 {
+                return Err(format!("{}: block {n} is shorter than it says", self.name));
+            }
+            Ok(())
+        };
+        let mut frame = super::journal::inflating(compressed, rlen)
+            .map_err(|e| format!("{}: block {n}: {e}", self.name))?;
+        skip(&mut frame)?;
+        let mut code = [0u8; 1];
+        frame
+            .read_exact(&mut code)
+            .map_err(|e| format!("{}: block {n}: {e}", self.name))?;
+        let kind = ObjectKind::from_code(code[0])
+            .ok_or_else(|| format!("{}: unknown object kind code {}", self.name, code[0]))?;
+        let actual = super::journal::streamed_id(&mut frame, kind, len - 1)
+            .map_err(|e| format!("{}: block {n}: {e}", self.name))?;
+        if actual != *id {
+            return Err(format!(
+                "in {}: content hashes to {actual} ({kind}, {} bytes), not to its id",
+                self.name,
+                len - 1
+            ));
+        }
+        let mut frame = super::journal::inflating(compressed, rlen)
+            .map_err(|e| format!("{}: block {n}: {e}", self.name))?;
+        skip(&mut frame)?;
+        let mut record = vec![0u8; len];
+        frame
+            .read_exact(&mut record)
+            .map_err(|e| format!("{}: block {n}: {e}", self.name))?;
+        Ok(Some(record))
+    }
+
+    /// Block `n`'s compressed bytes in the mapped pack, and its inflated size.
+    fn compressed_block(&self, n: u32) -> Result<(&[u8], usize), String> {
+        let Some((offset, clen, rlen)) = self.view().block_entry(n) else {
+            return Err(format!("{}: block {n} does not exist", self.name));
+        };
+        let body_end = self.pack.len() - CHECKSUM_LEN;
+        usize::try_from(offset)
+            .ok()
+            .filter(|&o| o >= PACK_HEADER_LEN)
+            .and_then(|o| Some(o..o.checked_add(clen as usize)?))
+            .filter(|r| r.end <= body_end)
+            .map(|r| (&self.pack[r], rlen as usize))
+            .ok_or_else(|| format!("{}: block {n} lies outside the pack", self.name))
+    }
+
     /// The decompressed bytes of block `n`, from the cache when recent.
     fn block(&self, n: u32) -> Result<Arc<Vec<u8>>, String> {
         {
@@ -235,20 +318,7 @@ impl Pack {
                 return Ok(data);
             }
         }
-        let Some((offset, clen, rlen)) = self.view().block_entry(n) else {
-            return Err(format!("{}: block {n} does not exist", self.name));
-        };
-        let (clen, rlen) = (clen as usize, rlen as usize);
-        let body_end = self.pack.len() - CHECKSUM_LEN;
-        let Some(compressed) = usize::try_from(offset)
-            .ok()
-            .filter(|&o| o >= PACK_HEADER_LEN)
-            .and_then(|o| Some(o..o.checked_add(clen)?))
-            .filter(|r| r.end <= body_end)
-            .map(|r| &self.pack[r])
-        else {
-            return Err(format!("{}: block {n} lies outside the pack", self.name));
-        };
+        let (compressed, rlen) = self.compressed_block(n)?;
         let data = super::journal::decompress(compressed, rlen)
             .map_err(|e| format!("{}: block {n}: {e}", self.name))?;
         if data.len() != rlen {
