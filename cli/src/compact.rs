@@ -7,12 +7,11 @@
 use std::time::Duration;
 
 use clap::Args;
-use sessctl_store::compact::{
-    compact_at, estimate_tokens, threshold_reached, AutoCompaction, CommandSummarizer,
-};
+use sessctl_store::compact::{compact_at, estimate_tokens, threshold_reached, AutoCompaction};
 use sessctl_store::{Durability, Error};
 
 use crate::output::print;
+use crate::summarizer::CommandSummarizer;
 use crate::{CmdResult, CommandError, Ctx};
 
 #[derive(Debug, Args)]
@@ -40,7 +39,7 @@ pub struct CompactArgs {
     #[arg(long, value_name = "FRACTION", requires = "max_tokens")]
     threshold: Option<f64>,
     /// Kill the summarizer (and what it started) after this many seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 120.0)]
+    #[arg(long, value_name = "SECONDS", default_value_t = CommandSummarizer::DEFAULT_TIMEOUT.as_secs_f64())]
     timeout: f64,
 }
 

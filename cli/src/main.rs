@@ -15,6 +15,7 @@ mod plumbing;
 mod refs;
 mod remote;
 mod replay;
+mod summarizer;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

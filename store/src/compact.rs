@@ -25,11 +25,8 @@
 //! keys; a runtime whose model API refuses unknown message keys strips it.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{json, Map, Value};
 
@@ -200,7 +197,9 @@ impl Summary {
     }
 }
 
-/// Summarises the part of a history being compacted.
+/// Summarises the part of a history being compacted. The library runs no
+/// program itself: the CLI's `--summarizer COMMAND` is a summarizer of its
+/// own, and a runtime passes a closure that calls its model.
 pub trait Summarizer {
     /// `history` is the messages to replace, oldest first. An error is one
     /// line saying what went wrong.
@@ -213,170 +212,6 @@ where
 {
     fn summarize(&self, history: &[Value]) -> std::result::Result<Summary, String> {
         self(history)
-    }
-}
-
-/// A summarizer that is a shell command: `sh -c COMMAND` reads the history
-/// as a JSON array on stdin and prints the summary as JSON on stdout.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommandSummarizer {
-    pub command: String,
-    /// The command is killed (with its process group) after this long.
-    pub timeout: Duration,
-}
-
-impl CommandSummarizer {
-    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
-
-    pub fn new(command: impl Into<String>) -> Self {
-        CommandSummarizer {
-            command: command.into(),
-            timeout: Self::DEFAULT_TIMEOUT,
-        }
-    }
-}
-
-/// How much of a summarizer's output an error quotes.
-const EXCERPT_BYTES: usize = 200;
-
-/// The first bytes of some output, on one line, quoted.
-fn excerpt(bytes: &[u8]) -> String {
-    let cut = &bytes[..bytes.len().min(EXCERPT_BYTES)];
-    let text: String = String::from_utf8_lossy(cut)
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    format!("{:?}", text.trim())
-}
-
-fn read_all(r: Option<impl Read + Send + 'static>) -> mpsc::Receiver<Vec<u8>> {
-    let (tx, rx) = mpsc::channel();
-    if let Some(mut r) = r {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = r.read_to_end(&mut buf);
-            let _ = tx.send(buf);
-        });
-    } else {
-        let _ = tx.send(Vec::new());
-    }
-    rx
-}
-
-/// Kills the command and whatever it started (it leads its own group).
-fn kill_tree(child: &mut std::process::Child) {
-    let _ = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{}", child.id())])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-impl Summarizer for CommandSummarizer {
-    fn summarize(&self, history: &[Value]) -> std::result::Result<Summary, String> {
-        let input = serde_json::to_vec(history).map_err(|e| e.to_string())?;
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg(&self.command)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        #[cfg(unix)]
-        {
-            use std::os::unix::process::CommandExt;
-            // Its own process group, so a timeout kills what it started too.
-            cmd.process_group(0);
-        }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot run the summarizer (sh -c): {e}"))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            // A command that does not read its input closes the pipe; that
-            // is its business.
-            std::thread::spawn(move || {
-                let _ = stdin.write_all(&input);
-            });
-        }
-        let stdout = read_all(child.stdout.take());
-        let stderr = read_all(child.stderr.take());
-        let deadline = Instant::now() + self.timeout;
-        let timed_out = |child: &mut std::process::Child| {
-            kill_tree(child);
-            format!(
-                "the summarizer timed out after {} s",
-                self.timeout.as_secs_f64()
-            )
-        };
-        let mut pause = Duration::from_millis(1);
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(s)) => break s,
-                Ok(None) => {}
-                Err(e) => {
-                    kill_tree(&mut child);
-                    return Err(format!("waiting for the summarizer: {e}"));
-                }
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(timed_out(&mut child));
-            }
-            std::thread::sleep(pause.min(deadline - now));
-            pause = (pause * 2).min(Duration::from_millis(20));
-        };
-        // Something it started in the background may hold its output open.
-        let collect = |rx: &mpsc::Receiver<Vec<u8>>| {
-            let left = deadline.saturating_duration_since(Instant::now());
-            rx.recv_timeout(left).ok()
-        };
-        let (Some(out), Some(err)) = (collect(&stdout), collect(&stderr)) else {
-            return Err(timed_out(&mut child));
-        };
-        if !status.success() {
-            let how = match status.code() {
-                Some(c) => format!("exited with status {c}"),
-                None => {
-                    #[cfg(unix)]
-                    {
-                        use std::os::unix::process::ExitStatusExt;
-                        format!("was killed by signal {}", status.signal().unwrap_or(0))
-                    }
-                    #[cfg(not(unix))]
-                    {
-                        "was killed".to_owned()
-                    }
-                }
-            };
-            let said = if !err.iter().all(u8::is_ascii_whitespace) {
-                format!("; stderr: {}", excerpt(&err))
-            } else if !out.iter().all(u8::is_ascii_whitespace) {
-                format!("; stdout: {}", excerpt(&out))
-            } else {
-                String::new()
-            };
-            return Err(format!("the summarizer {how}{said}"));
-        }
-        if out.iter().all(u8::is_ascii_whitespace) {
-            return Err("the summarizer printed nothing".into());
-        }
-        let value = Blob::from_json_slice(&out)
-            .map_err(|e| {
-                format!(
-                    "the summarizer's output is not JSON ({e}); stdout: {}",
-                    excerpt(&out)
-                )
-            })?
-            .into_value();
-        Summary::from_value(value).map_err(|e| {
-            format!(
-                "the summarizer's output is neither a checkpoint object nor an array of \
-                 messages: {e}; stdout: {}",
-                excerpt(&out)
-            )
-        })
     }
 }
 
