@@ -13,7 +13,8 @@ use clap::{Args, ValueEnum};
 use serde_json::{json, Map, Value};
 use sessctl_store::diff::{json_diff, Change, ChangeOp};
 use sessctl_store::graph::{self, Follow, Lanes, Node, SessionGraph, TopoWalk};
-use sessctl_store::index::{content_text, user_text, SessionInfo};
+use sessctl_store::index::SessionInfo;
+use sessctl_store::message::{content_text, inner, role_of, user_text};
 use sessctl_store::rev::RevSpec;
 use sessctl_store::time::format_rfc3339_ms;
 use sessctl_store::{Error, ObjectId, RefName, RefTarget, Session, Store, Usage};
@@ -593,15 +594,8 @@ pub struct ShowArgs {
 
 /// A message's role and text, as people read it.
 fn message_text(v: &Value) -> (String, String) {
-    let inner = v.get("message").filter(|m| m.is_object()).unwrap_or(v);
-    let role = inner
-        .get("role")
-        .or_else(|| v.get("role"))
-        .or_else(|| v.get("type"))
-        .and_then(Value::as_str)
-        .unwrap_or("message")
-        .to_owned();
-    let text = inner
+    let role = role_of(v).unwrap_or("message").to_owned();
+    let text = inner(v)
         .get("content")
         .and_then(content_text)
         .filter(|t| !t.trim().is_empty())

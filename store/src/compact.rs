@@ -32,9 +32,9 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
 use crate::hash::ObjectId;
+use crate::message::is_tool_result;
 use crate::object::{Blob, Compaction, RunSummary, SessionMetadata};
 use crate::odb::Durability;
-use crate::replay::is_tool_result;
 use crate::store::{AfterCommit, AfterCommitError, Messages, Store, Turn};
 
 /// The keys of a checkpoint object, in the order they are rendered.

@@ -12,6 +12,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
 use crate::hash::ObjectId;
+use crate::message;
 use crate::object::Session;
 use crate::store::Store;
 use crate::time::format_rfc3339_ms;
@@ -93,7 +94,7 @@ pub fn export(store: &Store, id: ObjectId, format: ExportFormat) -> Result<Strin
             let mut out = String::new();
             let mut prev: Option<String> = None;
             for (pos, (v, owner)) in history.iter().enumerate() {
-                if is_claude_line(v) {
+                if message::is_claude_code_line(v) {
                     let uuid = v["uuid"].as_str().unwrap_or_default().to_owned();
                     let extra = &owner.metadata.extra;
                     let listed = |key: &str| -> Vec<Value> {
@@ -131,14 +132,6 @@ pub fn export(store: &Store, id: ObjectId, format: ExportFormat) -> Result<Strin
             out
         }
     })
-}
-
-fn is_claude_line(v: &Value) -> bool {
-    v.get("uuid").is_some_and(Value::is_string)
-        && matches!(
-            v.get("type").and_then(Value::as_str),
-            Some("user" | "assistant" | "system")
-        )
 }
 
 /// The first line of a merged group as it was: its own content parts only.
@@ -183,7 +176,7 @@ fn to_claude_message(v: &Value) -> (&'static str, Value) {
         let text = match m.get("content") {
             Some(Value::String(s)) => Some(s.clone()),
             Some(Value::Null) | None => None,
-            Some(c) => crate::index::content_text(c),
+            Some(c) => message::content_text(c),
         };
         match role {
             "tool" => out.push((
@@ -243,14 +236,6 @@ fn to_claude_message(v: &Value) -> (&'static str, Value) {
     }
 }
 
-/// Whether a message is already in OpenAI chat shape.
-fn is_openai(v: &Value) -> bool {
-    v.get("role").is_some_and(Value::is_string)
-        && v.get("message").is_none()
-        && v.get("payload").is_none()
-        && v.get("type").is_none()
-}
-
 fn tool_call(id: &Value, name: &Value, arguments: &Value) -> Value {
     let args = match arguments {
         Value::String(s) => s.clone(),
@@ -264,14 +249,14 @@ fn text_value(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Null => String::new(),
-        other => crate::index::content_text(other).unwrap_or_else(|| other.to_string()),
+        other => message::content_text(other).unwrap_or_else(|| other.to_string()),
     }
 }
 
 /// A message reduced to OpenAI chat messages (one source message can
 /// become several: Claude Code puts many tool results in one).
 pub fn to_openai(v: &Value) -> Vec<Value> {
-    if is_openai(v) {
+    if message::is_openai_chat(v) {
         return vec![v.clone()];
     }
     // Claude Code line.

@@ -92,6 +92,7 @@
 //! | what sessions reach | [`reach`] (shared by [`gc`] and [`bundle`]) |
 //! | gc | [`gc`] |
 //! | fsck, the ref-log chain audit | [`fsck`] |
+//! | what a message's JSON says (roles, text, tool calls) | [`message`] |
 //! | checkout, resume | [`resume`] |
 //! | replay and cassettes | [`replay`] |
 //! | diff | [`diff`] |
@@ -116,6 +117,7 @@ pub mod import;
 pub mod index;
 pub mod lineage_index;
 pub mod listing;
+pub mod message;
 pub mod object;
 #[allow(unsafe_code)] // memmap2, in odb::pack only
 pub mod odb;

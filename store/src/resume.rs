@@ -15,12 +15,11 @@ use serde_json::{json, Value};
 use crate::compact::CHECKPOINT_MESSAGE_KEY;
 use crate::error::{Error, Result};
 use crate::hash::ObjectId;
-use crate::index::user_text;
+use crate::message::{role_of, user_text};
 use crate::object::Compaction;
 use crate::odb::atomic_file::AtomicFile;
 use crate::odb::{Durability, Odb};
 use crate::refs::{validate_name, PreviousValue, RefEdit, RefName, RefTarget};
-use crate::replay::role_of;
 use crate::store::{Store, Transaction};
 
 // ---- checkout ----

@@ -4,8 +4,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use serde_json::Value;
-
 use super::conversations::activity_key;
 use super::refs::{reflog_json, target_bytes, target_from};
 use super::runs::claim_bytes;
@@ -13,6 +11,7 @@ use super::summary::{ConversationInfo, RunClaim, SessionInfo};
 use super::{key, Index, APPLIED, FLUSH_EVERY_KEYS, FLUSH_EVERY_OPS};
 use crate::error::Result;
 use crate::hash::ObjectId;
+use crate::message::user_text;
 use crate::object::{Session, SessionStatus, SessionType, Usage};
 use crate::odb::Odb;
 use crate::refs::{Operation, RefName, RefTarget, RunEventKind};
@@ -292,39 +291,6 @@ fn session_info(o: &Overlay<'_>, odb: &Odb, id: ObjectId, s: &Session) -> Result
         title: s.title.clone(),
         session_type: s.metadata.session_type,
     })
-}
-
-/// The text of a user message in the shapes agents write: OpenAI chat
-/// (`role`, `content` string or parts), Claude Code lines (`message`
-/// inside, `type: "user"`), Codex items.
-pub fn user_text(v: &Value) -> Option<String> {
-    let inner = v.get("message").filter(|m| m.is_object()).unwrap_or(v);
-    let role = inner
-        .get("role")
-        .or_else(|| v.get("role"))
-        .or_else(|| v.get("type"))
-        .and_then(Value::as_str)?;
-    if role != "user" {
-        return None;
-    }
-    let text = content_text(inner.get("content")?)?;
-    let text = text.trim();
-    (!text.is_empty()).then(|| text.to_owned())
-}
-
-/// Text of a message content: a string, or the text parts of a list.
-pub fn content_text(c: &Value) -> Option<String> {
-    match c {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(parts) => {
-            let texts: Vec<&str> = parts
-                .iter()
-                .filter_map(|p| p.get("text").and_then(Value::as_str).or_else(|| p.as_str()))
-                .collect();
-            (!texts.is_empty()).then(|| texts.join(" "))
-        }
-        _ => None,
-    }
 }
 
 /// Recomputes what a conversation's summary derives from its refs.

@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::odb::Odb;
 use crate::refs::{Hash, Operation};
 
-pub use apply::{content_text, user_text};
+pub use crate::message::{content_text, user_text};
 pub use summary::{ConversationInfo, RunClaim, SessionInfo};
 
 const APPLIED: &[u8] = b"m:applied";

@@ -1,0 +1,240 @@
+//! Message shapes: how sessctl reads a message's JSON. Agents write
+//! messages in several shapes, and the store keeps each as it was written:
+//! OpenAI chat (`role`, `content` as a string or parts, `tool_calls`, role
+//! `tool`), Anthropic / Claude (`tool_use` and `tool_result` content parts),
+//! Claude Code lines (`type`, `uuid` and the message inside `message`), and
+//! Codex items (`type` `function_call`, `function_call_output`,
+//! `reasoning`). Everything that asks "whose message is this, what does it
+//! say, which tools did it call" asks here: the index's previews, replay,
+//! compaction's cut, resume, export and the CLI's views.
+//!
+//! Plain functions over `&serde_json::Value`. This module never writes,
+//! stores or changes a message.
+
+use serde_json::Value;
+
+/// The message object itself (Claude Code lines wrap it in `message`).
+pub fn inner(v: &Value) -> &Value {
+    v.get("message").filter(|m| m.is_object()).unwrap_or(v)
+}
+
+/// A message's role: `role` (of the wrapped message, then of the line), else
+/// its `type`.
+pub fn role_of(v: &Value) -> Option<&str> {
+    inner(v)
+        .get("role")
+        .or_else(|| v.get("role"))
+        .or_else(|| v.get("type"))
+        .and_then(Value::as_str)
+}
+
+/// A content part's or a Codex item's `type`.
+pub fn item_type(v: &Value) -> Option<&str> {
+    v.get("type").and_then(Value::as_str)
+}
+
+/// The content parts of a message whose content is a list (none otherwise).
+pub fn content_parts(v: &Value) -> &[Value] {
+    match inner(v).get("content") {
+        Some(Value::Array(parts)) => parts,
+        _ => &[],
+    }
+}
+
+/// Whether the model wrote this message: an assistant message, or a Codex
+/// `function_call` / `reasoning` item.
+pub fn is_model_output(v: &Value) -> bool {
+    role_of(v) == Some("assistant") || matches!(item_type(v), Some("function_call" | "reasoning"))
+}
+
+/// Whether this message carries tool results: role `tool`, a Codex
+/// `function_call_output`, or `tool_result` content parts.
+pub fn is_tool_result(v: &Value) -> bool {
+    role_of(v) == Some("tool")
+        || item_type(v) == Some("function_call_output")
+        || content_parts(v)
+            .iter()
+            .any(|p| item_type(p) == Some("tool_result"))
+}
+
+/// A tool call a model made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The call's id, when the format gives one.
+    pub id: Option<String>,
+    pub name: String,
+    /// As written: an object (Anthropic `input`) or a JSON string (OpenAI
+    /// `function.arguments`).
+    pub arguments: Value,
+}
+
+/// A tool's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    /// The id of the call it answers.
+    pub call_id: Option<String>,
+    pub content: Value,
+    /// Anthropic's `is_error`; false when absent.
+    pub is_error: bool,
+}
+
+fn text(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// The tool calls of one message.
+pub fn tool_calls(v: &Value) -> Vec<ToolCall> {
+    let mut out = Vec::new();
+    let m = inner(v);
+    if let Some(Value::Array(calls)) = m.get("tool_calls") {
+        for c in calls {
+            let f = c.get("function").unwrap_or(c);
+            out.push(ToolCall {
+                id: text(c, "id"),
+                name: text(f, "name").unwrap_or_default(),
+                arguments: f.get("arguments").cloned().unwrap_or(Value::Null),
+            });
+        }
+    }
+    for p in content_parts(v) {
+        if item_type(p) == Some("tool_use") {
+            out.push(ToolCall {
+                id: text(p, "id"),
+                name: text(p, "name").unwrap_or_default(),
+                arguments: p.get("input").cloned().unwrap_or(Value::Null),
+            });
+        }
+    }
+    if item_type(v) == Some("function_call") {
+        out.push(ToolCall {
+            id: text(v, "call_id").or_else(|| text(v, "id")),
+            name: text(v, "name").unwrap_or_default(),
+            arguments: v.get("arguments").cloned().unwrap_or(Value::Null),
+        });
+    }
+    out
+}
+
+/// The tool results of one message.
+pub fn tool_results(v: &Value) -> Vec<ToolResult> {
+    let mut out = Vec::new();
+    let m = inner(v);
+    if role_of(v) == Some("tool") {
+        out.push(ToolResult {
+            call_id: text(m, "tool_call_id"),
+            content: m.get("content").cloned().unwrap_or(Value::Null),
+            is_error: false,
+        });
+    }
+    for p in content_parts(v) {
+        if item_type(p) == Some("tool_result") {
+            out.push(ToolResult {
+                call_id: text(p, "tool_use_id"),
+                content: p.get("content").cloned().unwrap_or(Value::Null),
+                is_error: p.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+            });
+        }
+    }
+    if item_type(v) == Some("function_call_output") {
+        out.push(ToolResult {
+            call_id: text(v, "call_id"),
+            content: v.get("output").cloned().unwrap_or(Value::Null),
+            is_error: false,
+        });
+    }
+    out
+}
+
+/// The text of a user message in the shapes agents write: OpenAI chat
+/// (`role`, `content` string or parts), Claude Code lines (`message`
+/// inside, `type: "user"`), Codex items.
+pub fn user_text(v: &Value) -> Option<String> {
+    if role_of(v)? != "user" {
+        return None;
+    }
+    let text = content_text(inner(v).get("content")?)?;
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+/// Text of a message content: a string, or the text parts of a list.
+pub fn content_text(c: &Value) -> Option<String> {
+    match c {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => {
+            let texts: Vec<&str> = parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str).or_else(|| p.as_str()))
+                .collect();
+            (!texts.is_empty()).then(|| texts.join(" "))
+        }
+        _ => None,
+    }
+}
+
+/// Whether `v` is a Claude Code transcript line (a `uuid` and a `type` of
+/// user, assistant or system).
+pub fn is_claude_code_line(v: &Value) -> bool {
+    v.get("uuid").is_some_and(Value::is_string)
+        && matches!(
+            v.get("type").and_then(Value::as_str),
+            Some("user" | "assistant" | "system")
+        )
+}
+
+/// Whether a message is already in OpenAI chat shape: a `role`, and none of
+/// the wrappers other shapes use.
+pub fn is_openai_chat(v: &Value) -> bool {
+    v.get("role").is_some_and(Value::is_string)
+        && v.get("message").is_none()
+        && v.get("payload").is_none()
+        && v.get("type").is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn roles_and_texts_in_every_shape() {
+        let openai = json!({"role": "user", "content": "  fix it "});
+        let parts = json!({"role": "user", "content": [{"type": "text", "text": "a"}, "b"]});
+        let claude = json!({"type": "user", "uuid": "u1",
+                            "message": {"role": "user", "content": "hello"}});
+        let codex = json!({"type": "function_call", "name": "ls", "call_id": "c1",
+                           "arguments": "{}"});
+        assert_eq!(role_of(&openai), Some("user"));
+        assert_eq!(user_text(&openai).as_deref(), Some("fix it"));
+        assert_eq!(user_text(&parts).as_deref(), Some("a b"));
+        assert_eq!(user_text(&claude).as_deref(), Some("hello"));
+        assert_eq!(role_of(&codex), Some("function_call"));
+        assert!(is_model_output(&codex));
+        assert_eq!(
+            user_text(&json!({"role": "assistant", "content": "x"})),
+            None
+        );
+        assert_eq!(user_text(&json!({"role": "user", "content": "   "})), None);
+        assert!(is_claude_code_line(&claude) && !is_openai_chat(&claude));
+        assert!(is_openai_chat(&openai) && !is_claude_code_line(&openai));
+    }
+
+    #[test]
+    fn tool_calls_and_results_in_every_shape() {
+        let openai_call = json!({"role": "assistant", "tool_calls": [
+            {"id": "t1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]});
+        let openai_result = json!({"role": "tool", "tool_call_id": "t1", "content": "a.rs"});
+        let anthropic = json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t2", "name": "cat", "input": {"path": "a"}}]});
+        let anthropic_result = json!({"type": "user", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t2", "content": "ok", "is_error": true}]}});
+        let codex_out = json!({"type": "function_call_output", "call_id": "c1", "output": "x"});
+        assert_eq!(tool_calls(&openai_call)[0].name, "ls");
+        assert_eq!(tool_calls(&anthropic)[0].id.as_deref(), Some("t2"));
+        assert!(is_tool_result(&openai_result) && is_tool_result(&anthropic_result));
+        assert!(is_tool_result(&codex_out) && !is_tool_result(&openai_call));
+        let r = &tool_results(&anthropic_result)[0];
+        assert_eq!((r.call_id.as_deref(), r.is_error), (Some("t2"), true));
+        assert_eq!(tool_results(&codex_out)[0].content, json!("x"));
+    }
+}
