@@ -1,0 +1,458 @@
+//! The builder: one source tree becomes sessions, the same way for every
+//! format (see the module docs of `import`): where sessions start, which
+//! branch is the main line, forks and subagents, and the objects to write.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use serde_json::{json, Value};
+
+use crate::error::Result;
+use crate::hash::ObjectId;
+use crate::object::{
+    blob, Compaction, EncodedObject, MessageDelta, ObjectKind, RunSummary, Session,
+    SessionMetadata, SessionStatus, SessionType, Usage,
+};
+use crate::refs::{ConversationRecord, ConversationStatus, RefName};
+
+use super::*;
+
+pub(super) fn blob_object(v: &Value) -> Result<EncodedObject> {
+    Ok(EncodedObject::new(ObjectKind::Blob, blob::encode_value(v)?))
+}
+
+/// A session being planned: which nodes it adds, on which parent.
+#[derive(Debug)]
+pub(super) struct Plan {
+    nodes: Vec<usize>,
+    parent: Option<usize>,
+    base: u64,
+    compaction: bool,
+    branch: usize,
+    spawned_by: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum BranchKind {
+    Main,
+    Fork,
+    Agent(String),
+}
+
+#[derive(Debug)]
+pub(super) struct Branch {
+    kind: BranchKind,
+    first_node: usize,
+    /// The branch's conversation id comes from this branch's (fork) or
+    /// another's (agent: its spawner's).
+    conv_from: Option<usize>,
+}
+
+/// A branch's ref, head, and (for a conversation) its name and record.
+pub(super) type BranchRef = (RefName, ObjectId, Option<(String, ConversationRecord)>);
+
+/// Sessions (and their objects) one tree becomes.
+#[derive(Debug, Default)]
+pub(super) struct Built {
+    pub(super) objects: Vec<EncodedObject>,
+    pub(super) sessions: usize,
+    pub(super) messages: usize,
+    pub(super) forks: usize,
+    pub(super) compactions: usize,
+    /// (ref, head, record) per branch with a ref.
+    pub(super) refs: Vec<BranchRef>,
+}
+
+/// Turns one tree into sessions.
+pub(super) fn build(
+    format: Format,
+    mut tree: Tree,
+    boundaries: &HashSet<(ObjectId, u64)>,
+    graft: Option<(ObjectId, u64)>,
+    report: &mut ImportReport,
+) -> Result<Built> {
+    let n = tree.nodes.len();
+    let mut by_id: HashMap<String, usize> = HashMap::with_capacity(n);
+    for (i, node) in tree.nodes.iter().enumerate() {
+        by_id.entry(node.id.clone()).or_insert(i);
+    }
+    let mut parent: Vec<Option<usize>> = vec![None; n];
+    for (i, node) in tree.nodes.iter().enumerate() {
+        if let Some(p) = &node.parent {
+            match by_id.get(p) {
+                Some(&j) if j != i => parent[i] = Some(j),
+                _ => report.dangling.push((node.file.clone(), p.clone())),
+            }
+        }
+    }
+    // A cycle (a corrupt source) would hide its nodes from every root: cut
+    // it where it is found, keeping the node as a root.
+    for i in 0..n {
+        let mut steps = 0;
+        let mut j = i;
+        while let Some(p) = parent[j] {
+            steps += 1;
+            if steps > n {
+                parent[i] = None;
+                break;
+            }
+            j = p;
+        }
+    }
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, p) in parent.iter().enumerate() {
+        if let Some(p) = *p {
+            children[p].push(i);
+        }
+    }
+    // Order: parents before children.
+    let roots: Vec<usize> = (0..n).filter(|&i| parent[i].is_none()).collect();
+    let mut order = Vec::with_capacity(n);
+    {
+        let mut stack: Vec<usize> = roots.iter().rev().copied().collect();
+        while let Some(i) = stack.pop() {
+            order.push(i);
+            stack.extend(children[i].iter().rev());
+        }
+    }
+    // The newest leaf under each node: (timestamp, source order).
+    let mut newest: Vec<(i64, usize)> = (0..n).map(|i| (tree.nodes[i].timestamp, i)).collect();
+    for &i in order.iter().rev() {
+        if let Some(&best) = children[i].iter().map(|&c| &newest[c]).max() {
+            newest[i] = best;
+        }
+    }
+    let mut depth = vec![0u64; n];
+    let mut blob_ids = Vec::with_capacity(n);
+    let mut blobs = Vec::with_capacity(n);
+    for node in &tree.nodes {
+        let o = blob_object(&node.message)?;
+        blob_ids.push(o.id());
+        blobs.push(o);
+    }
+    for &i in &order {
+        depth[i] = match parent[i] {
+            Some(p) if !tree.nodes[i].compaction => depth[p] + 1,
+            None if i == 0 && !tree.nodes[i].compaction => graft.map_or(0, |g| g.1) + 1,
+            _ => 1,
+        };
+    }
+    // Partition into sessions and branches.
+    let mut branches: Vec<Branch> = Vec::new();
+    let mut plans: Vec<Plan> = Vec::new();
+    let mut session_of = vec![usize::MAX; n];
+    let main_root = roots
+        .iter()
+        .copied()
+        .filter(|&r| tree.nodes[r].subagent.is_none())
+        .max_by_key(|&r| newest[r]);
+    // Roots: the main one first, then other roots, then subagents' roots
+    // (whose spawner must have its session first).
+    let mut root_order: Vec<usize> = main_root.into_iter().collect();
+    root_order.extend(
+        roots
+            .iter()
+            .copied()
+            .filter(|&r| Some(r) != main_root && tree.nodes[r].subagent.is_none()),
+    );
+    root_order.extend(
+        roots
+            .iter()
+            .copied()
+            .filter(|&r| tree.nodes[r].subagent.is_some()),
+    );
+    let spawner_of = |key: &str, session_of: &[usize]| -> Option<usize> {
+        tree.spawners
+            .get(key)
+            .and_then(|id| by_id.get(id))
+            .map(|&j| session_of[j])
+            .filter(|&s| s != usize::MAX)
+    };
+    for root in root_order {
+        let mut stack = vec![root];
+        while let Some(i) = stack.pop() {
+            let node = &tree.nodes[i];
+            let p = parent[i];
+            let continues = match p {
+                None => false,
+                Some(p) => {
+                    !node.user_prompt
+                        && !node.compaction
+                        && children[p].len() == 1
+                        && tree.nodes[p].subagent == node.subagent
+                        && !boundaries.contains(&(blob_ids[p], depth[p]))
+                }
+            };
+            if continues {
+                let s = session_of[p.expect("a continuation has a parent")];
+                plans[s].nodes.push(i);
+                session_of[i] = s;
+            } else {
+                let parent_session = p.map(|p| session_of[p]);
+                let branch = match (p, &node.subagent) {
+                    (Some(p), sub) if tree.nodes[p].subagent != *sub && sub.is_some() => {
+                        let key = sub.clone().expect("matched is_some");
+                        branches.push(Branch {
+                            kind: BranchKind::Agent(key),
+                            first_node: i,
+                            conv_from: Some(plans[session_of[p]].branch),
+                        });
+                        branches.len() - 1
+                    }
+                    (Some(p), _) => {
+                        let pb = plans[session_of[p]].branch;
+                        let siblings: Vec<usize> = children[p]
+                            .iter()
+                            .copied()
+                            .filter(|&c| tree.nodes[c].subagent == tree.nodes[p].subagent)
+                            .collect();
+                        let main_child = siblings.iter().copied().max_by_key(|&c| newest[c]);
+                        if siblings.len() > 1 && main_child != Some(i) {
+                            branches.push(Branch {
+                                kind: BranchKind::Fork,
+                                first_node: i,
+                                conv_from: None,
+                            });
+                            branches.len() - 1
+                        } else {
+                            pb
+                        }
+                    }
+                    (None, Some(key)) => {
+                        let spawner = spawner_of(key, &session_of);
+                        branches.push(Branch {
+                            kind: BranchKind::Agent(key.clone()),
+                            first_node: i,
+                            conv_from: Some(spawner.map_or(0, |s| plans[s].branch)),
+                        });
+                        branches.len() - 1
+                    }
+                    (None, None) => {
+                        branches.push(Branch {
+                            kind: if branches.is_empty() {
+                                BranchKind::Main
+                            } else {
+                                BranchKind::Fork
+                            },
+                            first_node: i,
+                            conv_from: None,
+                        });
+                        branches.len() - 1
+                    }
+                };
+                let spawned_by = match (&node.subagent, p) {
+                    (Some(_), Some(p)) if tree.nodes[p].subagent != node.subagent => {
+                        Some(session_of[p])
+                    }
+                    (Some(key), None) => spawner_of(key, &session_of),
+                    _ => None,
+                };
+                plans.push(Plan {
+                    nodes: vec![i],
+                    parent: parent_session,
+                    base: match p {
+                        Some(p) if !node.compaction => depth[p],
+                        None if i == 0 && !node.compaction => graft.map_or(0, |g| g.1),
+                        _ => 0,
+                    },
+                    compaction: node.compaction && p.is_some(),
+                    branch,
+                    spawned_by,
+                });
+                session_of[i] = plans.len() - 1;
+            }
+            stack.extend(children[i].iter().rev());
+        }
+    }
+    if branches.is_empty() {
+        return Ok(Built::default());
+    }
+    // Fork names follow the order of their first node's source id.
+    let mut fork_order: Vec<usize> = (0..branches.len())
+        .filter(|&b| branches[b].kind == BranchKind::Fork)
+        .collect();
+    fork_order.sort_by(|&a, &b| {
+        tree.nodes[branches[a].first_node]
+            .id
+            .cmp(&tree.nodes[branches[b].first_node].id)
+    });
+    let mut branch_name: Vec<String> = vec![tree.name.clone(); branches.len()];
+    for (k, &b) in fork_order.iter().enumerate() {
+        branch_name[b] = format!("{}.fork-{}", tree.name, k + 1);
+    }
+    let mut taken: BTreeSet<String> = BTreeSet::new();
+    for (b, br) in branches.iter().enumerate() {
+        if let BranchKind::Agent(key) = &br.kind {
+            // Several sidechains can share a key: number the later ones.
+            let base = format!("{}.agent-{}", tree.name, sanitize_name(key, 64));
+            let mut name = base.clone();
+            let mut k = 2;
+            while !taken.insert(name.clone()) {
+                name = format!("{base}-{k}");
+                k += 1;
+            }
+            branch_name[b] = name;
+        }
+    }
+    // Encode in plan order: a plan's parent and spawner come before it.
+    let mut built = Built {
+        messages: n,
+        forks: fork_order.len() + usize::from(graft.is_some()),
+        ..Built::default()
+    };
+    let mut session_ids: Vec<ObjectId> = Vec::with_capacity(plans.len());
+    let mut conv_id: Vec<Option<ObjectId>> = vec![None; branches.len()];
+    let mut head: Vec<Option<usize>> = vec![None; branches.len()];
+    let mut root_extra = std::mem::take(&mut tree.root_extra);
+    for (pi, plan) in plans.iter().enumerate() {
+        let nodes: Vec<&Node> = plan.nodes.iter().map(|&i| &tree.nodes[i]).collect();
+        let added: Vec<ObjectId> = plan.nodes.iter().map(|&i| blob_ids[i]).collect();
+        let mut extra = BTreeMap::new();
+        extra.insert("source".to_owned(), json!(format.as_str()));
+        if let Some(s) = &tree.source_session {
+            extra.insert("source_session".to_owned(), json!(s));
+        }
+        let mut events = serde_json::Map::new();
+        let mut merged = serde_json::Map::new();
+        for node in &nodes {
+            if !node.events.is_empty() {
+                events.insert(node.id.clone(), Value::Array(node.events.clone()));
+            }
+            if !node.merged.is_empty() {
+                merged.insert(node.id.clone(), Value::Array(node.merged.clone()));
+            }
+        }
+        if !events.is_empty() {
+            extra.insert("events".to_owned(), Value::Object(events));
+        }
+        if !merged.is_empty() {
+            extra.insert("merged_lines".to_owned(), Value::Object(merged));
+        }
+        if pi == 0 {
+            extra.append(&mut root_extra);
+        }
+        let mut usage = Usage::default();
+        for node in &nodes {
+            if let Some(u) = node.usage {
+                usage.total_tokens += u.total_tokens;
+                usage.prompt_tokens += u.prompt_tokens;
+                usage.completion_tokens += u.completion_tokens;
+                usage.requests += u.requests;
+            }
+        }
+        let first_ts = nodes[0].timestamp;
+        let last_ts = nodes.iter().map(|n| n.timestamp).max().unwrap_or(first_ts);
+        let branch = &branches[plan.branch];
+        let mut from = plan.branch;
+        let mut hops = 0;
+        while let Some(f) = branches[from].conv_from {
+            if f == from || hops > branches.len() {
+                break;
+            }
+            from = f;
+            hops += 1;
+        }
+        let conversation = conv_id[from];
+        // A grafted fork's first session continues the source's session.
+        let parent_id = match (plan.parent, graft) {
+            (Some(p), _) => Some(session_ids[p]),
+            (None, Some((g, _))) if plan.nodes[0] == 0 => Some(g),
+            _ => None,
+        };
+        let session = Session {
+            parents: parent_id.into_iter().collect(),
+            conversation,
+            status: SessionStatus::Committed,
+            created_at: first_ts,
+            title: None,
+            run: RunSummary {
+                duration_ms: u64::try_from(last_ts - first_ts).unwrap_or(0),
+                usage,
+            },
+            messages: MessageDelta {
+                base: plan.base,
+                added: added.clone(),
+            },
+            display_messages: MessageDelta {
+                base: plan.base,
+                added,
+            },
+            context_state: None,
+            environment_state: None,
+            metadata: SessionMetadata {
+                session_type: if matches!(branch.kind, BranchKind::Agent(_)) {
+                    SessionType::AsyncSubagent
+                } else {
+                    SessionType::Agent
+                },
+                transport: Some("import".to_owned()),
+                spawned_by: plan.spawned_by.map(|s| session_ids[s]),
+                preset_id: None,
+                extra,
+            },
+            compaction: match (plan.compaction, parent_id, plan.parent) {
+                (true, Some(pid), Some(pp)) => Some(Compaction {
+                    session: pid,
+                    messages: depth[*plans[pp].nodes.last().expect("plans are not empty")],
+                    summary: blob_ids[plan.nodes[0]],
+                }),
+                _ => None,
+            },
+        };
+        if session.compaction.is_some() {
+            built.compactions += 1;
+        }
+        let o = session.encode()?;
+        let id = o.id();
+        built
+            .objects
+            .extend(plan.nodes.iter().map(|&i| blobs[i].clone()));
+        built.objects.push(o);
+        session_ids.push(id);
+        if branch.conv_from.is_none() && conv_id[plan.branch].is_none() {
+            conv_id[plan.branch] = Some(id);
+        }
+        // Plans of a branch follow its path, so the last is its head.
+        head[plan.branch] = Some(pi);
+    }
+    built.sessions = plans.len();
+    let first_ts = tree.nodes.iter().map(|n| n.timestamp).min().unwrap_or(0);
+    for (b, br) in branches.iter().enumerate() {
+        let Some(h) = head[b] else { continue };
+        let name = &branch_name[b];
+        let last_ts = plans
+            .iter()
+            .filter(|p| p.branch == b)
+            .flat_map(|p| p.nodes.iter().map(|&i| tree.nodes[i].timestamp))
+            .max()
+            .unwrap_or(first_ts);
+        match &br.kind {
+            BranchKind::Agent(_) => built.refs.push((RefName::tag(name)?, session_ids[h], None)),
+            kind => {
+                let created_at = if *kind == BranchKind::Main {
+                    first_ts
+                } else {
+                    tree.nodes[br.first_node].timestamp
+                };
+                let mut metadata = tree.metadata.clone();
+                if *kind == BranchKind::Fork {
+                    metadata.insert("forked_from".to_owned(), json!(tree.name));
+                }
+                let record = ConversationRecord {
+                    conversation_id: conv_id[b],
+                    title: tree.title.clone(),
+                    default_preset_id: None,
+                    metadata,
+                    status: ConversationStatus::Active,
+                    created_at,
+                    updated_at: last_ts.max(created_at),
+                };
+                built.refs.push((
+                    RefName::conversation(name)?,
+                    session_ids[h],
+                    Some((name.clone(), record)),
+                ));
+            }
+        }
+    }
+    Ok(built)
+}

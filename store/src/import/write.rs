@@ -1,0 +1,222 @@
+//! What an import does to the store: each tree's sessions are grafted onto
+//! what earlier imports of the same source wrote, and written with their
+//! refs and records in batched transactions, the last one synced.
+
+use std::collections::HashSet;
+
+use serde_json::{json, Value};
+
+use crate::error::Result;
+use crate::hash::ObjectId;
+use crate::object::ObjectKind;
+use crate::odb::Durability;
+use crate::refs::{ConversationUpdate, PreviousValue, RefEdit, RefName, RefTarget};
+use crate::store::{Store, Transaction};
+
+use super::builder::{blob_object, build};
+use super::*;
+
+pub(super) fn import_trees(
+    store: &Store,
+    format: Format,
+    trees: Vec<Tree>,
+    opts: &ImportOptions,
+    report: &mut ImportReport,
+) -> Result<()> {
+    let mut pending: Option<(Transaction, usize)> = None;
+    let existing_refs = store.refs()?;
+    let mut names_used: HashSet<String> = HashSet::new();
+    let mut queued: HashSet<ObjectId> = HashSet::new();
+    for mut tree in trees {
+        if tree.nodes.is_empty() {
+            continue;
+        }
+        // Two sources with one name (two trajectories with one file name):
+        // the later ones get a number, in path order.
+        if !names_used.insert(tree.name.clone()) {
+            let base = tree.name.clone();
+            let mut k = 2;
+            while !names_used.insert(format!("{base}-{k}")) {
+                k += 1;
+            }
+            tree.name = format!("{base}-{k}");
+        }
+        let first_file = tree.nodes[0].file.clone();
+        let boundaries = existing_boundaries(store, &existing_refs, &tree.name)?;
+        let graft = match tree.forked_from.clone() {
+            Some(source) => graft_point(store, &source, &mut tree)?,
+            None => None,
+        };
+        let built = build(format, tree, &boundaries, graft, report)?;
+        // Never move a ref that holds someone else's sessions (a
+        // conversation of the same name made by hand, or from another
+        // format): the tree is left out and reported.
+        let mut foreign = None;
+        for (name, _, _) in &built.refs {
+            if let Some(RefTarget::Session(cur)) = store.get_ref(name)? {
+                let s = store.odb().session(&cur)?;
+                if s.metadata.extra.get("source") != Some(&json!(format.as_str())) {
+                    foreign = Some(name.clone());
+                    break;
+                }
+            }
+        }
+        if let Some(name) = foreign {
+            report.skipped.push(Skipped {
+                file: PathBuf::from(&first_file),
+                line: 0,
+                reason: format!(
+                    "{name} holds sessions that were not imported from {}; left as it is",
+                    format.as_str()
+                ),
+            });
+            continue;
+        }
+        report.sessions_total += built.sessions;
+        report.messages += built.messages;
+        report.forks += built.forks;
+        report.compactions += built.compactions;
+        report.conversations += 1;
+        // A batch not yet committed is not in the store: an object two
+        // sources share goes into both batches (the journal keeps one) but
+        // counts once.
+        let mut seen = HashSet::new();
+        let mut objects = Vec::new();
+        let mut new_objects = 0;
+        for o in built.objects {
+            if seen.insert(o.id()) && !store.odb().contains(&o.id())? {
+                if queued.insert(o.id()) {
+                    new_objects += 1;
+                    if o.kind() == ObjectKind::Session {
+                        report.sessions_written += 1;
+                    }
+                }
+                objects.push(o);
+            }
+        }
+        let mut tx = Transaction {
+            reason: "import".into(),
+            objects,
+            ..Transaction::default()
+        };
+        for (name, head, record) in built.refs {
+            let current = store.get_ref(&name)?;
+            if current != Some(RefTarget::Session(head)) {
+                tx.edits.push(RefEdit {
+                    name: name.clone(),
+                    expected: match current {
+                        Some(t) => PreviousValue::MustMatch(t),
+                        None => PreviousValue::MustNotExist,
+                    },
+                    new: Some(RefTarget::Session(head)),
+                });
+            }
+            if let Some((conv, rec)) = record {
+                let old = store.conversation(&conv)?.map(|c| c.record);
+                if old.as_ref() != Some(&rec) {
+                    tx.conversations.push(ConversationUpdate {
+                        name: conv,
+                        record: Some(rec),
+                    });
+                }
+            }
+        }
+        if tx.objects.is_empty() && tx.edits.is_empty() && tx.conversations.is_empty() {
+            continue;
+        }
+        let n_edits = tx.edits.len();
+        if let Some((prev, _)) = pending.take() {
+            store.transact(prev, Durability::NoSync)?;
+        }
+        pending = Some((tx, new_objects));
+        report.objects_written += new_objects;
+        report.refs_moved += n_edits;
+    }
+    if let Some((tx, _)) = pending {
+        let d = if opts.no_sync {
+            Durability::NoSync
+        } else {
+            Durability::Sync
+        };
+        store.transact(tx, d)?;
+    }
+    Ok(())
+}
+
+/// Where a forked copy joins its source conversation: the source's
+/// session that added the last message both share, and how many they share.
+/// The shared nodes are dropped from the tree (their events move to the
+/// first node kept). Chosen so that the source growing later does not move
+/// it.
+fn graft_point(store: &Store, source: &str, tree: &mut Tree) -> Result<Option<(ObjectId, u64)>> {
+    let Some(head) = store.conversation(source)?.and_then(|c| c.head) else {
+        return Ok(None);
+    };
+    let history = store.odb().history(&head)?;
+    let mut k = 0;
+    for (node, id) in tree.nodes.iter().zip(&history) {
+        if blob_object(&node.message)?.id() != *id {
+            break;
+        }
+        k += 1;
+    }
+    if k == 0 || k == tree.nodes.len() {
+        return Ok(None);
+    }
+    let mut at = head;
+    loop {
+        let s = store.odb().session(&at)?;
+        match s.first_parent() {
+            Some(p) if s.messages.base >= k as u64 => at = p,
+            _ => break,
+        }
+    }
+    let shared: Vec<Node> = tree.nodes.drain(..k).collect();
+    let mut events: Vec<Value> = shared.into_iter().flat_map(|n| n.events).collect();
+    events.append(&mut tree.nodes[0].events);
+    tree.nodes[0].events = events;
+    tree.nodes[0].parent = None;
+    Ok(Some((at, k as u64)))
+}
+
+/// (last message id, history length) of every session the store holds for
+/// this conversation, its forks and its subagents: where an earlier import
+/// ended its sessions.
+fn existing_boundaries(
+    store: &Store,
+    refs: &[(RefName, RefTarget)],
+    name: &str,
+) -> Result<HashSet<(ObjectId, u64)>> {
+    let mut out = HashSet::new();
+    let mut seen = HashSet::new();
+    for (r, t) in refs {
+        let short = match r {
+            RefName::Conversation(n) | RefName::Tag(n) => n.as_str(),
+            _ => continue,
+        };
+        let ours = short == name
+            || short
+                .strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(".fork-") || rest.starts_with(".agent-"));
+        let RefTarget::Session(mut id) = t.clone() else {
+            continue;
+        };
+        if !ours {
+            continue;
+        }
+        loop {
+            if !seen.insert(id) {
+                break;
+            }
+            let s = store.odb().session(&id)?;
+            if let Some(last) = s.messages.added.last() {
+                out.insert((*last, s.messages.len()));
+            }
+            match s.first_parent() {
+                Some(p) => id = p,
+                None => break,
+            }
+        }
+    }
+    Ok(out)
+}
