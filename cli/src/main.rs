@@ -7,8 +7,8 @@
 mod checkout;
 mod compact;
 mod conversations;
+mod history;
 mod import;
-mod lineage;
 mod maintenance;
 mod output;
 mod plumbing;
@@ -100,19 +100,19 @@ enum Command {
     /// List every ref and what it points at.
     ForEachRef(refs::ForEachRefArgs),
     /// Show sessions newest first, never a session after its ancestors.
-    Log(lineage::LogArgs),
+    Log(history::LogArgs),
     /// Print the best common ancestor of two sessions (--all: every one), or
     /// with --is-ancestor answer by exit status alone.
-    MergeBase(lineage::MergeBaseArgs),
+    MergeBase(history::MergeBaseArgs),
     /// Print the full id of each revision (fix, HEAD~2, 7f3a^2, tag~1^2).
-    RevParse(lineage::RevParseArgs),
+    RevParse(history::RevParseArgs),
     /// Draw the session DAG: lanes as text, or a Graphviz digraph.
-    Graph(lineage::GraphArgs),
+    Graph(history::GraphArgs),
     /// Show a session: metadata, run, parents and the messages it added.
-    Show(lineage::ShowArgs),
+    Show(history::ShowArgs),
     /// Compare two sessions: the messages each has that the other lacks, and
     /// what changed in title, metadata and states.
-    Diff(lineage::DiffArgs),
+    Diff(history::DiffArgs),
     /// Import other agents' session files (Claude Code, Codex, OpenAI chat,
     /// SWE-agent); importing them again writes nothing.
     Import(import::ImportArgs),
@@ -294,12 +294,12 @@ fn main() -> ExitCode {
         Command::Replay(args) => replay::replay(&ctx, args),
         Command::UpdateRef(args) => refs::update_ref(&ctx, args),
         Command::ForEachRef(args) => refs::for_each_ref(&ctx, args),
-        Command::Log(args) => lineage::log(&ctx, args),
-        Command::MergeBase(args) => lineage::merge_base(&ctx, args),
-        Command::RevParse(args) => lineage::rev_parse(&ctx, args),
-        Command::Graph(args) => lineage::graph(&ctx, args),
-        Command::Show(args) => lineage::show(&ctx, args),
-        Command::Diff(args) => lineage::diff(&ctx, args),
+        Command::Log(args) => history::log(&ctx, args),
+        Command::MergeBase(args) => history::merge_base(&ctx, args),
+        Command::RevParse(args) => history::rev_parse(&ctx, args),
+        Command::Graph(args) => history::graph(&ctx, args),
+        Command::Show(args) => history::show(&ctx, args),
+        Command::Diff(args) => history::diff(&ctx, args),
         Command::Import(args) => import::import(&ctx, args),
         Command::Export(args) => import::export(&ctx, args),
         Command::Bundle(args) => remote::bundle(&ctx, args),

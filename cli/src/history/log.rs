@@ -1,0 +1,246 @@
+//! `log` and `graph`: sessions in log order, as text, lanes, JSON or Graphviz.
+
+use super::*;
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Where to start (default: HEAD): conversation names, tags, ids or
+    /// prefixes, with ~N and ^N steps (fix~2, HEAD^2).
+    #[arg(value_name = "REV")]
+    revs: Vec<String>,
+    /// Start from every ref (conversations, archived ones, tags) and HEAD.
+    #[arg(long)]
+    all: bool,
+    /// Show at most N sessions.
+    #[arg(short = 'n', long = "max-count", value_name = "N")]
+    max_count: Option<usize>,
+    /// Follow only first (lineage) parents.
+    #[arg(long)]
+    first_parent: bool,
+    /// One line a session: `<12 hex> (<refs>) <title or line>`.
+    #[arg(long)]
+    oneline: bool,
+    /// Draw the lines of history beside the sessions.
+    #[arg(long)]
+    graph: bool,
+    /// One JSON array of objects (see README, "Lineage JSON").
+    #[arg(long, conflicts_with_all = ["oneline", "graph"])]
+    json: bool,
+}
+
+/// How `log` and `graph` print.
+#[derive(Debug, Clone, Copy)]
+struct LogFormat {
+    oneline: bool,
+    graph: bool,
+    json: bool,
+}
+
+pub fn log(ctx: &Ctx, args: LogArgs) -> CmdResult {
+    check_revs(&args.revs)?;
+    let store = ctx.open_store_read()?;
+    let mut starts = resolve_all(&store, &args.revs)?;
+    if args.all {
+        starts.extend(all_starts(&store)?);
+    } else if args.revs.is_empty() {
+        starts.push(store.resolve_rev("HEAD")?);
+    }
+    let follow = if args.first_parent {
+        Follow::FirstParent
+    } else {
+        Follow::All
+    };
+    let format = LogFormat {
+        oneline: args.oneline,
+        graph: args.graph,
+        json: args.json,
+    };
+    write_log(&store, &starts, follow, args.max_count, format)
+}
+
+fn write_log(
+    store: &Store,
+    starts: &[ObjectId],
+    follow: Follow,
+    limit: Option<usize>,
+    format: LogFormat,
+) -> CmdResult {
+    let decorations = Decorations::load(store)?;
+    let walk = TopoWalk::new(store, starts, follow)?.take(limit.unwrap_or(usize::MAX));
+    let mut out = Out::new();
+    let mut lanes = Lanes::new();
+    let mut first = true;
+    if format.json && !out.put("[")? {
+        return out.finish();
+    }
+    for node in walk {
+        let node = node?;
+        let text = if format.json {
+            let v = entry_json(store, &decorations, &node.id)?;
+            format!("{}{v}", if first { "" } else { "," })
+        } else if format.oneline {
+            let line = oneline(store, &decorations, &node.id)?;
+            if format.graph {
+                let rows = lanes.next(node.id, &node.parents);
+                let mut t = String::new();
+                for b in &rows.before {
+                    let _ = writeln!(t, "{b}");
+                }
+                let _ = writeln!(t, "{} {line}", rows.commit);
+                for a in &rows.after {
+                    let _ = writeln!(t, "{a}");
+                }
+                t
+            } else {
+                format!("{line}\n")
+            }
+        } else {
+            let lines = entry_lines(store, &decorations, &node.id)?;
+            let mut t = String::new();
+            if format.graph {
+                let sep = lanes.passing();
+                let rows = lanes.next(node.id, &node.parents);
+                if !first {
+                    let _ = writeln!(t, "{sep}");
+                }
+                for b in &rows.before {
+                    let _ = writeln!(t, "{b}");
+                }
+                for (k, l) in lines.iter().enumerate() {
+                    let prefix = if k == 0 { &rows.commit } else { &rows.padding };
+                    let _ = writeln!(t, "{}", format!("{prefix} {l}").trim_end());
+                }
+                for a in &rows.after {
+                    let _ = writeln!(t, "{a}");
+                }
+            } else {
+                if !first {
+                    t.push('\n');
+                }
+                for l in &lines {
+                    let _ = writeln!(t, "{l}");
+                }
+            }
+            t
+        };
+        first = false;
+        if !out.put(&text)? {
+            return out.finish();
+        }
+    }
+    if format.json {
+        out.put("]\n")?;
+    }
+    out.finish()
+}
+
+fn oneline(store: &Store, deco: &Decorations, id: &ObjectId) -> CmdResult<String> {
+    let i = info(store, id)?;
+    let line = format!(
+        "{}{} {}",
+        id.to_hex_prefix(12),
+        deco.text(id),
+        summary(store, &i)?
+    );
+    Ok(line.trim_end().to_owned())
+}
+
+/// A log entry's lines, as `git log` prints a commit.
+fn entry_lines(store: &Store, deco: &Decorations, id: &ObjectId) -> CmdResult<Vec<String>> {
+    let i = info(store, id)?;
+    let mut lines = vec![format!("session {id}{}", deco.text(id))];
+    if i.parents.len() > 1 {
+        let short: Vec<String> = i.parents.iter().map(|p| p.to_hex_prefix(12)).collect();
+        lines.push(format!("Merge:        {}", short.join(" ")));
+    }
+    let conv = conversation_name(store, &i)?.unwrap_or_else(|| i.conversation.to_hex());
+    lines.push(format!("Conversation: {conv}"));
+    lines.push(format!("Date:         {}", format_rfc3339_ms(i.created_at)));
+    lines.push(format!("Status:       {}", i.status));
+    lines.push(format!("Messages:     {}", i.messages));
+    lines.push(format!("Usage:        {}", usage_text(&i.usage)));
+    lines.push(String::new());
+    lines.push(format!("    {}", summary(store, &i)?).trim_end().to_owned());
+    Ok(lines)
+}
+
+fn entry_json(store: &Store, deco: &Decorations, id: &ObjectId) -> CmdResult<Value> {
+    let i = info(store, id)?;
+    Ok(json!({
+        "id": id.to_hex(),
+        "parents": hexes(&i.parents),
+        "conversation": i.conversation.to_hex(),
+        "conversation_name": conversation_name(store, &i)?,
+        "status": i.status.as_str(),
+        "created_at": i.created_at,
+        "messages": i.messages,
+        "usage": usage_json(&i.usage),
+        "title": i.title,
+        "summary": summary(store, &i)?,
+        "refs": deco.refs(id),
+    }))
+}
+
+// ---- graph ----
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GraphFormat {
+    /// Lanes beside one line a session, as `log --graph --oneline`.
+    Text,
+    /// A Graphviz digraph: `sessctl graph --format dot | dot -Tsvg`.
+    Dot,
+}
+
+#[derive(Debug, Args)]
+pub struct GraphArgs {
+    /// text or dot.
+    #[arg(long, value_enum, default_value = "text")]
+    format: GraphFormat,
+    /// Where to start (default: every ref and HEAD).
+    #[arg(value_name = "REV")]
+    revs: Vec<String>,
+}
+
+pub fn graph(ctx: &Ctx, args: GraphArgs) -> CmdResult {
+    check_revs(&args.revs)?;
+    let store = ctx.open_store_read()?;
+    let starts = if args.revs.is_empty() {
+        all_starts(&store)?
+    } else {
+        resolve_all(&store, &args.revs)?
+    };
+    match args.format {
+        GraphFormat::Text => write_log(
+            &store,
+            &starts,
+            Follow::All,
+            None,
+            LogFormat {
+                oneline: true,
+                graph: true,
+                json: false,
+            },
+        ),
+        GraphFormat::Dot => {
+            let deco = Decorations::load(&store)?;
+            let g = SessionGraph::load(&store, &starts, Follow::All)?;
+            let mut failed: Option<CommandError> = None;
+            let dot = g.to_dot(|n: &Node| {
+                let mut label = vec![n.id.to_hex_prefix(12)];
+                let names = deco.names(&n.id);
+                if !names.is_empty() {
+                    label.push(names.join(", "));
+                }
+                match info(&store, &n.id) {
+                    Ok(i) => label.push(plural(i.messages, "message", "messages")),
+                    Err(e) => failed = Some(e),
+                }
+                label
+            });
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            print(&dot)
+        }
+    }
+}

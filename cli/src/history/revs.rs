@@ -1,0 +1,55 @@
+//! `merge-base` and `rev-parse`: revisions resolved, and their common ancestors.
+
+use super::*;
+
+#[derive(Debug, Args)]
+pub struct MergeBaseArgs {
+    /// Print every best common ancestor, newest first, not only the newest.
+    #[arg(long, conflicts_with = "is_ancestor")]
+    all: bool,
+    /// Print nothing; exit 0 if A is B or one of its ancestors, else 1.
+    #[arg(long)]
+    is_ancestor: bool,
+    #[arg(value_name = "A")]
+    a: String,
+    #[arg(value_name = "B")]
+    b: String,
+}
+
+pub fn merge_base(ctx: &Ctx, args: MergeBaseArgs) -> CmdResult {
+    check_revs([&args.a, &args.b])?;
+    let store = ctx.open_store_read()?;
+    let a = store.resolve_rev(&args.a)?;
+    let b = store.resolve_rev(&args.b)?;
+    if args.is_ancestor {
+        return if graph::is_ancestor(&store, a, b)? {
+            Ok(())
+        } else {
+            Err(CommandError::Silent(1))
+        };
+    }
+    let mut bases = graph::merge_bases_all(&store, a, b)?;
+    if bases.is_empty() {
+        return Err(CommandError::Silent(1));
+    }
+    if !args.all {
+        bases.truncate(1);
+    }
+    let text: String = bases.iter().map(|b| format!("{b}\n")).collect();
+    print(&text)
+}
+
+#[derive(Debug, Args)]
+pub struct RevParseArgs {
+    /// Revisions: names, tags, ids or prefixes, with ~N and ^N steps.
+    #[arg(value_name = "REV", required = true)]
+    revs: Vec<String>,
+}
+
+pub fn rev_parse(ctx: &Ctx, args: RevParseArgs) -> CmdResult {
+    check_revs(&args.revs)?;
+    let store = ctx.open_store_read()?;
+    let ids = resolve_all(&store, &args.revs)?;
+    let text: String = ids.iter().map(|i| format!("{i}\n")).collect();
+    print(&text)
+}
