@@ -751,3 +751,243 @@ fn built_frames_round_trip() {
     fix_frame_checksums(&mut frames);
     fuzzing::journal_frames(&frames);
 }
+
+// ---- operations and the lineage-index file ----
+
+/// The operations a real store writes, of every kind (create, commit,
+/// merge, fork, archive, delete, tags, runs begun, committed and failed),
+/// read back from its journal.
+fn real_operations() -> &'static [Vec<u8>] {
+    static OPS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    OPS.get_or_init(|| {
+        use sessctl_store::{Cut, ForkOptions, Messages, Store, Turn};
+        let turn = |m: Value| Turn {
+            messages: Messages::Added(vec![m]),
+            title: Some("a title".into()),
+            ..Turn::default()
+        };
+        let store = Store::in_memory().unwrap();
+        let sync = Durability::NoSync;
+        let (name, root) = store
+            .create(
+                Some("fix"),
+                turn(json!({"role": "user", "content": "hi"})),
+                sync,
+            )
+            .unwrap();
+        let run = store.begin_run(&name).unwrap();
+        let reply = store
+            .commit_run(
+                &run,
+                turn(json!({"role": "assistant", "content": "yo"})),
+                true,
+                sync,
+            )
+            .unwrap();
+        let failed = store.begin_run(&name).unwrap();
+        store.fail_run(&failed, "the model went away").unwrap();
+        let (fork, _) = store
+            .fork(
+                reply,
+                ForkOptions {
+                    name: Some("retry".into()),
+                    cut: Some(Cut::AtMessage(1)),
+                    turn: Some(turn(json!({"role": "user", "content": "again"}))),
+                },
+                sync,
+            )
+            .unwrap();
+        store.merge(&name, &[root], Turn::default(), sync).unwrap();
+        support::tag(&store, [(0, root)]);
+        store.archive(&fork, sync).unwrap();
+        store.unarchive(&fork, sync).unwrap();
+        store.delete(&fork, sync).unwrap();
+        store
+            .odb()
+            .backend()
+            .ops_after(0)
+            .unwrap()
+            .into_iter()
+            .map(|(_, bytes)| bytes)
+            .collect()
+    })
+}
+
+/// A real store's lineage-index file: a chain, forks, merges of two and
+/// three parents, several conversations.
+fn real_lineage_file() -> &'static [u8] {
+    static FILE: OnceLock<Vec<u8>> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let odb = Odb::init(dir.path()).unwrap();
+        let a = write_chain(&odb, 1, 12, 2, Durability::NoSync);
+        let b = write_chain(&odb, 2, 6, 1, Durability::NoSync);
+        let mut batch = WriteBatch::new();
+        let mut merge = Session::new_root(1_763_000_100_000);
+        merge.parents = vec![a[11], b[5], a[3]];
+        merge.conversation = Some(a[0]);
+        let merged = batch.session(&merge).unwrap();
+        let mut two = Session::new_root(1_763_000_200_000);
+        two.parents = vec![merged, b[2]];
+        two.conversation = Some(a[0]);
+        batch.session(&two).unwrap();
+        odb.write(&batch, Durability::NoSync).unwrap();
+        let stats = odb.repack(&RepackOptions::default()).unwrap();
+        sessctl_store::lineage_index::write_from(&odb, dir.path(), stats.sessions).unwrap();
+        fs::read(sessctl_store::lineage_index::path_in(dir.path())).unwrap()
+    })
+}
+
+/// The lineage file of objects-format.md's example (1240 bytes).
+fn golden_lineage_file() -> Vec<u8> {
+    use sessctl_store::lineage_index::{build, SessionFacts};
+    let e = support::examples();
+    let mut facts = std::collections::BTreeMap::new();
+    for o in [&e.root, &e.cont] {
+        let s = Session::decode(o.payload()).unwrap();
+        facts.insert(o.id(), SessionFacts::of(&o.id(), &s));
+    }
+    build(&facts).unwrap()
+}
+
+/// Where the committed seed corpora live (`fuzz/seeds/<target>/`).
+fn seed_dir(target: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/seeds")
+        .join(target)
+}
+
+fn committed_seeds(target: &str) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = fs::read_dir(seed_dir(target))
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Writes the seed corpora from the golden examples and a real store:
+/// `cargo test -p sessctl-store --test fuzz_entry -- --ignored write_fuzz_seeds`.
+#[test]
+#[ignore = "writes fuzz/seeds; run by hand when the formats' examples change"]
+fn write_fuzz_seeds() {
+    let ops = seed_dir("operation_decode");
+    fs::create_dir_all(&ops).unwrap();
+    fs::write(ops.join("golden.op"), support::example_operation().encode()).unwrap();
+    for (k, bytes) in real_operations().iter().enumerate() {
+        fs::write(ops.join(format!("store-{k:02}.op")), bytes).unwrap();
+    }
+    let lgi = seed_dir("lineage_index");
+    fs::create_dir_all(&lgi).unwrap();
+    // The fuzz input is a selector byte, then the file: 0 keeps the file's
+    // own checksum.
+    fs::write(
+        lgi.join("golden.lgi"),
+        [&[0u8][..], &golden_lineage_file()].concat(),
+    )
+    .unwrap();
+    fs::write(
+        lgi.join("store.lgi"),
+        [&[0u8][..], real_lineage_file()].concat(),
+    )
+    .unwrap();
+}
+
+/// The committed seeds are valid inputs that reach every oracle, and stay
+/// what the formats' examples and a real store produce today.
+#[test]
+fn committed_seeds_pass_and_stay_current() {
+    use sessctl_store::lineage_index::LineageIndex;
+    use sessctl_store::refs::Operation;
+    let ops = committed_seeds("operation_decode");
+    assert!(ops.len() >= 10, "{} operation seeds", ops.len());
+    let kinds: std::collections::BTreeSet<String> = ops
+        .iter()
+        .map(|(name, bytes)| {
+            fuzzing::operation_decode(bytes);
+            Operation::decode(bytes)
+                .unwrap_or_else(|e| panic!("seed {name} does not decode: {e}"))
+                .reason
+        })
+        .collect();
+    for reason in [
+        "create",
+        "commit",
+        "fork",
+        "merge",
+        "archive",
+        "delete",
+        "begin-run",
+    ] {
+        assert!(
+            kinds.contains(reason),
+            "no {reason} operation among the seeds"
+        );
+    }
+    let golden = ops.iter().find(|(name, _)| name == "golden.op").unwrap();
+    assert_eq!(
+        golden.1,
+        support::example_operation().encode(),
+        "the golden operation seed is not the spec's example any more"
+    );
+    assert_eq!(
+        ops.len(),
+        real_operations().len() + 1,
+        "rerun write_fuzz_seeds"
+    );
+    for (name, bytes) in committed_seeds("lineage_index") {
+        fuzzing::lineage_index(&bytes);
+        let ix = LineageIndex::from_bytes(name.clone().into(), bytes[1..].to_vec())
+            .unwrap_or_else(|e| panic!("seed {name} does not open: {e}"));
+        assert!(ix.len() >= 2, "{name}");
+    }
+    assert_eq!(
+        fs::read(seed_dir("lineage_index").join("golden.lgi")).unwrap()[1..],
+        golden_lineage_file()[..],
+        "the golden lineage seed is not the spec's example any more"
+    );
+}
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    #[test]
+    fn operation_decode_survives_random_bytes(data in prop::collection::vec(any::<u8>(), 0..512)) {
+        fuzzing::operation_decode(&data);
+    }
+
+    #[test]
+    fn operation_decode_survives_mutated_operations(
+        k in any::<Index>(),
+        mutations in mutations(),
+    ) {
+        let ops = real_operations();
+        let seed = &ops[k.index(ops.len())];
+        fuzzing::operation_decode(&mutated(seed, &[], &mutations, &[]));
+    }
+
+    #[test]
+    fn lineage_index_survives_random_bytes(data in prop::collection::vec(any::<u8>(), 0..2048)) {
+        fuzzing::lineage_index(&data);
+    }
+
+    /// Mutations behind a fixed-up checksum (selector 1) reach the checks
+    /// of the body; without it (selector 0), the checksum's.
+    #[test]
+    fn lineage_index_survives_mutated_files(
+        fix in any::<bool>(),
+        golden in any::<bool>(),
+        mutations in in_place_mutations(),
+    ) {
+        let file = if golden { golden_lineage_file() } else { real_lineage_file().to_vec() };
+        let fields: Vec<usize> = (8..24).step_by(4).collect();
+        let data = mutated(&file, &fields, &mutations, &[]);
+        fuzzing::lineage_index(&[[u8::from(fix)].as_slice(), &data].concat());
+    }
+}

@@ -162,46 +162,14 @@ fn the_journal_writes_the_fixture_bytes() {
 
 #[test]
 fn the_operation_example_is_pinned() {
-    use sessctl_store::refs::{
-        ConversationRecord, ConversationStatus, ConversationUpdate, Operation, RefTarget, RefUpdate,
-    };
-    use sessctl_store::RefName;
-    let root = ObjectId::from_hex(ROOT_ID).unwrap();
-    let greeting = RefName::conversation("greeting").unwrap();
-    let op = Operation {
-        seq: 1,
-        prev: None,
-        time: 1_763_000_000_000,
-        actor: "alice".into(),
-        reason: "create".into(),
-        refs: vec![
-            RefUpdate {
-                name: greeting.clone(),
-                old: None,
-                new: Some(RefTarget::Session(root)),
-                prev: None,
-            },
-            RefUpdate {
-                name: RefName::Head,
-                old: None,
-                new: Some(RefTarget::Symbolic(greeting)),
-                prev: None,
-            },
-        ],
-        conversations: vec![ConversationUpdate {
-            name: "greeting".into(),
-            record: Some(ConversationRecord {
-                conversation_id: Some(root),
-                title: Some("Greeting".into()),
-                default_preset_id: None,
-                metadata: Default::default(),
-                status: ConversationStatus::Active,
-                created_at: 1_763_000_000_000,
-                updated_at: 1_763_000_000_000,
-            }),
-        }],
-        runs: vec![],
-    };
+    use sessctl_store::refs::Operation;
+    let op = support::example_operation();
+    assert_eq!(
+        op.refs[0].new,
+        Some(sessctl_store::RefTarget::Session(
+            ObjectId::from_hex(ROOT_ID).unwrap()
+        ))
+    );
     let bytes = op.encode();
     let spec = spec();
     assert!(

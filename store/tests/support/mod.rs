@@ -179,6 +179,51 @@ pub fn examples() -> Examples {
     }
 }
 
+/// The operation of objects-format.md's example: the first of a store, by
+/// `alice`, creating conversation `greeting` at the example's root.
+pub fn example_operation() -> sessctl_store::refs::Operation {
+    use sessctl_store::refs::{
+        ConversationRecord, ConversationStatus, ConversationUpdate, Operation, RefTarget, RefUpdate,
+    };
+    use sessctl_store::RefName;
+    let root = examples().root.id();
+    let greeting = RefName::conversation("greeting").unwrap();
+    Operation {
+        seq: 1,
+        prev: None,
+        time: 1_763_000_000_000,
+        actor: "alice".into(),
+        reason: "create".into(),
+        refs: vec![
+            RefUpdate {
+                name: greeting.clone(),
+                old: None,
+                new: Some(RefTarget::Session(root)),
+                prev: None,
+            },
+            RefUpdate {
+                name: RefName::Head,
+                old: None,
+                new: Some(RefTarget::Symbolic(greeting)),
+                prev: None,
+            },
+        ],
+        conversations: vec![ConversationUpdate {
+            name: "greeting".into(),
+            record: Some(ConversationRecord {
+                conversation_id: Some(root),
+                title: Some("Greeting".into()),
+                default_preset_id: None,
+                metadata: Default::default(),
+                status: ConversationStatus::Active,
+                created_at: 1_763_000_000_000,
+                updated_at: 1_763_000_000_000,
+            }),
+        }],
+        runs: vec![],
+    }
+}
+
 /// objects-format.md, the text the golden tests compare with.
 pub fn spec() -> String {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
