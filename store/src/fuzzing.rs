@@ -8,6 +8,12 @@
 //! any of them, whether from an assertion here or from the code under test,
 //! is a finding. Not a stable API: it exists for the fuzzers.
 
+mod foreign;
+
+pub use foreign::{
+    bundle_decode, import, import_claude_code, import_codex, import_openai, import_swe_agent,
+};
+
 use crate::hash::{ObjectId, Prefix, ID_LEN};
 use crate::object::{object_id, Blob, EncodedObject, ObjectKind, Session};
 use crate::odb::journal::{
