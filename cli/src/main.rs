@@ -327,6 +327,7 @@ pub(crate) fn message(e: &Error) -> String {
         ),
         Error::UnreadableReachable { .. } => format!("{e}; run sessctl fsck"),
         Error::CorruptOperation { .. } => format!("{e}; run sessctl fsck"),
+        Error::Index(_) => format!("{e}; run sessctl reindex"),
         _ => e.to_string(),
     }
 }

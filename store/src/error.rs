@@ -1,5 +1,15 @@
-//! The store's error type. Every I/O error names its path, every object error
+//! The library's errors. Every I/O error names its path, every object error
 //! names its object.
+//!
+//! [`Error`] is what every public call returns. Each subsystem's own
+//! failures are an enum of their own, kept here (below every module, so
+//! that none imports upward) and wrapped by [`Error`]: [`IndexError`] (the
+//! derived index), [`OdbError`] (limits of the object database),
+//! [`RevParseError`] (revision syntax), and, beside their types,
+//! `object::DecodeError`/`EncodeError`, `refs::NameError` and
+//! `hash::IdParseError`. Messages speak the library's language: none names
+//! a command-line flag or tells the reader to run a command; the CLI adds
+//! that where it is the way out.
 
 use std::path::PathBuf;
 
@@ -51,6 +61,12 @@ pub enum Error {
     },
     #[error(transparent)]
     BadId(#[from] IdParseError),
+    /// The derived index failed (not the data it derives from).
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    /// The object database refused a write or a read it cannot do.
+    #[error(transparent)]
+    Odb(#[from] OdbError),
     #[error("{0}")]
     Encode(#[from] EncodeError),
     #[error("{path} is not a sessctl store{}", if *.exists { " (it exists but has no FORMAT file)" } else { "" })]
@@ -248,6 +264,38 @@ pub enum RevParseError {
     TooLarge { rev: String, number: String },
     #[error("'{rev}' is not a revision: {reason}")]
     BadName { rev: String, reason: NameError },
+}
+
+/// The derived index's own failures. The index is rebuildable from the
+/// objects and operations, so none of these loses data.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    /// The key-value store under the index failed.
+    #[error("index: {0}")]
+    Backend(String),
+    /// A conversation's record in the index does not decode.
+    #[error("index: unreadable record of conversation {name}")]
+    UnreadableRecord { name: String },
+    /// An operation entry sits under another sequence number.
+    #[error("operation entry {seq} holds operation {found}")]
+    MisplacedOperation { seq: u64, found: u64 },
+}
+
+/// What the object database will not do.
+#[derive(Debug, thiserror::Error)]
+pub enum OdbError {
+    #[error("object {id} is {size} bytes; the limit is {limit} bytes")]
+    ObjectTooLarge { id: ObjectId, size: u64, limit: u64 },
+    #[error("a write batch of {size} bytes is larger than the {limit}-byte limit; split it")]
+    BatchTooLarge { size: u64, limit: u64 },
+    #[error("cannot retire the active journal segment")]
+    ActiveSegment,
+    /// The compressor could not be set up or failed.
+    #[error("zstd: {0}")]
+    Compression(String),
+    /// A thread reading part of a long history panicked.
+    #[error("a thread reading messages panicked")]
+    ReaderPanicked,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -50,23 +50,26 @@ fn history_with_owners(store: &Store, id: ObjectId) -> Result<Vec<(Value, Sessio
         let s = store.odb().session(&c)?;
         let stop = s.messages.base == 0;
         cur = if stop { None } else { s.first_parent() };
-        chain.push(s);
+        chain.push((c, s));
     }
     let mut owned: Vec<(ObjectId, usize)> = Vec::new();
-    for (k, s) in chain.iter().enumerate().rev() {
+    for (k, (id, s)) in chain.iter().enumerate().rev() {
         let base = usize::try_from(s.messages.base).unwrap_or(usize::MAX);
         if base > owned.len() {
-            return Err(Error::Invalid(format!(
-                "session keeps {base} messages of a parent that has {}",
-                owned.len()
-            )));
+            return Err(Error::corrupt(
+                *id,
+                format!(
+                    "it keeps {base} messages of a parent that has {}",
+                    owned.len()
+                ),
+            ));
         }
         owned.truncate(base);
         owned.extend(s.messages.added.iter().map(|m| (*m, k)));
     }
     owned
         .into_iter()
-        .map(|(m, k)| Ok((store.odb().blob(&m)?, chain[k].clone())))
+        .map(|(m, k)| Ok((store.odb().blob(&m)?, chain[k].1.clone())))
         .collect()
 }
 

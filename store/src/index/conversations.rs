@@ -3,7 +3,7 @@
 
 use super::summary::{ConversationInfo, SessionInfo};
 use super::{key, sled_err, Index};
-use crate::error::{Error, Result};
+use crate::error::{Error, IndexError, Result};
 use crate::hash::ObjectId;
 
 /// Activity keys sort by time; the bias makes negative times sort first.
@@ -25,9 +25,9 @@ impl Index {
             return Ok(None);
         };
         let mut info = ConversationInfo::from_index_bytes(name, &v).ok_or_else(|| {
-            Error::Invalid(format!(
-                "index: unreadable record of conversation {name}; run sessctl reindex"
-            ))
+            Error::from(IndexError::UnreadableRecord {
+                name: name.to_owned(),
+            })
         })?;
         info.running = self.claim(name)?;
         Ok(Some(info))

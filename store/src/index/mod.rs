@@ -26,7 +26,7 @@ mod summary;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, IndexError, Result};
 use crate::odb::Odb;
 use crate::refs::{Hash, Operation};
 
@@ -36,7 +36,7 @@ pub use summary::{ConversationInfo, RunClaim, SessionInfo};
 const APPLIED: &[u8] = b"m:applied";
 
 fn sled_err(e: sled::Error) -> Error {
-    Error::Invalid(format!("index: {e}"))
+    IndexError::Backend(e.to_string()).into()
 }
 
 fn key(prefix: &str, rest: &[u8]) -> Vec<u8> {
@@ -210,16 +210,12 @@ impl Index {
 }
 
 fn decode_op(seq: u64, bytes: &[u8]) -> Result<Operation> {
-    let op = Operation::decode(bytes).map_err(|e| {
-        Error::Invalid(format!(
-            "operation {seq} does not decode: {e}; run sessctl fsck"
-        ))
+    let op = Operation::decode(bytes).map_err(|e| Error::CorruptOperation {
+        seq,
+        reason: e.to_string(),
     })?;
     if op.seq != seq {
-        return Err(Error::Invalid(format!(
-            "operation entry {seq} holds operation {}; run sessctl fsck",
-            op.seq
-        )));
+        return Err(IndexError::MisplacedOperation { seq, found: op.seq }.into());
     }
     Ok(op)
 }

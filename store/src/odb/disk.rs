@@ -15,7 +15,7 @@ use super::lock::StoreLock;
 use super::oplog::{oplog_files, read_oplog_file, write_oplog_file};
 use super::pack::{self, Pack};
 use super::{ObjectBackend, OdbStats, OpenOptions, RawOp, RepackOptions, RepackStats, SyncTicket};
-use crate::error::{Error, IoResultExt, Result};
+use crate::error::{Error, IoResultExt, OdbError, Result};
 use crate::hash::{ObjectId, Prefix};
 use crate::object::{EncodedObject, ObjectKind, Session};
 
@@ -286,12 +286,12 @@ impl ObjectBackend for DiskBackend {
         let mut seen = HashSet::with_capacity(objects.len());
         for obj in objects {
             if obj.payload().len() > journal::MAX_OBJECT_SIZE {
-                return Err(Error::Invalid(format!(
-                    "object {} is {} bytes; the limit is {} bytes",
-                    obj.id(),
-                    obj.payload().len(),
-                    journal::MAX_OBJECT_SIZE
-                )));
+                return Err(OdbError::ObjectTooLarge {
+                    id: obj.id(),
+                    size: obj.payload().len() as u64,
+                    limit: journal::MAX_OBJECT_SIZE as u64,
+                }
+                .into());
             }
             if seen.insert(obj.id()) && !self.contains(&obj.id())? {
                 frame.push_object(obj);

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 
 use super::Durability;
-use crate::error::{Error, IoResultExt, Result};
+use crate::error::{Error, IoResultExt, OdbError, Result};
 use crate::hash::{ObjectId, Prefix, ID_LEN};
 use crate::object::{EncodedObject, ObjectKind};
 
@@ -871,10 +871,11 @@ impl Journal {
             return Ok((st.seq, st.len));
         }
         if frame.body_len() > MAX_FRAME_BODY {
-            return Err(Error::Invalid(format!(
-                "a write batch of {} bytes is larger than the {MAX_FRAME_BODY}-byte limit; split it",
-                frame.body_len()
-            )));
+            return Err(OdbError::BatchTooLarge {
+                size: frame.body_len() as u64,
+                limit: MAX_FRAME_BODY as u64,
+            }
+            .into());
         }
         let prepared = frame.prepare();
         let mut st = self.writer()?;
@@ -1123,9 +1124,7 @@ impl Journal {
         if let Some(w) = &self.writer {
             let st = w.lock().expect("journal writer lock");
             if seqs.contains(&st.seq) {
-                return Err(Error::Invalid(
-                    "cannot retire the active journal segment".into(),
-                ));
+                return Err(OdbError::ActiveSegment.into());
             }
         }
         self.objects

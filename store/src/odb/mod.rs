@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use pack::PackOptions;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, OdbError, Result};
 use crate::hash::{ObjectId, Prefix};
 use crate::object::{blob, Blob, EncodedObject, Object, ObjectKind, Session};
 
@@ -385,11 +385,7 @@ impl Odb {
                 .collect();
             let mut out = Vec::with_capacity(ids.len());
             for p in parts {
-                out.extend(
-                    p.join().map_err(|_| {
-                        Error::Invalid("a thread reading messages panicked".into())
-                    })??,
-                );
+                out.extend(p.join().map_err(|_| OdbError::ReaderPanicked)??);
             }
             Ok(out)
         })

@@ -11,7 +11,7 @@ use super::{
     INDEX_ENTRY_LEN, INDEX_HEADER_LEN, INDEX_MAGIC, PACK_FORMAT_VERSION, PACK_HEADER_LEN,
     PACK_MAGIC,
 };
-use crate::error::{Error, IoResultExt, Result};
+use crate::error::{Error, IoResultExt, OdbError, Result};
 use crate::hash::{hex, ObjectId, ID_LEN};
 use crate::object::EncodedObject;
 use crate::odb::atomic_file::AtomicFile;
@@ -57,10 +57,10 @@ pub fn write_pack(dir: &Path, objects: &[EncodedObject], opts: PackOptions) -> R
     let mut entries: Vec<(ObjectId, u32, u32, u32)> = Vec::with_capacity(objects.len());
     let mut blocks: Vec<(u64, u32, u32)> = Vec::new();
     let mut compressor = zstd::bulk::Compressor::new(opts.zstd_level)
-        .map_err(|e| Error::Invalid(format!("zstd: {e}")))?;
+        .map_err(|e| OdbError::Compression(e.to_string()))?;
     compressor
         .include_checksum(true)
-        .map_err(|e| Error::Invalid(format!("zstd: {e}")))?;
+        .map_err(|e| OdbError::Compression(e.to_string()))?;
 
     let mut out = HashingWriter::new(BufWriter::with_capacity(1 << 20, &mut pack_file));
     let mut header = [0u8; PACK_HEADER_LEN];
@@ -82,7 +82,7 @@ pub fn write_pack(dir: &Path, objects: &[EncodedObject], opts: PackOptions) -> R
         }
         let c = compressor
             .compress(block)
-            .map_err(|e| Error::Invalid(format!("zstd: {e}")))?;
+            .map_err(|e| OdbError::Compression(e.to_string()))?;
         out.write_all(&c).at(tmp_pack)?;
         blocks.push((*offset, c.len() as u32, block.len() as u32));
         *offset += c.len() as u64;
@@ -97,8 +97,11 @@ pub fn write_pack(dir: &Path, objects: &[EncodedObject], opts: PackOptions) -> R
         if !block.is_empty() && block.len() + record_len > opts.block_target {
             flush(&mut block, &mut out, &mut offset, &mut blocks)?;
         }
-        let len = u32::try_from(record_len)
-            .map_err(|_| Error::Invalid(format!("object {} is larger than 4 GiB", obj.id())))?;
+        let len = u32::try_from(record_len).map_err(|_| OdbError::ObjectTooLarge {
+            id: obj.id(),
+            size: obj.payload().len() as u64,
+            limit: u64::from(u32::MAX),
+        })?;
         entries.push((obj.id(), blocks.len() as u32, block.len() as u32, len));
         block.push(obj.kind().code());
         block.extend_from_slice(obj.payload());
