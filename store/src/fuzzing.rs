@@ -315,15 +315,9 @@ pub fn operation_decode(data: &[u8]) {
 /// facts present; a lookup of an id it lacks finds nothing.
 pub fn lineage_index(data: &[u8]) {
     use crate::lineage_index::LineageIndex;
-    let Some((&selector, file)) = data.split_first() else {
+    let Some(bytes) = with_trailer(data) else {
         return;
     };
-    let mut bytes = file.to_vec();
-    if selector % 2 == 1 && bytes.len() >= 32 {
-        let body = bytes.len() - 32;
-        let sum = blake3::hash(&bytes[..body]);
-        bytes[body..].copy_from_slice(sum.as_bytes());
-    }
     let Ok(ix) = LineageIndex::from_bytes("fuzz.lgi".into(), bytes) else {
         return;
     };
@@ -361,4 +355,19 @@ pub fn lineage_index(data: &[u8]) {
     if let Some(p) = ix.position(&ObjectId::from_bytes(absent)) {
         assert_eq!(ix.id(p), Some(ObjectId::from_bytes(absent)));
     }
+}
+
+/// The file in a fuzz input whose first byte is a selector: odd, the
+/// file's trailing 32-byte blake3 (the checksum lineage files and bundles
+/// end with) is recomputed, so that what lies behind the checksum is
+/// reached. `None` for an empty input.
+fn with_trailer(data: &[u8]) -> Option<Vec<u8>> {
+    let (&selector, file) = data.split_first()?;
+    let mut bytes = file.to_vec();
+    if selector % 2 == 1 && bytes.len() >= 32 {
+        let body = bytes.len() - 32;
+        let sum = blake3::hash(&bytes[..body]);
+        bytes[body..].copy_from_slice(sum.as_bytes());
+    }
+    Some(bytes)
 }

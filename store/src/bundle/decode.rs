@@ -8,7 +8,7 @@ use std::path::Path;
 use crate::error::{Error, Result};
 use crate::hash::{ObjectId, ID_LEN};
 use crate::object::{id_hasher, EncodedObject, ObjectKind};
-use crate::odb::journal::MAX_OBJECT_SIZE;
+use crate::odb::journal::{check_frame_size, MAX_OBJECT_SIZE};
 use crate::refs::op::record_from_bytes;
 use crate::refs::RefName;
 
@@ -167,23 +167,8 @@ impl Block<'_> {
             ))),
             CODEC_RAW => self.records(&mut &data[..], Some(objects)),
             CODEC_ZSTD => {
-                match zstd::zstd_safe::get_frame_content_size(data) {
-                    Ok(Some(n)) if n == self.raw_len as u64 => {}
-                    Ok(Some(n)) => {
-                        return Err(self.corrupt(format!(
-                            "the block's zstd frame declares {n} bytes, its header {}",
-                            self.raw_len
-                        )))
-                    }
-                    Ok(None) => {
-                        return Err(
-                            self.corrupt("the block's zstd frame does not declare its size".into())
-                        )
-                    }
-                    Err(_) => {
-                        return Err(self.corrupt("the block's zstd frame header is damaged".into()))
-                    }
-                }
+                check_frame_size(data, self.raw_len)
+                    .map_err(|e| self.corrupt(format!("the block's {e}")))?;
                 self.records(&mut self.inflate(data)?, None)?;
                 self.records(&mut self.inflate(data)?, Some(objects))
             }

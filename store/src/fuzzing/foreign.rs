@@ -16,15 +16,9 @@ use crate::store::Store;
 /// no problems against an empty store applies there, after which every ref
 /// it carried names the bundle's session and fsck is clean.
 pub fn bundle_decode(data: &[u8]) {
-    let Some((&selector, file)) = data.split_first() else {
+    let Some(bytes) = super::with_trailer(data) else {
         return;
     };
-    let mut bytes = file.to_vec();
-    if selector % 2 == 1 && bytes.len() >= 32 {
-        let body = bytes.len() - 32;
-        let sum = blake3::hash(&bytes[..body]);
-        bytes[body..].copy_from_slice(sum.as_bytes());
-    }
     let path = std::path::Path::new("fuzz.bundle");
     let Ok(bundle) = Bundle::decode(&bytes, path) else {
         return;

@@ -414,8 +414,9 @@ fn compress(payload: &[u8]) -> Option<Vec<u8>> {
 /// with bounded memory").
 pub(crate) const STREAM_VERIFY_ABOVE: usize = 16 << 20;
 
-/// A zstd frame that must declare `raw_len` bytes, inflated as a stream.
-pub(crate) fn inflating(data: &[u8], raw_len: usize) -> Result<impl std::io::Read + '_, String> {
+/// Checks, before anything is inflated, that a zstd frame declares the
+/// size its record gives.
+pub(crate) fn check_frame_size(data: &[u8], raw_len: usize) -> Result<(), String> {
     match zstd::zstd_safe::get_frame_content_size(data) {
         Ok(Some(n)) if n == raw_len as u64 => {}
         Ok(Some(n)) => {
@@ -426,6 +427,12 @@ pub(crate) fn inflating(data: &[u8], raw_len: usize) -> Result<impl std::io::Rea
         Ok(None) => return Err("zstd frame does not declare its size".into()),
         Err(_) => return Err("zstd frame header is damaged".into()),
     }
+    Ok(())
+}
+
+/// A zstd frame that must declare `raw_len` bytes, inflated as a stream.
+pub(crate) fn inflating(data: &[u8], raw_len: usize) -> Result<impl std::io::Read + '_, String> {
+    check_frame_size(data, raw_len)?;
     zstd::stream::read::Decoder::with_buffer(data)
         .map(|d| d.single_frame())
         .map_err(|e| format!("zstd: {e}"))
@@ -465,16 +472,7 @@ pub(crate) fn streamed_id(
 /// allocated, so a damaged or forged length cannot make a reader reserve
 /// gigabytes.
 pub(crate) fn decompress(data: &[u8], raw_len: usize) -> Result<Vec<u8>, String> {
-    match zstd::zstd_safe::get_frame_content_size(data) {
-        Ok(Some(n)) if n == raw_len as u64 => {}
-        Ok(Some(n)) => {
-            return Err(format!(
-                "zstd frame declares {n} bytes, the record says {raw_len}"
-            ))
-        }
-        Ok(None) => return Err("zstd frame does not declare its size".into()),
-        Err(_) => return Err("zstd frame header is damaged".into()),
-    }
+    check_frame_size(data, raw_len)?;
     if raw_len > MAX_OBJECT_SIZE {
         return Err(format!(
             "{raw_len} bytes is more than the {MAX_OBJECT_SIZE}-byte limit of an object"
