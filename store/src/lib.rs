@@ -69,18 +69,22 @@
 //!
 //! # Where each verb lives
 //!
-//! Every piece has one room; a room imports only from the rooms below it
-//! (`.ci/module-cycles.py` keeps the module graph free of cycles).
+//! Every piece has one room; a room imports only from the rooms listed
+//! before it (`.ci/module-cycles.py` keeps the module graph free of
+//! cycles).
 //!
 //! | verb | room |
 //! |---|---|
-//! | ids, prefixes | [`hash`] |
+//! | ids, prefixes; times | [`hash`], [`time`] |
+//! | what a message's JSON says (roles, text, tool calls) | [`message`] |
 //! | blobs and sessions, their canonical bytes, what a session names | [`object`] |
-//! | journal, packs, reading and verifying objects, `Durability` | [`odb`] |
 //! | ref names, compare-and-swap expectations, operations, the ref log | [`refs`] |
+//! | errors: [`Error`] and the subsystems' own | [`error`] |
+//! | journal, packs, reading and verifying objects, `Durability` | [`odb`] |
+//! | what sessions reach (gc's marking, what transfers send) | [`reach`] |
+//! | the lineage-index file (commit-graph) | [`lineage_index`] |
 //! | the derived index (refs, conversations, session summaries, run claims) | [`index`] |
 //! | `ls`'s listing file | [`listing`] |
-//! | the lineage-index file (commit-graph) | [`lineage_index`] |
 //! | `log`, ancestors, count, merge-base, is-ancestor, `graph` | [`graph`] (walks over the [`graph::Lineage`] trait) |
 //! | open, recover, repack, reindex | [`store`] (`store/mod.rs`) |
 //! | transactions | `store/transaction.rs` ([`Store::transact`]) |
@@ -89,16 +93,13 @@
 //! | work after a commit | `store/hook.rs` ([`store::AfterCommit`]) |
 //! | revisions (`fix~2^2`), what a name means | [`rev`] |
 //! | compaction, auto-compaction | [`compact`] (implements [`store::AfterCommit`]) |
-//! | what sessions reach | [`reach`] (shared by [`gc`] and [`bundle`]) |
 //! | gc | [`gc`] |
 //! | fsck, the ref-log chain audit | [`fsck`] |
-//! | what a message's JSON says (roles, text, tool calls) | [`message`] |
 //! | checkout, resume | [`resume`] |
 //! | replay and cassettes | [`replay`] |
 //! | diff | [`diff`] |
 //! | import, export | [`import`], [`export`] |
 //! | bundles; clone, push, pull | [`bundle`]; [`remote`] |
-//! | errors | [`error`] |
 
 #![deny(unsafe_code)]
 

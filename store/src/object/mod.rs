@@ -102,7 +102,7 @@ pub fn id_hasher(kind: ObjectKind, len: usize) -> blake3::Hasher {
 /// An object as stored: its kind, its canonical payload and the id they hash
 /// to. The constructor computes the id, so an `EncodedObject` held in memory
 /// is always self-consistent; bytes read from disk go through
-/// [`EncodedObject::verified`].
+/// `EncodedObject::verified`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct EncodedObject {
     id: ObjectId,
