@@ -89,6 +89,10 @@ fn a_one_gib_bundle_bomb_is_refused_in_a_few_megabytes() {
     ] {
         let (code, err, peak) = run_measured(&args);
         assert_eq!(code, 3, "{args:?}: {err}");
+        eprintln!(
+            "{args:?} on a {size}-byte bomb: peak RSS {} KiB",
+            peak >> 10
+        );
         assert!(peak < 64 << 20, "{args:?}: peak RSS {} MiB", peak >> 20);
     }
     let (_, err, _) = run_measured(&["bundle", "verify", f]);
@@ -109,6 +113,7 @@ fn a_record_that_claims_a_gib_is_hashed_as_it_streams_not_held() {
     let (code, err, peak) = run_measured(&["bundle", "verify", file.to_str().unwrap()]);
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("not to its id"), "{err}");
+    eprintln!("a record claiming 1 GiB: peak RSS {} KiB", peak >> 10);
     assert!(peak < 64 << 20, "peak RSS {} MiB", peak >> 20);
 }
 
