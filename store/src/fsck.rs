@@ -232,7 +232,7 @@ impl Store {
         for (name, value) in &folded {
             if indexed.get(name) != value.as_ref() {
                 report.problems.push(format!(
-                    "index: {name} is {}, the operations say {}; run sessctl reindex",
+                    "index: {name} is {}, the operations say {}; a reindex rebuilds it",
                     indexed
                         .get(name)
                         .map_or("absent".to_owned(), |t| t.to_string()),
@@ -245,7 +245,7 @@ impl Store {
         for name in indexed.keys() {
             if !folded.contains_key(name) {
                 report.problems.push(format!(
-                    "index: {name} exists, but no operation made it; run sessctl reindex"
+                    "index: {name} exists, but no operation made it; a reindex rebuilds it"
                 ));
             }
         }

@@ -461,7 +461,7 @@ impl LineageIndex {
             let Some(id) = self.id(pos) else { continue };
             let Some(s) = sessions.get(&id) else {
                 problems.push(format!(
-                    "{path}: names session {id}, which the store lacks; run sessctl repack"
+                    "{path}: names session {id}, which the store lacks; a repack rewrites it"
                 ));
                 continue;
             };

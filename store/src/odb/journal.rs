@@ -706,7 +706,7 @@ impl Journal {
                     };
                     if let (true, Some(next)) = (damaged, next) {
                         self.note(format!(
-                            "{}: {err} at byte {pos}: bytes {pos}..{next} are damaged; the objects there are verified one by one when read, the operations skipped; run sessctl fsck",
+                            "{}: {err} at byte {pos}: bytes {pos}..{next} are damaged; the objects there are verified one by one when read, the operations skipped; fsck lists what is affected",
                             path.display()
                         ));
                         self.damaged.lock().expect("damage lock").insert(seq);
@@ -745,7 +745,7 @@ impl Journal {
                     } else {
                         self.damaged.lock().expect("damage lock").insert(seq);
                         self.note(format!(
-                            "{}: {err} at byte {pos}: {lost} bytes of a sealed segment are damaged and unreadable; run sessctl fsck",
+                            "{}: {err} at byte {pos}: {lost} bytes of a sealed segment are damaged and unreadable; fsck lists what is affected",
                             path.display()
                         ));
                     }
