@@ -211,25 +211,20 @@ fn session_text(id: &ObjectId, s: &Session) -> String {
             c.messages, c.session, c.summary
         );
     }
-    let _ = writeln!(
-        t,
-        "messages {} kept from parent, {} added (history of {})",
-        s.messages.base,
-        s.messages.added.len(),
-        s.messages.len()
-    );
-    for m in &s.messages.added {
-        let _ = writeln!(t, "  {m}");
-    }
-    let _ = writeln!(
-        t,
-        "display-messages {} kept from parent, {} added (history of {})",
-        s.display_messages.base,
-        s.display_messages.added.len(),
-        s.display_messages.len()
-    );
-    for m in &s.display_messages.added {
-        let _ = writeln!(t, "  {m}");
+    for (what, delta) in [
+        ("messages", &s.messages),
+        ("display-messages", &s.display_messages),
+    ] {
+        let _ = writeln!(
+            t,
+            "{what} {} kept from parent, {} added (history of {})",
+            delta.base,
+            delta.added.len(),
+            delta.len()
+        );
+        for m in &delta.added {
+            let _ = writeln!(t, "  {m}");
+        }
     }
     t
 }
