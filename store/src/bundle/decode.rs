@@ -7,8 +7,8 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::hash::{ObjectId, ID_LEN};
-use crate::object::{id_hasher, EncodedObject, ObjectKind};
-use crate::odb::journal::{check_frame_size, MAX_OBJECT_SIZE};
+use crate::object::{EncodedObject, ObjectKind};
+use crate::odb::journal::{check_frame_size, streamed_id, MAX_OBJECT_SIZE};
 use crate::refs::op::record_from_bytes;
 use crate::refs::RefName;
 
@@ -135,9 +135,6 @@ struct Block<'p> {
 /// then the largest object there may be.
 const MAX_BLOCK_RAW: usize = BLOCK_TARGET + RECORD_HEADER + MAX_OBJECT_SIZE;
 
-/// Payloads are read, hashed and kept in steps of this many bytes.
-const STEP: usize = 64 * 1024;
-
 impl Block<'_> {
     fn corrupt(&self, reason: String) -> Error {
         Error::CorruptFile {
@@ -190,11 +187,6 @@ impl Block<'_> {
         mut keep: Option<&mut Vec<EncodedObject>>,
     ) -> Result<()> {
         let mut pos = 0;
-        let mut buf = if keep.is_some() {
-            Vec::new()
-        } else {
-            vec![0u8; STEP]
-        };
         while pos < self.raw_len {
             let mut head = [0u8; RECORD_HEADER];
             if self.raw_len - pos < RECORD_HEADER {
@@ -232,15 +224,9 @@ impl Block<'_> {
                         .map_err(|reason| Error::Corrupt { id, reason })?,
                 );
             } else {
-                let mut hasher = id_hasher(kind, len);
-                let mut left = len;
-                while left > 0 {
-                    let n = left.min(STEP);
-                    self.fill(src, &mut buf[..n], pos + len - left)?;
-                    hasher.update(&buf[..n]);
-                    left -= n;
-                }
-                let actual = ObjectId::from_bytes(*hasher.finalize().as_bytes());
+                let actual = streamed_id(src, kind, len).map_err(|e| {
+                    self.corrupt(format!("byte {pos} of the block: object {id} {e}"))
+                })?;
                 if actual != id {
                     return Err(Error::Corrupt {
                         id,
