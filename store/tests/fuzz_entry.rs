@@ -897,6 +897,43 @@ fn write_fuzz_seeds() {
         [&[0u8][..], real_lineage_file()].concat(),
     )
     .unwrap();
+    fs::write(
+        lgi.join("regress-self-parent-max-generation.lgi"),
+        [&[0u8][..], &self_parent_at_max_generation()].concat(),
+    )
+    .unwrap();
+}
+
+/// A session that is its own parent, at generation u32::MAX. The generation
+/// rule (one more than the oldest parent's) held only because `u32::MAX + 1`
+/// saturated, and every walk of its parents never ended.
+#[test]
+fn a_self_parent_at_the_largest_generation_is_refused() {
+    use sessctl_store::lineage_index::LineageIndex;
+    let lgi = self_parent_at_max_generation();
+    let err = LineageIndex::from_bytes("loop.lgi".into(), lgi.clone()).unwrap_err();
+    assert!(err.to_string().contains("generation overflows"), "{err}");
+    let input = [&[0u8][..], &lgi].concat();
+    fuzzing::lineage_index(&input);
+    let committed = seed_dir("lineage_index").join("regress-self-parent-max-generation.lgi");
+    assert_eq!(fs::read(committed).unwrap(), input, "rerun write_fuzz_seeds");
+}
+
+/// The spec's example with its root made its own parent, both generations
+/// set to u32::MAX and the checksum made right again.
+fn self_parent_at_max_generation() -> Vec<u8> {
+    use sessctl_store::lineage_index::{CHECKSUM_LEN, FANOUT_LEN, HEADER_LEN, RECORD_LEN};
+    let mut lgi = golden_lineage_file();
+    let records_at = HEADER_LEN + FANOUT_LEN + 2 * 32;
+    lgi[records_at..records_at + 4].copy_from_slice(&0u32.to_le_bytes());
+    for pos in 0..2 {
+        let at = records_at + pos * RECORD_LEN + 8;
+        lgi[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    }
+    let body = lgi.len() - CHECKSUM_LEN;
+    let sum = blake3::hash(&lgi[..body]);
+    lgi[body..].copy_from_slice(sum.as_bytes());
+    lgi
 }
 
 /// The committed seeds are valid inputs that reach every oracle, and stay
@@ -943,6 +980,11 @@ fn committed_seeds_pass_and_stay_current() {
     );
     for (name, bytes) in committed_seeds("lineage_index") {
         fuzzing::lineage_index(&bytes);
+        if name.starts_with("regress-") {
+            // Findings kept so that the fuzzer starts from them; each has
+            // its own test below.
+            continue;
+        }
         let ix = LineageIndex::from_bytes(name.clone().into(), bytes[1..].to_vec())
             .unwrap_or_else(|e| panic!("seed {name} does not open: {e}"));
         assert!(ix.len() >= 2, "{name}");

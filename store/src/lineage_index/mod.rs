@@ -280,7 +280,13 @@ impl LineageIndex {
                         format!("record {pos}: parent position {p} out of range"),
                     ));
                 }
-                expect = expect.max(self.generation(p).saturating_add(1));
+                // A parent at u32::MAX leaves no younger generation: with a
+                // saturating add, a session could be its own parent and every
+                // walk of its parents would never end.
+                let Some(g) = self.generation(p).checked_add(1) else {
+                    return Err((at + 8, format!("record {pos}: generation overflows")));
+                };
+                expect = expect.max(g);
             }
             let declared =
                 usize::from(first != NO_PARENT) + if second == NO_PARENT { 0 } else { 1 };

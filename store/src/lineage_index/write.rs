@@ -53,7 +53,7 @@ pub fn build(sessions: &BTreeMap<ObjectId, SessionFacts>) -> Result<Vec<u8>> {
             let mut g = Some(1u32);
             for p in &facts.parents {
                 g = match (g, generation.get(p).copied().flatten()) {
-                    (Some(g), Some(pg)) => Some(g.max(pg.saturating_add(1))),
+                    (Some(g), Some(pg)) => pg.checked_add(1).map(|pg| g.max(pg)),
                     _ => None,
                 };
             }
