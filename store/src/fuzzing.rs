@@ -8,6 +8,7 @@
 //! any of them, whether from an assertion here or from the code under test,
 //! is a finding. Not a stable API: it exists for the fuzzers.
 
+mod foreign;
 use crate::hash::{ObjectId, Prefix, ID_LEN};
 use crate::object::{object_id, Blob, EncodedObject, ObjectKind, Session};
 use crate::odb::journal::{
@@ -15,6 +16,7 @@ use crate::odb::journal::{
     OBJECT_ENTRY_FIXED, SEGMENT_HEADER_LEN, SEGMENT_MAGIC,
 };
 use crate::odb::pack::{parse_index, verify_index, IndexView, CHECKSUM_LEN};
+pub use foreign::*;
 
 /// Objects taken out of one input for the frame round trip, at most.
 const MAX_ROUND_TRIP_OBJECTS: usize = 64;
