@@ -481,6 +481,8 @@ fn check_accounted(format: Format, store: &Store, sources: &[SourceFile], report
     // Claude Code groups files by session id: a group's lines are dropped
     // together when none of them is a message.
     let claude_groups_with_messages = claude_sessions_with_messages(format, sources);
+    // Claude Code uuids already read, by session: a repeat is read once.
+    let mut claude_uuids: HashSet<(String, String)> = HashSet::new();
     for src in sources {
         let path = src.path.as_path();
         if !is_line_format(format, path) {
@@ -519,6 +521,10 @@ fn check_accounted(format: Format, store: &Store, sources: &[SourceFile], report
                 .count();
         }
         let file_has_message = format == Format::Codex && codex_file_has_message(&lines);
+        let claude_session = match format {
+            Format::ClaudeCode => claude_session_of(src),
+            _ => String::new(),
+        };
         for (n, text) in &lines {
             let is_skipped = skipped.contains(&(path, *n));
             let v = match parse_json(text) {
@@ -539,11 +545,16 @@ fn check_accounted(format: Format, store: &Store, sources: &[SourceFile], report
             if is_skipped {
                 continue;
             }
+            let repeated_uuid = format == Format::ClaudeCode
+                && v.get("uuid")
+                    .and_then(Value::as_str)
+                    .is_some_and(|u| !claude_uuids.insert((claude_session.clone(), u.to_owned())));
             let accounted = match format {
                 Format::ClaudeCode => {
-                    stored.holds(&v)
+                    repeated_uuid
+                        || stored.holds(&v)
                         || stored.without_content.contains(&without_content(&v))
-                        || !claude_groups_with_messages.contains(&claude_session_of(src))
+                        || !claude_groups_with_messages.contains(&claude_session)
                 }
                 Format::Codex => {
                     !file_has_message
