@@ -434,10 +434,16 @@ impl ConversationInfo {
         let default_preset_id = r.opt(|r| r.str().map(str::to_owned))?;
         let metadata = match r.str()? {
             "" => Default::default(),
-            text => match serde_json::from_str::<Value>(text).ok()? {
-                Value::Object(m) => m.into_iter().collect(),
-                _ => return None,
-            },
+            text => {
+                // Metadata nests as deep as a blob (256), past serde_json's
+                // default limit (128): parse what the record encoder took.
+                let mut de = serde_json::Deserializer::from_str(text);
+                de.disable_recursion_limit();
+                match <Value as serde::Deserialize>::deserialize(&mut de).ok()? {
+                    Value::Object(m) => m.into_iter().collect(),
+                    _ => return None,
+                }
+            }
         };
         let record = ConversationRecord {
             conversation_id,
