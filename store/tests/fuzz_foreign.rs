@@ -568,3 +568,38 @@ fn write_bundle_seeds() {
     fs::write(dir.join("golden"), &inputs[0]).unwrap();
     fs::write(dir.join("golden-raw"), &inputs[1]).unwrap();
 }
+
+/// Lines nested as deep as a blob may be, kept where the importers keep
+/// what is not a message (a session's `extra`, a record's metadata).
+#[test]
+fn deeply_nested_lines_import_or_are_skipped() {
+    let deep = |depth: usize| "[".repeat(depth) + &"]".repeat(depth);
+    for depth in [200, 250, 254, 255, 256] {
+        let d = deep(depth);
+        let claude = format!(
+            "{{\"type\":\"summary\",\"x\":{d}}}\n{{\"type\":\"user\",\"uuid\":\"u\",\"sessionId\":\"s\",\"message\":{{\"role\":\"user\",\"content\":\"hi\"}}}}\n{{\"type\":\"queue-operation\",\"x\":{d}}}\n"
+        );
+        fuzzing::import_claude_code(claude.as_bytes());
+        let codex = format!(
+            "{{\"type\":\"session_meta\",\"payload\":{{\"id\":\"x\",\"d\":{d}}}}}\n{{\"type\":\"turn_context\",\"payload\":{d}}}\n{{\"type\":\"response_item\",\"payload\":{{\"type\":\"message\",\"role\":\"user\",\"content\":\"hi\"}}}}\n"
+        );
+        fuzzing::import_codex(codex.as_bytes());
+        let openai =
+            format!("{{\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}],\"x\":{d}}}\n");
+        fuzzing::import_openai(openai.as_bytes());
+        let swe =
+            format!("{{\"history\":[{{\"role\":\"user\",\"content\":\"hi\"}}],\"info\":{d}}}");
+        fuzzing::import_swe_agent(swe.as_bytes());
+    }
+}
+
+/// Replays one input on stable, for debugging a cargo-fuzz artifact:
+/// `SESSCTL_FUZZ_TARGET=import_codex SESSCTL_FUZZ_INPUT=fuzz/artifacts/... cargo
+/// test -p sessctl-store --test fuzz_foreign -- --ignored replay_one_input`.
+#[test]
+#[ignore = "replays $SESSCTL_FUZZ_INPUT through $SESSCTL_FUZZ_TARGET"]
+fn replay_one_input() {
+    let target = std::env::var("SESSCTL_FUZZ_TARGET").unwrap();
+    let input = std::env::var("SESSCTL_FUZZ_INPUT").unwrap();
+    entry(&target)(&fs::read(input).unwrap());
+}

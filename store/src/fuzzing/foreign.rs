@@ -463,7 +463,9 @@ fn without_content(v: &Value) -> String {
 ///   merged line, a trailing event), the first line of a merged message
 ///   with its content rewritten; or its source session has no message at
 ///   all (nothing to import it into: the importer drops such groups, e.g. a
-///   file of `summary` lines alone).
+///   file of `summary` lines alone); or the line is not a message and its
+///   session got no conversation record (all its roots are subagent lines:
+///   only tags are made, and the lines after its last message are lost).
 /// - Codex: the line is in the store (a message, an event, a trailing
 ///   event); a `session_meta` line's payload is in the record's metadata,
 ///   unless a later `session_meta` line of the file replaced it; or the
@@ -481,6 +483,20 @@ fn check_accounted(format: Format, store: &Store, sources: &[SourceFile], report
     // Claude Code groups files by session id: a group's lines are dropped
     // together when none of them is a message.
     let claude_groups_with_messages = claude_sessions_with_messages(format, sources);
+    // Claude Code sessions that got a conversation record (not only
+    // subagent tags): the only place lines after the last message are kept.
+    let claude_with_record: HashSet<String> = store
+        .conversations(None)
+        .unwrap_or_else(|e| panic!("listing conversations failed: {e}"))
+        .into_iter()
+        .filter_map(|c| {
+            c.record
+                .metadata
+                .get("source_session")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .collect();
     // Claude Code uuids already read, by session: a repeat is read once.
     let mut claude_uuids: HashSet<(String, String)> = HashSet::new();
     for src in sources {
@@ -555,6 +571,7 @@ fn check_accounted(format: Format, store: &Store, sources: &[SourceFile], report
                         || stored.holds(&v)
                         || stored.without_content.contains(&without_content(&v))
                         || !claude_groups_with_messages.contains(&claude_session)
+                        || (!is_claude_message(&v) && !claude_with_record.contains(&claude_session))
                 }
                 Format::Codex => {
                     !file_has_message
@@ -596,8 +613,7 @@ fn claude_session_of(src: &SourceFile) -> String {
 }
 
 /// Claude Code sessions (as [`claude_session_of`] groups files) with at
-/// least one message line: a `user` or `assistant` line with a `uuid` and an
-/// object `message`, or a `compact_boundary` with a `uuid`.
+/// least one message line.
 fn claude_sessions_with_messages(format: Format, sources: &[SourceFile]) -> HashSet<String> {
     if format != Format::ClaudeCode {
         return HashSet::new();
@@ -607,21 +623,25 @@ fn claude_sessions_with_messages(format: Format, sources: &[SourceFile]) -> Hash
         .filter(|src| {
             numbered_lines(&src.text)
                 .filter_map(|(_, l)| parse_json(l).ok())
-                .any(|v| {
-                    let ty = v.get("type").and_then(Value::as_str);
-                    let uuid = v.get("uuid").and_then(Value::as_str).is_some();
-                    let message = v.get("message").is_some_and(Value::is_object);
-                    let boundary =
-                        v.get("subtype").and_then(Value::as_str) == Some("compact_boundary");
-                    uuid && match ty {
-                        Some("user" | "assistant") => message,
-                        Some("system") => boundary,
-                        _ => false,
-                    }
-                })
+                .any(|v| is_claude_message(&v))
         })
         .map(claude_session_of)
         .collect()
+}
+
+/// A line the Claude Code importer makes a message of: a `user` or
+/// `assistant` line with a `uuid` and an object `message`, or a
+/// `compact_boundary` with a `uuid`.
+fn is_claude_message(v: &Value) -> bool {
+    let ty = v.get("type").and_then(Value::as_str);
+    let uuid = v.get("uuid").and_then(Value::as_str).is_some();
+    let message = v.get("message").is_some_and(Value::is_object);
+    let boundary = v.get("subtype").and_then(Value::as_str) == Some("compact_boundary");
+    uuid && match ty {
+        Some("user" | "assistant") => message,
+        Some("system") => boundary,
+        _ => false,
+    }
 }
 
 /// Whether a rollout has a line the Codex importer makes a message of.
