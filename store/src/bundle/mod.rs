@@ -353,6 +353,7 @@ impl Bundle {
                 },
             }
         }
+        let mut names = HashSet::new();
         for (name, target) in &self.refs {
             problems.extend(check(
                 &name.to_string(),
@@ -360,6 +361,19 @@ impl Bundle {
                 *target,
                 ObjectKind::Session,
             ));
+            // No ref twice, and a conversation is live or archived, never
+            // both: applied, such a pair can be neither archived nor
+            // unarchived again.
+            let conversation = match name {
+                RefName::Conversation(n) | RefName::Archived(n) => n.as_str(),
+                _ => "",
+            };
+            if !names.insert((conversation, conversation.is_empty().then_some(name))) {
+                problems.push(corrupt(
+                    *target,
+                    format!("the bundle carries {name} and another ref of the same conversation or name"),
+                ));
+            }
         }
         if let Some(store) = store {
             for p in &self.prerequisites {
