@@ -14,7 +14,7 @@ use crate::hash::ID_LEN;
 use crate::import::{import_sources, parse_json, Format, ImportOptions, ImportReport, SourceFile};
 use crate::object::{object_id, Blob, ObjectKind, Session};
 use crate::odb::Durability;
-use crate::refs::RefTarget;
+use crate::refs::{RefName, RefTarget};
 use crate::store::Store;
 
 /// Flag bit of `bundle_decode`'s first byte: recompute the bundle's
@@ -35,7 +35,8 @@ const BUNDLE_PATH: &str = "fuzz.bundle";
 /// hold only objects that hash to their ids; re-encode to bytes that decode
 /// to the same refs, records, prerequisites and objects; and, when its
 /// problems against an empty store are none, apply to that store, after
-/// which every ref it carried holds the bundle's value. A refusal must be
+/// which every ref it carried holds the bundle's value and no conversation
+/// is both live and archived. A refusal must be
 /// corruption (exit 3), never another kind of error.
 pub fn bundle_decode(data: &[u8]) {
     let Some((&flags, rest)) = data.split_first() else {
@@ -108,6 +109,17 @@ pub fn bundle_decode(data: &[u8]) {
         "refused on an empty store: {:?}",
         report.refusals()
     );
+    let refs = store
+        .refs()
+        .unwrap_or_else(|e| panic!("listing refs after apply failed: {e}"));
+    for (name, _) in &refs {
+        if let RefName::Conversation(n) = name {
+            assert!(
+                !refs.iter().any(|(r, _)| *r == RefName::Archived(n.clone())),
+                "conversation {n} is both live and archived after apply"
+            );
+        }
+    }
     for (name, id) in &bundle.refs {
         let now = store
             .get_ref(name)
