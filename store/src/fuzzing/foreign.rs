@@ -369,9 +369,14 @@ fn check_skipped(sources: &[SourceFile], report: &ImportReport) {
     let by_path: HashMap<&Path, &SourceFile> =
         sources.iter().map(|s| (s.path.as_path(), s)).collect();
     for s in &report.skipped {
-        let src = by_path
-            .get(s.file.as_path())
-            .unwrap_or_else(|| panic!("skipped names no input file: {s:?}"));
+        // A conversation left out whole (line 0) is named by its first
+        // file's name, not its path.
+        let src = by_path.get(s.file.as_path()).copied().or_else(|| {
+            sources
+                .iter()
+                .find(|src| s.line == 0 && Path::new(&src.name()) == s.file)
+        });
+        let src = src.unwrap_or_else(|| panic!("skipped names no input file: {s:?}"));
         if s.line != 0 {
             assert!(
                 numbered_lines(&src.text).any(|(n, _)| n == s.line),
@@ -492,6 +497,19 @@ fn check_accounted(format: Format, store: &Store, sources: &[SourceFile], report
         .map(|s| (s.file.as_path(), s.line))
         .collect();
     let stored = Stored::of(store);
+    // Files whose conversation was left out whole, by path or name, and (for
+    // Claude Code, whose conversations span files) their sessions.
+    let left_out = |src: &SourceFile| {
+        skipped.contains(&(src.path.as_path(), 0)) || skipped.contains(&(Path::new(&src.name()), 0))
+    };
+    let claude_left_out: HashSet<String> = match format {
+        Format::ClaudeCode => sources
+            .iter()
+            .filter(|s| left_out(s))
+            .map(claude_session_of)
+            .collect(),
+        _ => HashSet::new(),
+    };
     // Claude Code groups files by session id: a group's lines are dropped
     // together when none of them is a message.
     let claude_groups_with_messages = claude_sessions_with_messages(format, sources);
@@ -534,6 +552,9 @@ fn check_accounted(format: Format, store: &Store, sources: &[SourceFile], report
                     path.display()
                 );
             }
+            continue;
+        }
+        if format == Format::Codex && left_out(src) {
             continue;
         }
         let lines: Vec<(usize, &str)> = numbered_lines(&src.text).collect();
@@ -580,6 +601,7 @@ fn check_accounted(format: Format, store: &Store, sources: &[SourceFile], report
             let accounted = match format {
                 Format::ClaudeCode => {
                     repeated_uuid
+                        || claude_left_out.contains(&claude_session)
                         || stored.holds(&v)
                         || stored.without_content.contains(&without_content(&v))
                         || !claude_groups_with_messages.contains(&claude_session)
