@@ -550,6 +550,16 @@ fn write_fuzz_corpus() {
         for p in real_files(target) {
             inputs.push(fs::read(&p).unwrap());
         }
+        if target == "import_openai" {
+            // SWE-agent histories are OpenAI chat: as a JSON file and as a
+            // JSONL line.
+            for p in real_files("import_swe_agent") {
+                let v: serde_json::Value = serde_json::from_slice(&fs::read(&p).unwrap()).unwrap();
+                let messages = json!({"messages": v["history"]}).to_string();
+                inputs.push([&[OPENAI_WHOLE_FILE][..], messages.as_bytes()].concat());
+                inputs.push(format!("{messages}\n").into_bytes());
+            }
+        }
         for bytes in inputs {
             let name = blake3::hash(&bytes).to_hex();
             fs::write(dir.join(&name[..16]), bytes).unwrap();
