@@ -10,9 +10,7 @@
 
 mod foreign;
 
-pub use foreign::{
-    bundle_decode, import, import_claude_code, import_codex, import_openai, import_swe_agent,
-};
+pub use foreign::*;
 
 use crate::hash::{ObjectId, Prefix, ID_LEN};
 use crate::object::{object_id, Blob, EncodedObject, ObjectKind, Session};
@@ -358,16 +356,22 @@ pub fn lineage_index(data: &[u8]) {
 }
 
 /// The file in a fuzz input whose first byte is a selector: odd, the
-/// file's trailing 32-byte blake3 (the checksum lineage files and bundles
-/// end with) is recomputed, so that what lies behind the checksum is
-/// reached. `None` for an empty input.
+/// file's trailing checksum is recomputed ([`fix_trailing_checksum`]), so
+/// that what lies behind it is reached. `None` for an empty input.
 fn with_trailer(data: &[u8]) -> Option<Vec<u8>> {
     let (&selector, file) = data.split_first()?;
     let mut bytes = file.to_vec();
-    if selector % 2 == 1 && bytes.len() >= 32 {
-        let body = bytes.len() - 32;
+    if selector % 2 == 1 {
+        fix_trailing_checksum(&mut bytes);
+    }
+    Some(bytes)
+}
+
+/// Recomputes the trailing 32-byte blake3 of everything before it, the
+/// checksum lineage files and bundles end with (nothing for a shorter input).
+pub fn fix_trailing_checksum(bytes: &mut [u8]) {
+    if let Some(body) = bytes.len().checked_sub(32) {
         let sum = blake3::hash(&bytes[..body]);
         bytes[body..].copy_from_slice(sum.as_bytes());
     }
-    Some(bytes)
 }

@@ -916,7 +916,11 @@ fn a_self_parent_at_the_largest_generation_is_refused() {
     let input = [&[0u8][..], &lgi].concat();
     fuzzing::lineage_index(&input);
     let committed = seed_dir("lineage_index").join("regress-self-parent-max-generation.lgi");
-    assert_eq!(fs::read(committed).unwrap(), input, "rerun write_fuzz_seeds");
+    assert_eq!(
+        fs::read(committed).unwrap(),
+        input,
+        "rerun write_fuzz_seeds"
+    );
 }
 
 /// The spec's example with its root made its own parent, both generations

@@ -1,8 +1,10 @@
-//! The fuzz targets for foreign bytes (bundles; Claude Code, Codex, OpenAI
-//! chat and SWE-agent files) on the stable toolchain: every committed seed
-//! and crash artifact under `fuzz/seeds/`, every real file in
-//! `../shared/data`, random bytes, and mutations of valid inputs go through
-//! the same entry points the cargo-fuzz targets run.
+//! The foreign-input entry points of `sessctl_store::fuzzing` (bundles and
+//! the four importers) on the stable toolchain: every committed seed and
+//! regression input under `fuzz/seeds/`, every real session file in
+//! `../shared/data` (skipped with a note when the folder is absent), the
+//! bundles the project's own tests build, then proptest random bytes and
+//! mutations of all of them. Bounded to a few seconds in debug;
+//! `SESSCTL_FUZZ_SCALE=N` runs N times as many random cases.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod support;
@@ -13,307 +15,621 @@ use std::sync::OnceLock;
 
 use proptest::prelude::*;
 use proptest::sample::Index;
-use serde_json::{json, Value};
+use serde_json::json;
 use sessctl_store::bundle::{Bundle, Selection};
-use sessctl_store::fuzzing;
-use sessctl_store::{Cut, Durability, ForkOptions, Messages, RefName, Store, Turn};
+use sessctl_store::fuzzing::{
+    self, BUNDLE_FIX_CHECKSUM, BUNDLE_FIX_IDS, IMPORT_FILE_SEPARATOR, OPENAI_WHOLE_FILE,
+};
+use sessctl_store::import::Format;
+use sessctl_store::refs::{ConversationRecord, ConversationStatus};
+use sessctl_store::remote::apply;
+use sessctl_store::{Durability, Messages, RefName, Store, Turn};
 
-type Target = fn(&[u8]);
-
-const TARGETS: [(&str, Target); 5] = [
-    ("bundle_decode", fuzzing::bundle_decode),
-    ("import_claude_code", fuzzing::import_claude_code),
-    ("import_codex", fuzzing::import_codex),
-    ("import_openai", fuzzing::import_openai),
-    ("import_swe_agent", fuzzing::import_swe_agent),
+const TARGETS: [&str; 5] = [
+    "bundle_decode",
+    "import_claude_code",
+    "import_codex",
+    "import_openai",
+    "import_swe_agent",
 ];
 
-fn repo() -> PathBuf {
+fn entry(target: &str) -> fn(&[u8]) {
+    match target {
+        "bundle_decode" => fuzzing::bundle_decode,
+        "import_claude_code" => fuzzing::import_claude_code,
+        "import_codex" => fuzzing::import_codex,
+        "import_openai" => fuzzing::import_openai,
+        "import_swe_agent" => fuzzing::import_swe_agent,
+        _ => panic!("no target {target}"),
+    }
+}
+
+fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn seed_dir(target: &str) -> PathBuf {
-    repo().join("fuzz/seeds").join(target)
+/// The committed seeds and regression inputs of a target.
+fn committed(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let dir = root().join("fuzz/seeds").join(target);
+    let mut out: Vec<(PathBuf, Vec<u8>)> = match fs::read_dir(&dir) {
+        Ok(rd) => rd
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file())
+            .map(|p| {
+                let bytes = fs::read(&p).unwrap();
+                (p, bytes)
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    out.sort();
+    out
 }
 
-/// Files under `dir` (recursively) whose names end with one of `exts`.
-fn files(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
+/// `../shared/data`, or `None` with a note.
+fn shared_data() -> Option<PathBuf> {
+    let dir = root().join("../shared/data");
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "note: {} is absent; real session files not replayed",
+            dir.display()
+        );
+        None
+    }
+}
+
+fn files_under(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
     let Ok(rd) = fs::read_dir(dir) else { return };
     for e in rd {
         let p = e.unwrap().path();
         if p.is_dir() {
-            files(&p, exts, out);
-        } else if exts.iter().any(|x| p.to_string_lossy().ends_with(x)) {
+            files_under(&p, ext, out);
+        } else if p.to_string_lossy().ends_with(ext) {
             out.push(p);
         }
     }
     out.sort();
 }
 
-/// The real files in ../shared/data a target reads; none (with a note)
-/// when the folder is not there.
+/// The real files of an import target, one input each.
 fn real_files(target: &str) -> Vec<PathBuf> {
-    let data = repo().join("../shared/data");
-    if !data.exists() {
-        eprintln!("note: {} is absent; real files skipped", data.display());
+    let Some(data) = shared_data() else {
         return Vec::new();
-    }
+    };
     let mut out = Vec::new();
     match target {
-        "import_claude_code" => files(&data.join("claude-code"), &[".jsonl"], &mut out),
-        "import_codex" => files(&data.join("codex"), &[".jsonl"], &mut out),
-        "import_swe_agent" => files(&data.join("swe-agent"), &[".traj"], &mut out),
+        "import_claude_code" => files_under(&data.join("claude-code"), ".jsonl", &mut out),
+        "import_codex" => files_under(&data.join("codex"), ".jsonl", &mut out),
+        "import_swe_agent" => files_under(&data.join("swe-agent"), ".traj", &mut out),
         _ => {}
     }
     out
 }
 
-/// Bundles of the spec's example objects and of a real store with a fork,
-/// as fuzz inputs (selector byte 0: the file's own checksum).
-fn bundles() -> &'static [Vec<u8>] {
-    static B: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
-    B.get_or_init(|| {
-        let e = support::examples();
-        let example = Bundle::new(
-            vec![(RefName::conversation("greeting").unwrap(), e.cont.id())],
-            vec![],
-            vec![],
-            vec![e.hello, e.root, e.reply, e.cont],
-        );
-        let store = Store::in_memory().unwrap();
-        let turn = |m: Value| Turn {
-            messages: Messages::Added(vec![m]),
-            ..Turn::default()
+fn turn(text: &str) -> Turn {
+    Turn {
+        messages: Messages::Added(vec![json!({"role": "user", "content": text})]),
+        ..Turn::default()
+    }
+}
+
+/// Bundles as the project writes them: the golden example of
+/// objects-format.md, all of a store with a live and an archived
+/// conversation, one with prerequisites (`--since`), and an empty one.
+fn bundles() -> Vec<Bundle> {
+    let support::Examples {
+        hello,
+        root,
+        reply,
+        cont,
+    } = support::examples();
+    let record = ConversationRecord {
+        conversation_id: Some(root.id()),
+        title: Some("Greeting".into()),
+        default_preset_id: None,
+        metadata: Default::default(),
+        status: ConversationStatus::Active,
+        created_at: 1_763_000_000_000,
+        updated_at: 1_763_000_001_500,
+    };
+    let golden = Bundle::new(
+        vec![(RefName::conversation("greeting").unwrap(), cont.id())],
+        vec![("greeting".into(), record)],
+        vec![],
+        vec![hello, root, reply, cont],
+    );
+    let s = Store::in_memory().unwrap();
+    let (_, first) = s.create(Some("fix"), turn("a"), Durability::Sync).unwrap();
+    s.commit("fix", None, turn("b"), Durability::Sync).unwrap();
+    s.create(Some("old"), turn("c"), Durability::Sync).unwrap();
+    s.archive("old", Durability::Sync).unwrap();
+    let all = Bundle::create(&s, &Selection::All, &[]).unwrap();
+    let since =
+        Bundle::create(&s, &Selection::Revs(vec!["fix".into()]), &[first.to_hex()]).unwrap();
+    assert!(!since.prerequisites.is_empty());
+    vec![golden, all, since, Bundle::default()]
+}
+
+/// The same bundle with every block stored raw, the form the fuzzer can
+/// mutate object by object (with [`BUNDLE_FIX_IDS`]).
+fn with_raw_blocks(encoded: &[u8]) -> Vec<u8> {
+    let mut pos = 8;
+    let u16_at = |b: &[u8], p: usize| u16::from_le_bytes(b[p..p + 2].try_into().unwrap()) as usize;
+    let u32_at = |b: &[u8], p: usize| u32::from_le_bytes(b[p..p + 4].try_into().unwrap()) as usize;
+    let refs = u32_at(encoded, pos);
+    pos += 4;
+    for _ in 0..refs {
+        pos += 2 + u16_at(encoded, pos) + 32;
+    }
+    let records = u32_at(encoded, pos);
+    pos += 4;
+    for _ in 0..records {
+        pos += 2 + u16_at(encoded, pos);
+        pos += 4 + u32_at(encoded, pos);
+    }
+    pos += 4 + 32 * u32_at(encoded, pos);
+    pos += 8;
+    let blocks = u32_at(encoded, pos);
+    pos += 4;
+    let mut out = encoded[..pos].to_vec();
+    for _ in 0..blocks {
+        let codec = encoded[pos];
+        let stored = u32_at(encoded, pos + 1);
+        let raw_len = u32_at(encoded, pos + 5);
+        let data = &encoded[pos + 9..pos + 9 + stored];
+        let raw = match codec {
+            0 => data.to_vec(),
+            _ => zstd::bulk::decompress(data, raw_len).unwrap(),
         };
-        let sync = Durability::NoSync;
-        store
-            .create(
-                Some("fix"),
-                turn(json!({"role": "user", "content": "hi"})),
-                sync,
-            )
-            .unwrap();
-        let reply = store
-            .commit(
-                "fix",
-                None,
-                turn(json!({"role": "assistant", "content": "yo"})),
-                sync,
-            )
-            .unwrap();
-        store
-            .fork(
-                reply,
-                ForkOptions {
-                    name: Some("retry".into()),
-                    cut: Some(Cut::AtMessage(1)),
-                    turn: Some(turn(json!({"role": "user", "content": "again"}))),
-                },
-                sync,
-            )
-            .unwrap();
-        let real = Bundle::create(&store, &Selection::All, &[]).unwrap();
-        [example, real]
-            .iter()
-            .map(|b| [&[0u8][..], &b.encode()].concat())
-            .collect()
+        out.push(0);
+        out.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+        out.extend_from_slice(&raw);
+        pos += 9 + stored;
+    }
+    assert_eq!(pos, encoded.len() - 32);
+    out.extend_from_slice(&[0; 32]);
+    fuzzing::fix_trailing_checksum(&mut out);
+    out
+}
+
+/// Inputs for `bundle_decode` made from [`bundles`]: each as written
+/// (flags 0) and with raw blocks (flags asking for both fix-ups).
+fn bundle_inputs() -> &'static Vec<Vec<u8>> {
+    static INPUTS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    INPUTS.get_or_init(|| {
+        let mut out = Vec::new();
+        for b in bundles() {
+            let bytes = b.encode();
+            out.push([&[0u8][..], &bytes].concat());
+            let raw = with_raw_blocks(&bytes);
+            assert_eq!(Bundle::decode(&raw, Path::new("b")).unwrap(), b);
+            out.push([&[BUNDLE_FIX_CHECKSUM | BUNDLE_FIX_IDS][..], &raw].concat());
+        }
+        out.extend(committed("bundle_decode").into_iter().map(|(_, b)| b));
+        out
     })
 }
 
-/// Small self-made files of each import format.
-fn import_seeds(target: &str) -> Vec<Vec<u8>> {
-    let lines = |v: &[Value]| {
-        v.iter()
-            .map(|l| l.to_string() + "\n")
-            .collect::<String>()
-            .into_bytes()
-    };
-    match target {
-        "import_claude_code" => vec![lines(&[
-            json!({"type": "summary", "summary": "Fix the test", "leafUuid": "b"}),
-            json!({"type": "user", "uuid": "a", "parentUuid": null, "sessionId": "s",
-                   "timestamp": "2026-01-01T00:00:00Z",
-                   "message": {"role": "user", "content": "fix the flaky test"}}),
-            json!({"type": "assistant", "uuid": "b", "parentUuid": "a", "sessionId": "s",
-                   "timestamp": "2026-01-01T00:00:01Z",
-                   "message": {"id": "m1", "role": "assistant", "content": [
-                       {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}]}}),
-            json!({"type": "user", "uuid": "c", "parentUuid": "b", "sessionId": "s",
-                   "timestamp": "2026-01-01T00:00:02Z",
-                   "message": {"role": "user", "content": [
-                       {"type": "tool_result", "tool_use_id": "t1", "content": "a.rs"}]}}),
-        ])],
-        "import_codex" => vec![lines(&[
-            json!({"timestamp": "2026-01-01T00:00:00Z", "type": "session_meta",
-                   "payload": {"id": "x1", "timestamp": "2026-01-01T00:00:00Z", "cwd": "/src"}}),
-            json!({"timestamp": "2026-01-01T00:00:01Z", "type": "response_item",
-                   "payload": {"type": "message", "role": "user",
-                               "content": [{"type": "input_text", "text": "hi"}]}}),
-            json!({"timestamp": "2026-01-01T00:00:02Z", "type": "response_item",
-                   "payload": {"type": "function_call", "name": "shell", "call_id": "c1",
-                               "arguments": "{}"}}),
-            json!({"timestamp": "2026-01-01T00:00:03Z", "type": "response_item",
-                   "payload": {"type": "function_call_output", "call_id": "c1", "output": "ok"}}),
-        ])],
-        "import_openai" => vec![
-            serde_json::to_vec(&json!([
-                {"role": "system", "content": "be brief"},
-                {"role": "user", "content": "hi"},
-                {"role": "assistant", "tool_calls": [{"id": "t", "type": "function",
-                    "function": {"name": "ls", "arguments": "{}"}}]},
-                {"role": "tool", "tool_call_id": "t", "content": "a.rs"}
-            ]))
-            .unwrap(),
-            lines(&[json!({"messages": [{"role": "user", "content": "one"}]})]),
-        ],
-        "import_swe_agent" => vec![serde_json::to_vec(&json!({"history": [
-            {"role": "system", "content": "you are an agent"},
-            {"role": "user", "content": "fix it"},
-            {"role": "assistant", "content": "ok", "thought": "look", "action": "ls"}
-        ], "info": {"model_stats": {"tokens_sent": 10, "tokens_received": 2}}}))
-        .unwrap()],
-        _ => bundles().to_vec(),
-    }
+/// Seeds to mutate for an import target: the committed ones, and the first
+/// lines of each real file (whole files are replayed once, not mutated).
+fn import_inputs(target: &str) -> &'static Vec<Vec<u8>> {
+    static INPUTS: OnceLock<Vec<(String, Vec<Vec<u8>>)>> = OnceLock::new();
+    let all = INPUTS.get_or_init(|| {
+        TARGETS[1..]
+            .iter()
+            .map(|t| {
+                let mut seeds: Vec<Vec<u8>> = committed(t).into_iter().map(|(_, b)| b).collect();
+                for p in real_files(t) {
+                    let text = fs::read(&p).unwrap();
+                    if t == &"import_swe_agent" {
+                        continue; // one JSON value: a prefix is not valid JSON
+                    }
+                    let head: Vec<u8> = text
+                        .split(|&b| b == b'\n')
+                        .take(12)
+                        .flat_map(|l| l.iter().copied().chain([b'\n']))
+                        .collect();
+                    seeds.push(head);
+                }
+                (t.to_string(), seeds)
+            })
+            .collect()
+    });
+    &all.iter().find(|(t, _)| t == target).unwrap().1
 }
 
-/// Writes the committed seeds:
-/// `cargo test -p sessctl-store --test fuzz_foreign -- --ignored write_foreign_seeds`.
 #[test]
-#[ignore = "writes fuzz/seeds; run by hand when the seeds should change"]
-fn write_foreign_seeds() {
-    for (target, _) in TARGETS {
-        let dir = seed_dir(target);
-        fs::create_dir_all(&dir).unwrap();
-        for (k, bytes) in import_seeds(target).iter().enumerate() {
-            fs::write(dir.join(format!("seed-{k}")), bytes).unwrap();
+fn committed_seeds_and_artifacts_pass() {
+    for target in TARGETS {
+        let seeds = committed(target);
+        assert!(!seeds.is_empty(), "no committed seeds for {target}");
+        for (path, bytes) in seeds {
+            eprintln!("{}", path.display());
+            entry(target)(&bytes);
         }
     }
 }
 
-/// Every committed seed and artifact, and every real file, through its
-/// target. The real files and the seeds are valid, so the import oracles
-/// run whole on them.
 #[test]
-fn seeds_artifacts_and_real_files_replay() {
-    for (target, run) in TARGETS {
-        let mut inputs = Vec::new();
-        files(&seed_dir(target), &[""], &mut inputs);
-        assert!(!inputs.is_empty(), "no committed seeds for {target}");
-        let real = real_files(target);
-        if target != "bundle_decode"
-            && target != "import_openai"
-            && repo().join("../shared/data").exists()
-        {
-            assert!(!real.is_empty(), "no real files for {target}");
+fn real_session_files_pass() {
+    for target in &TARGETS[1..] {
+        for path in real_files(target) {
+            entry(target)(&fs::read(&path).unwrap());
         }
-        inputs.extend(real);
-        for p in &inputs {
-            run(&fs::read(p).unwrap());
+    }
+    // A session file and its subagents' files, read together as `import`
+    // reads a directory.
+    if let Some(data) = shared_data() {
+        let dir = data.join("claude-code/claude/incremental-subagents");
+        let mut files = Vec::new();
+        files_under(&dir, ".jsonl", &mut files);
+        let sources: Vec<_> = files
+            .iter()
+            .filter(|p| p.to_string_lossy().contains("turn-2"))
+            .map(|p| sessctl_store::import::SourceFile {
+                path: p.clone(),
+                text: fs::read_to_string(p).unwrap(),
+            })
+            .collect();
+        assert!(sources.len() >= 2);
+        fuzzing::import_sources_checked(Format::ClaudeCode, &sources);
+    }
+}
+
+/// The project's bundles pass every oracle, and reach the apply step:
+/// the fix-ups do not turn them away at the door.
+#[test]
+fn project_bundles_pass_and_apply() {
+    for input in bundle_inputs() {
+        fuzzing::bundle_decode(input);
+    }
+    for b in bundles() {
+        let store = Store::in_memory().unwrap();
+        if b.problems(Some(&store)).unwrap().is_empty() {
+            assert!(
+                apply(&store, &b, "unbundle", "the bundle", Durability::NoSync)
+                    .unwrap()
+                    .applied
+            );
         }
     }
 }
 
-/// A mutation that keeps a text format's shape: lines dropped, duplicated,
-/// swapped or cut short, or a byte changed.
+/// The committed import seeds are not turned away at the door: they make
+/// conversations and messages, and skip what they were written to skip.
+#[test]
+fn import_seeds_reach_the_store() {
+    use sessctl_store::import::{import_sources, ImportOptions, ImportReport};
+    let formats = [
+        ("import_claude_code", Format::ClaudeCode),
+        ("import_codex", Format::Codex),
+        ("import_openai", Format::OpenAi),
+        ("import_swe_agent", Format::SweAgent),
+    ];
+    for (target, format) in formats {
+        for (path, bytes) in committed(target) {
+            let store = Store::in_memory().unwrap();
+            let files = fuzzing::import_files(format, &bytes);
+            let opts = ImportOptions {
+                no_sync: true,
+                ..ImportOptions::default()
+            };
+            let r = import_sources(&store, format, &files, &opts, ImportReport::default()).unwrap();
+            eprintln!(
+                "{}: {} files, {} conversations, {} sessions, {} messages, {} forks, {} compactions, {} skipped",
+                path.display(),
+                files.len(),
+                r.conversations,
+                r.sessions_total,
+                r.messages,
+                r.forks,
+                r.compactions,
+                r.skipped.len()
+            );
+            assert!(r.conversations > 0 && r.messages > 0, "{}", path.display());
+        }
+    }
+}
+
+/// An import input split into files at the separator, with the OpenAI
+/// whole-file marker, names files as the target expects.
+#[test]
+fn import_inputs_split_into_named_files() {
+    let data = [
+        &b"a\n"[..],
+        &[IMPORT_FILE_SEPARATOR],
+        &[OPENAI_WHOLE_FILE],
+        b"[]",
+    ]
+    .concat();
+    let files = fuzzing::import_files(Format::OpenAi, &data);
+    let names: Vec<String> = files.iter().map(|f| f.path.display().to_string()).collect();
+    assert_eq!(names, ["d0/chat-0.jsonl", "d1/chat-0.json"]);
+    assert_eq!(files[1].text, "[]");
+}
+
+/// One edit of a seed.
 #[derive(Debug, Clone)]
-enum Edit {
-    DropLine(Index),
-    DuplicateLine(Index),
-    SwapLines(Index, Index),
-    CutLine(Index, Index),
+enum Mutation {
+    FlipBit(Index, u8),
     SetByte(Index, u8),
+    Truncate(Index),
+    Delete(Index, Index),
+    Duplicate(Index, Index, Index),
+    Splice(Index, Index, Index, Index),
+    Insert(Index, Vec<u8>),
+    /// Overwrites 4 bytes with a large little-endian value.
+    Large(Index, u32),
+    /// Inserts a JSON-ish token: what text formats are made of.
+    Token(Index, Index),
 }
 
-fn edit() -> impl Strategy<Value = Edit> {
+const TOKENS: &[&[u8]] = &[
+    b"\n",
+    b"\0",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b",",
+    b"\"",
+    b":",
+    b"null",
+    b"-1",
+    b"1e999",
+    b"18446744073709551616",
+    b"\"uuid\":\"u1\",",
+    b"\"parentUuid\":\"u2\",",
+    b"\"type\":\"user\",",
+    b"\"type\":\"assistant\",",
+    b"\"isSidechain\":true,",
+    b"\"agentId\":\"a1\",",
+    b"\"sessionId\":\"x.fork-1\",",
+    b"\"type\":\"response_item\",",
+    b"\"type\":\"session_meta\",",
+    b"\"forked_from_id\":\"019e1625-789d\",",
+    b"\"messages\":[],",
+    b"\"history\":[{}],",
+    b"\"a\":1,\"a\":2,",
+    b"\\ud800",
+    b"\xff\xfe",
+];
+
+fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
-        any::<Index>().prop_map(Edit::DropLine),
-        any::<Index>().prop_map(Edit::DuplicateLine),
-        (any::<Index>(), any::<Index>()).prop_map(|(a, b)| Edit::SwapLines(a, b)),
-        (any::<Index>(), any::<Index>()).prop_map(|(a, b)| Edit::CutLine(a, b)),
-        (any::<Index>(), any::<u8>()).prop_map(|(a, b)| Edit::SetByte(a, b)),
+        2 => (any::<Index>(), 0u8..8).prop_map(|(i, b)| Mutation::FlipBit(i, b)),
+        1 => (any::<Index>(), any::<u8>()).prop_map(|(i, v)| Mutation::SetByte(i, v)),
+        1 => any::<Index>().prop_map(Mutation::Truncate),
+        1 => (any::<Index>(), any::<Index>()).prop_map(|(a, b)| Mutation::Delete(a, b)),
+        1 => (any::<Index>(), any::<Index>(), any::<Index>())
+            .prop_map(|(a, b, c)| Mutation::Duplicate(a, b, c)),
+        1 => (any::<Index>(), any::<Index>(), any::<Index>(), any::<Index>())
+            .prop_map(|(a, b, c, d)| Mutation::Splice(a, b, c, d)),
+        1 => (any::<Index>(), prop::collection::vec(any::<u8>(), 1..8))
+            .prop_map(|(i, v)| Mutation::Insert(i, v)),
+        1 => (any::<Index>(), prop_oneof![Just(u32::MAX), Just(1 << 31), any::<u32>()])
+            .prop_map(|(i, v)| Mutation::Large(i, v)),
+        2 => (any::<Index>(), any::<Index>()).prop_map(|(i, t)| Mutation::Token(i, t)),
     ]
 }
 
-fn apply(bytes: &[u8], edits: &[Edit]) -> Vec<u8> {
-    let mut lines: Vec<Vec<u8>> = bytes.split(|&b| b == b'\n').map(<[u8]>::to_vec).collect();
-    for e in edits {
-        let n = lines.len();
-        match e {
-            Edit::DropLine(i) if n > 1 => {
-                lines.remove(i.index(n));
-            }
-            Edit::DuplicateLine(i) => {
-                let l = lines[i.index(n)].clone();
-                lines.insert(i.index(n), l);
-            }
-            Edit::SwapLines(a, b) => lines.swap(a.index(n), b.index(n)),
-            Edit::CutLine(i, at) => {
-                let l = &mut lines[i.index(n)];
-                let keep = at.index(l.len() + 1);
-                l.truncate(keep);
-            }
-            Edit::SetByte(i, v) => {
-                let l = &mut lines[i.index(n)];
-                if !l.is_empty() {
-                    let k = i.index(l.len());
-                    l[k] = *v;
+fn apply_mutation(bytes: &mut Vec<u8>, m: &Mutation, others: &[Vec<u8>]) {
+    let len = bytes.len();
+    let upto = |i: &Index| i.index(len + 1);
+    match m {
+        Mutation::FlipBit(i, bit) if len > 0 => bytes[i.index(len)] ^= 1 << bit,
+        Mutation::SetByte(i, v) if len > 0 => bytes[i.index(len)] = *v,
+        Mutation::Truncate(i) => bytes.truncate(upto(i)),
+        Mutation::Delete(a, b) => {
+            let (a, b) = (upto(a), upto(b));
+            bytes.drain(a.min(b)..a.max(b).min(a.min(b) + 64));
+        }
+        Mutation::Duplicate(a, b, to) => {
+            let (a, b) = (upto(a), upto(b));
+            let range = bytes[a.min(b)..a.max(b).min(a.min(b) + 256)].to_vec();
+            let to = upto(to);
+            bytes.splice(to..to, range);
+        }
+        Mutation::Splice(which, a, b, to) if !others.is_empty() => {
+            let other = &others[which.index(others.len())];
+            let (a, b) = (a.index(other.len() + 1), b.index(other.len() + 1));
+            let range = other[a.min(b)..a.max(b).min(a.min(b) + 256)].to_vec();
+            let to = upto(to);
+            bytes.splice(to..to, range);
+        }
+        Mutation::Insert(i, v) => {
+            let to = upto(i);
+            bytes.splice(to..to, v.iter().copied());
+        }
+        Mutation::Large(i, v) if len > 0 => {
+            let at = i.index(len);
+            for (k, b) in v.to_le_bytes().iter().enumerate() {
+                if let Some(slot) = bytes.get_mut(at + k) {
+                    *slot = *b;
                 }
             }
-            Edit::DropLine(_) => {}
         }
+        Mutation::Token(i, t) => {
+            let to = upto(i);
+            bytes.splice(to..to, TOKENS[t.index(TOKENS.len())].iter().copied());
+        }
+        _ => {}
     }
-    lines.join(&b'\n')
 }
 
-fn cases(n: u32) -> ProptestConfig {
+fn mutated(seed: &[u8], ms: &[Mutation], others: &[Vec<u8>]) -> Vec<u8> {
+    let mut bytes = seed.to_vec();
+    for m in ms {
+        apply_mutation(&mut bytes, m, others);
+    }
+    bytes
+}
+
+fn config(cases: u32) -> ProptestConfig {
     let scale = std::env::var("SESSCTL_FUZZ_SCALE")
         .ok()
         .and_then(|s| s.parse::<u32>().ok())
         .unwrap_or(1);
     ProptestConfig {
-        cases: n.saturating_mul(scale),
+        cases: cases.saturating_mul(scale),
         failure_persistence: None,
         ..ProptestConfig::default()
     }
 }
 
 proptest! {
-    #![proptest_config(cases(96))]
+    #![proptest_config(config(256))]
 
     #[test]
-    fn random_bytes_through_every_target(
-        t in 0..TARGETS.len(),
-        data in prop::collection::vec(any::<u8>(), 0..600),
+    fn random_bytes_pass(
+        target in prop::sample::select(TARGETS.to_vec()),
+        data in prop::collection::vec(any::<u8>(), 0..256),
     ) {
-        (TARGETS[t].1)(&data);
+        entry(target)(&data);
+    }
+
+    /// Random bytes behind a valid bundle header, resealed: the structure
+    /// reader, not the magic check, gets them.
+    #[test]
+    fn random_bundle_bodies_pass(
+        flags in any::<u8>(),
+        body in prop::collection::vec(any::<u8>(), 0..256),
+    ) {
+        let input = [&[flags | BUNDLE_FIX_CHECKSUM][..], b"SBDL", &1u32.to_le_bytes(), &body, &[0; 32]].concat();
+        fuzzing::bundle_decode(&input);
     }
 
     #[test]
-    fn edited_imports(
-        t in 1..TARGETS.len(),
-        k in any::<Index>(),
-        edits in prop::collection::vec(edit(), 1..6),
+    fn mutated_bundles_pass(
+        which in any::<Index>(),
+        flags in 0u8..4,
+        ms in prop::collection::vec(mutation(), 1..4),
     ) {
-        let (target, run) = TARGETS[t];
-        let seeds = import_seeds(target);
-        run(&apply(&seeds[k.index(seeds.len())], &edits));
-    }
-
-    /// Bytes changed behind a fixed-up checksum (selector 1), to reach the
-    /// decoder's structure and blocks; or in front of it (selector 0).
-    #[test]
-    fn edited_bundles(
-        k in any::<Index>(),
-        fix in any::<bool>(),
-        flips in prop::collection::vec((any::<Index>(), any::<u8>()), 1..4),
-    ) {
-        let b = bundles();
-        let mut data = b[k.index(b.len())].clone();
-        data[0] = u8::from(fix);
-        for (i, v) in &flips {
-            let at = 1 + i.index(data.len() - 1);
-            data[at] ^= v | 1;
-        }
+        let inputs = bundle_inputs();
+        let seed = &inputs[which.index(inputs.len())];
+        let mut data = mutated(&seed[1..], &ms, inputs);
+        data.insert(0, flags);
         fuzzing::bundle_decode(&data);
     }
+}
+
+proptest! {
+    #![proptest_config(config(96))]
+
+    #[test]
+    fn mutated_import_files_pass(
+        target in prop::sample::select(TARGETS[1..].to_vec()),
+        which in any::<Index>(),
+        ms in prop::collection::vec(mutation(), 1..5),
+    ) {
+        let seeds = import_inputs(target);
+        let seed = &seeds[which.index(seeds.len())];
+        entry(target)(&mutated(seed, &ms, seeds));
+    }
+}
+
+/// Writes the corpus a fuzzing run starts from into `fuzz/corpus/<target>/`
+/// (ignored by git): the committed seeds, the project's bundles, and the
+/// real files of `../shared/data` (which keep their licences there, so they
+/// are copied only into the ignored corpus). Run with
+/// `cargo test -p sessctl-store --test fuzz_foreign -- --ignored write_fuzz_corpus`.
+#[test]
+#[ignore = "writes fuzz/corpus/ for a cargo-fuzz run"]
+fn write_fuzz_corpus() {
+    for target in TARGETS {
+        let dir = root().join("fuzz/corpus").join(target);
+        fs::create_dir_all(&dir).unwrap();
+        let mut inputs: Vec<Vec<u8>> = if target == "bundle_decode" {
+            bundle_inputs().clone()
+        } else {
+            import_inputs(target).clone()
+        };
+        for p in real_files(target) {
+            inputs.push(fs::read(&p).unwrap());
+        }
+        if target == "import_openai" {
+            // SWE-agent histories are OpenAI chat: as a JSON file and as a
+            // JSONL line.
+            for p in real_files("import_swe_agent") {
+                let v: serde_json::Value = serde_json::from_slice(&fs::read(&p).unwrap()).unwrap();
+                let messages = json!({"messages": v["history"]}).to_string();
+                inputs.push([&[OPENAI_WHOLE_FILE][..], messages.as_bytes()].concat());
+                inputs.push(format!("{messages}\n").into_bytes());
+            }
+        }
+        for bytes in inputs {
+            let name = blake3::hash(&bytes).to_hex();
+            fs::write(dir.join(&name[..16]), bytes).unwrap();
+        }
+    }
+}
+
+/// Writes the small bundle seeds committed under `fuzz/seeds/bundle_decode/`:
+/// the golden example as written and with raw blocks.
+#[test]
+#[ignore = "rewrites committed seeds"]
+fn write_bundle_seeds() {
+    let dir = root().join("fuzz/seeds/bundle_decode");
+    fs::create_dir_all(&dir).unwrap();
+    let inputs = bundle_inputs();
+    fs::write(dir.join("golden"), &inputs[0]).unwrap();
+    fs::write(dir.join("golden-raw"), &inputs[1]).unwrap();
+}
+
+/// Lines nested as deep as a blob may be, kept where the importers keep
+/// what is not a message (a session's `extra`, a record's metadata).
+#[test]
+fn deeply_nested_lines_import_or_are_skipped() {
+    let deep = |depth: usize| "[".repeat(depth) + &"]".repeat(depth);
+    for depth in [200, 250, 254, 255, 256] {
+        let d = deep(depth);
+        let claude = format!(
+            "{{\"type\":\"summary\",\"x\":{d}}}\n{{\"type\":\"user\",\"uuid\":\"u\",\"sessionId\":\"s\",\"message\":{{\"role\":\"user\",\"content\":\"hi\"}}}}\n{{\"type\":\"queue-operation\",\"x\":{d}}}\n"
+        );
+        fuzzing::import_claude_code(claude.as_bytes());
+        let codex = format!(
+            "{{\"type\":\"session_meta\",\"payload\":{{\"id\":\"x\",\"d\":{d}}}}}\n{{\"type\":\"turn_context\",\"payload\":{d}}}\n{{\"type\":\"response_item\",\"payload\":{{\"type\":\"message\",\"role\":\"user\",\"content\":\"hi\"}}}}\n"
+        );
+        fuzzing::import_codex(codex.as_bytes());
+        let openai =
+            format!("{{\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}],\"x\":{d}}}\n");
+        fuzzing::import_openai(openai.as_bytes());
+        let swe =
+            format!("{{\"history\":[{{\"role\":\"user\",\"content\":\"hi\"}}],\"info\":{d}}}");
+        fuzzing::import_swe_agent(swe.as_bytes());
+    }
+}
+
+/// Replays one input on stable, for debugging a cargo-fuzz artifact:
+/// `SESSCTL_FUZZ_TARGET=import_codex SESSCTL_FUZZ_INPUT=fuzz/artifacts/... cargo
+/// test -p sessctl-store --test fuzz_foreign -- --ignored replay_one_input`.
+#[test]
+#[ignore = "replays $SESSCTL_FUZZ_INPUT through $SESSCTL_FUZZ_TARGET"]
+fn replay_one_input() {
+    let target = std::env::var("SESSCTL_FUZZ_TARGET").unwrap();
+    let input = std::env::var("SESSCTL_FUZZ_INPUT").unwrap();
+    entry(&target)(&fs::read(input).unwrap());
+}
+
+/// Found by `import_codex`, not fixed: a message line repeated word for
+/// word after a compaction (same blob, same history length) matches the
+/// boundary the first import left at its twin, so a second import splits
+/// the sessions there and writes three objects and moves a ref. The
+/// boundaries of an earlier import (`existing_boundaries`) would need to
+/// know more than (last message, history length).
+#[test]
+#[ignore = "known: a second import is not idempotent when a line repeats after a compaction"]
+fn a_line_repeated_after_a_compaction_is_imported_idempotently() {
+    let x =
+        r#"{"timestamp":"2026-05-11T11:27:02.000Z","type":"compacted","payload":{"message":"s"}}"#;
+    let lines = [
+        r#"{"timestamp":"2026-05-11T11:27:01.000Z","type":"response_item","payload":{"type":"message","role":"user","content":"a"}}"#,
+        x,
+        r#"{"timestamp":"2026-05-11T11:27:03.000Z","type":"response_item","payload":{"type":"message","role":"assistant","content":"b"}}"#,
+        x,
+    ];
+    fuzzing::import_codex((lines.join("\n") + "\n").as_bytes());
 }

@@ -348,6 +348,7 @@ impl Bundle {
                 },
             }
         }
+        let mut names = HashSet::new();
         for (name, target) in &self.refs {
             problems.extend(check(
                 &name.to_string(),
@@ -355,6 +356,18 @@ impl Bundle {
                 *target,
                 ObjectKind::Session,
             ));
+            // No ref twice, and a conversation live or archived, never both:
+            // applied, such a pair could be neither archived nor unarchived.
+            let conversation = match name {
+                RefName::Conversation(n) | RefName::Archived(n) => n.as_str(),
+                _ => "",
+            };
+            if !names.insert((conversation, conversation.is_empty().then_some(name))) {
+                problems.push(corrupt(
+                    *target,
+                    format!("the bundle carries {name} twice, or with its conversation's other (live or archived) ref"),
+                ));
+            }
         }
         if let Some(store) = store {
             for p in &self.prerequisites {

@@ -304,11 +304,34 @@ fn walk(dir: &Path, format: Format, out: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
-/// Parses one line (or file) of JSON, refusing duplicate keys as blobs do.
+/// Parses one line (or file) of JSON, refusing duplicate keys as blobs do,
+/// and nesting deeper than [`MAX_LINE_DEPTH`].
 pub(crate) fn parse_json(text: &str) -> std::result::Result<Value, String> {
-    crate::object::Blob::from_json_str(text)
+    let v = crate::object::Blob::from_json_str(text)
         .map(crate::object::Blob::into_value)
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    if nesting(&v) > MAX_LINE_DEPTH {
+        return Err(format!(
+            "nested deeper than {MAX_LINE_DEPTH} levels, the most a line may be: \
+             it is kept two levels down in a session's metadata"
+        ));
+    }
+    Ok(v)
+}
+
+/// How deep a source line may nest: a blob's limit (256) less the two
+/// levels `extra.events` and `extra.merged_lines` put around it. Deeper, a
+/// line would fail its session's encoding (and the whole import) or, kept in
+/// a record's `trailing_events`, panic the record's encoder.
+const MAX_LINE_DEPTH: usize = crate::object::cbor::MAX_DEPTH - 2;
+
+/// Arrays and objects nested in `v` (0 for a scalar).
+fn nesting(v: &Value) -> usize {
+    match v {
+        Value::Array(a) => 1 + a.iter().map(nesting).max().unwrap_or(0),
+        Value::Object(o) => 1 + o.values().map(nesting).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// A conversation name from source text: `[A-Za-z0-9._-]`, other

@@ -27,7 +27,8 @@ pub(super) fn import_trees(
     let existing_refs = store.refs()?;
     let mut names_used: HashSet<String> = HashSet::new();
     let mut queued: HashSet<ObjectId> = HashSet::new();
-    for mut tree in trees {
+    let mut claimed: HashSet<RefName> = HashSet::new();
+    for mut tree in sources_first(trees) {
         if tree.nodes.is_empty() {
             continue;
         }
@@ -44,7 +45,15 @@ pub(super) fn import_trees(
         let first_file = tree.nodes[0].file.clone();
         let boundaries = existing_boundaries(store, &existing_refs, &tree.name)?;
         let graft = match tree.forked_from.clone() {
-            Some(source) => graft_point(store, &source, &mut tree)?,
+            Some(source) => {
+                // Its source may be in the batch not yet written: write it,
+                // or only the next import would find the graft (and rewrite
+                // the fork then).
+                if let Some((prev, _)) = pending.take() {
+                    store.transact(prev, Durability::NoSync)?;
+                }
+                graft_point(store, &source, &mut tree)?
+            }
             None => None,
         };
         let built = build(format, tree, &boundaries, graft, report)?;
@@ -72,6 +81,24 @@ pub(super) fn import_trees(
             });
             continue;
         }
+        // Nor one an earlier source of this import makes (`x.fork-1` is a
+        // fork of `x` and may be a conversation of its own): the first keeps it.
+        if let Some(name) = built
+            .refs
+            .iter()
+            .map(|r| &r.0)
+            .find(|n| claimed.contains(*n))
+        {
+            report.skipped.push(Skipped {
+                file: PathBuf::from(&first_file),
+                line: 0,
+                reason: format!(
+                    "{name} is also made by an earlier source of this import; left to it"
+                ),
+            });
+            continue;
+        }
+        claimed.extend(built.refs.iter().map(|r| r.0.clone()));
         report.sessions_total += built.sessions;
         report.messages += built.messages;
         report.forks += built.forks;
@@ -141,6 +168,29 @@ pub(super) fn import_trees(
         store.transact(tx, d)?;
     }
     Ok(())
+}
+
+/// The trees in their order, except that a fork comes after the tree it was
+/// forked from (its graft needs that tree in the store). Forks in a cycle
+/// are imported as plain conversations, so that a second import does the same.
+fn sources_first(mut trees: Vec<Tree>) -> Vec<Tree> {
+    let mut out = Vec::with_capacity(trees.len());
+    while !trees.is_empty() {
+        let waiting: HashSet<String> = trees.iter().map(|t| t.name.clone()).collect();
+        let (ready, mut rest): (Vec<Tree>, Vec<Tree>) = trees.into_iter().partition(|t| {
+            t.forked_from
+                .as_ref()
+                .is_none_or(|f| *f == t.name || !waiting.contains(f))
+        });
+        if ready.is_empty() {
+            for t in &mut rest {
+                t.forked_from = None;
+            }
+        }
+        out.extend(ready);
+        trees = rest;
+    }
+    out
 }
 
 /// Where a forked copy joins its source conversation: the source's

@@ -213,7 +213,9 @@ impl ConversationInfo {
         let default_preset_id = r.opt(|r| r.str().map(str::to_owned))?;
         let metadata = match r.str()? {
             "" => Default::default(),
-            text => match serde_json::from_str::<Value>(text).ok()? {
+            // As deep as a blob (256), past serde_json's default (128): the
+            // record encoder takes that much.
+            text => match crate::object::blob::parse_json_strict(text.as_bytes()).ok()? {
                 Value::Object(m) => m.into_iter().collect(),
                 _ => return None,
             },

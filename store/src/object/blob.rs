@@ -32,9 +32,9 @@ impl Blob {
         Self::from_json_slice(text.as_bytes())
     }
 
-    /// Parses JSON bytes (UTF-8), refusing duplicate object keys.
+    /// Parses JSON bytes (UTF-8), refusing duplicate object keys and nesting
+    /// deeper than a blob may hold (256).
     pub fn from_json_slice(bytes: &[u8]) -> Result<Self, EncodeError> {
-        // serde_json stops at 128 levels, within the 256 a blob may have.
         parse_json_strict(bytes).map(|value| Blob { value })
     }
 
