@@ -1,3 +1,4 @@
+// Over 600 lines on purpose: each format's oracle (what "imported" means) sits beside the entry point it checks.
 //! Entry points for the code that reads the most foreign bytes: bundles
 //! (files from another machine) and the four import parsers (files another
 //! program wrote). Shared by the cargo-fuzz targets `bundle_decode` and

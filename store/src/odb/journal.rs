@@ -1,3 +1,4 @@
+// Over 600 lines on purpose: the frame format, the recovery scan and the group-commit writer are one protocol.
 //! The journal: append-only segment files of checksummed frames
 //! (objects-format.md, "Journal").
 //!
