@@ -157,6 +157,34 @@ fn damaged_bundles_are_corrupt_and_move_nothing() {
     assert!(dst.refs().unwrap().is_empty());
 }
 
+/// A conversation both live and archived, or a ref carried twice, could be
+/// neither archived nor unarchived once applied: the bundle is corrupt.
+#[test]
+fn a_conversation_live_and_archived_in_one_bundle_is_corrupt() {
+    let (src, head) = source();
+    let good = Bundle::create(&src, &Selection::All, &[]).unwrap();
+    let both = RefName::Archived("fix".parse().unwrap());
+    let twice = RefName::Conversation("fix".parse().unwrap());
+    for (extra, says) in [
+        (both, "both refs/heads/fix and refs/archive/fix"),
+        (twice, "refs/heads/fix twice"),
+    ] {
+        let mut b = good.clone();
+        b.refs.push((extra, head));
+        let problems = b.problems(None).unwrap();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.kind == ProblemKind::Corrupt && p.message.contains(says)),
+            "{problems:?}"
+        );
+        let dst = Store::in_memory().unwrap();
+        let e = apply(&dst, &b, "unbundle", "the bundle", Durability::Sync).unwrap_err();
+        assert!(e.is_corruption(), "{e}");
+        assert!(dst.refs().unwrap().is_empty());
+    }
+}
+
 #[test]
 fn a_diverged_ref_refuses_the_whole_bundle() {
     let (src, _) = source();

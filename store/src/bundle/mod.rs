@@ -348,7 +348,8 @@ impl Bundle {
                 },
             }
         }
-        let mut names = HashSet::new();
+        // By conversation for its live and archived refs, by name for others.
+        let mut seen: HashMap<std::result::Result<&str, &RefName>, &RefName> = HashMap::new();
         for (name, target) in &self.refs {
             problems.extend(check(
                 &name.to_string(),
@@ -358,15 +359,19 @@ impl Bundle {
             ));
             // No ref twice, and a conversation live or archived, never both:
             // applied, such a pair could be neither archived nor unarchived.
-            let conversation = match name {
-                RefName::Conversation(n) | RefName::Archived(n) => n.as_str(),
-                _ => "",
+            let key = match name {
+                RefName::Conversation(n) | RefName::Archived(n) => Ok(n.as_str()),
+                other => Err(other),
             };
-            if !names.insert((conversation, conversation.is_empty().then_some(name))) {
-                problems.push(corrupt(
-                    *target,
-                    format!("the bundle carries {name} twice, or with its conversation's other (live or archived) ref"),
-                ));
+            if let Some(first) = seen.insert(key, name) {
+                let message = if first == name {
+                    format!("the bundle carries {name} twice")
+                } else {
+                    format!(
+                        "the bundle carries both {first} and {name}: a conversation is live or archived, never both"
+                    )
+                };
+                problems.push(corrupt(*target, message));
             }
         }
         if let Some(store) = store {
