@@ -96,7 +96,7 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
                 Err(e) => report.skipped.push(Skipped {
                     file: src.path.clone(),
                     line: i + 1,
-                    reason: format!("invalid JSON: {e}"),
+                    reason: e,
                 }),
             }
         }

@@ -65,7 +65,7 @@ fn parse_file(src: &SourceFile, report: &mut ImportReport) -> Option<Tree> {
             Err(e) => report.skipped.push(Skipped {
                 file: src.path.clone(),
                 line: i + 1,
-                reason: format!("invalid JSON: {e}"),
+                reason: e,
             }),
         }
     }

@@ -305,7 +305,8 @@ fn walk(dir: &Path, format: Format, out: &mut Vec<PathBuf>) -> Result<()> {
 }
 
 /// Parses one line (or file) of JSON, refusing duplicate keys as blobs do,
-/// and nesting deeper than [`MAX_LINE_DEPTH`].
+/// and nesting deeper than [`MAX_LINE_DEPTH`]. The error is the reason a
+/// skipped line is reported with ("invalid JSON: ...", or the depth).
 pub(crate) fn parse_json(text: &str) -> std::result::Result<Value, String> {
     let v = crate::object::Blob::from_json_str(text)
         .map(crate::object::Blob::into_value)

@@ -28,7 +28,7 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
                     Err(e) => report.skipped.push(Skipped {
                         file: src.path.clone(),
                         line: i + 1,
-                        reason: format!("invalid JSON: {e}"),
+                        reason: e,
                     }),
                 }
             }
@@ -38,7 +38,7 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
                 Err(e) => report.skipped.push(Skipped {
                     file: src.path.clone(),
                     line: 0,
-                    reason: format!("invalid JSON: {e}"),
+                    reason: e,
                 }),
             }
         }

@@ -21,7 +21,7 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
                 report.skipped.push(Skipped {
                     file: src.path.clone(),
                     line: 0,
-                    reason: format!("invalid JSON: {e}"),
+                    reason: e,
                 });
                 continue;
             }
