@@ -316,16 +316,11 @@ pub fn import_sources_checked(format: Format, sources: &[SourceFile]) {
 
     let second = import_sources(&store, format, sources, &opts, ImportReport::default())
         .unwrap_or_else(|e| panic!("a second {} import failed: {e}", format.as_str()));
-    // A known gap, not fixed (see fuzz/README.md): a Codex message line
-    // repeated word for word in a rollout with a compaction can be split
-    // differently by the second import.
-    if !(format == Format::Codex && codex_repeats_with_compaction(sources)) {
-        assert_eq!(
-            (second.objects_written, second.refs_moved),
-            (0, 0),
-            "a second import of the same files wrote objects or moved refs"
-        );
-    }
+    assert_eq!(
+        (second.objects_written, second.refs_moved),
+        (0, 0),
+        "a second import of the same files wrote objects or moved refs"
+    );
     assert_eq!(
         second.skipped, report.skipped,
         "a second import skips differently"
@@ -679,25 +674,6 @@ fn is_claude_message(v: &Value) -> bool {
         Some("system") => boundary,
         _ => false,
     }
-}
-
-/// Whether a rollout has a `compacted` line and a message line (a
-/// `response_item` or `compacted` one) that another one repeats as a value.
-fn codex_repeats_with_compaction(sources: &[SourceFile]) -> bool {
-    sources.iter().any(|src| {
-        let mut seen = HashSet::new();
-        let mut repeated = false;
-        let mut compaction = false;
-        for (_, l) in numbered_lines(&src.text) {
-            let Ok(v) = parse_json(l) else { continue };
-            let kind = v.get("type").and_then(Value::as_str);
-            if matches!(kind, Some("response_item" | "compacted")) {
-                compaction |= kind == Some("compacted");
-                repeated |= !seen.insert(v.to_string());
-            }
-        }
-        repeated && compaction
-    })
 }
 
 /// Whether a rollout has a line the Codex importer makes a message of.

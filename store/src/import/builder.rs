@@ -62,12 +62,27 @@ pub(super) struct Built {
     pub(super) refs: Vec<BranchRef>,
 }
 
+/// Where an earlier import ended a session: its last message, its history
+/// length, and how many compaction sessions its first-parent chain holds
+/// (itself included). The count tells apart two places with the same
+/// message and length, which a compaction between them makes possible.
+pub(super) type Boundary = (ObjectId, u64, u32);
+
+/// Where a forked copy joins its source: the source's session, the number
+/// of messages both share, and the compactions on that session's chain.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Graft {
+    pub(super) session: ObjectId,
+    pub(super) shared: u64,
+    pub(super) compactions: u32,
+}
+
 /// Turns one tree into sessions.
 pub(super) fn build(
     format: Format,
     mut tree: Tree,
-    boundaries: &HashSet<(ObjectId, u64)>,
-    graft: Option<(ObjectId, u64)>,
+    boundaries: &HashSet<Boundary>,
+    graft: Option<Graft>,
     report: &mut ImportReport,
 ) -> Result<Built> {
     let n = tree.nodes.len();
@@ -122,6 +137,8 @@ pub(super) fn build(
         }
     }
     let mut depth = vec![0u64; n];
+    // Compaction sessions on the way to each node (see `Boundary`).
+    let mut compactions = vec![0u32; n];
     let mut blob_ids = Vec::with_capacity(n);
     let mut blobs = Vec::with_capacity(n);
     for node in &tree.nodes {
@@ -132,8 +149,13 @@ pub(super) fn build(
     for &i in &order {
         depth[i] = match parent[i] {
             Some(p) if !tree.nodes[i].compaction => depth[p] + 1,
-            None if i == 0 && !tree.nodes[i].compaction => graft.map_or(0, |g| g.1) + 1,
+            None if i == 0 && !tree.nodes[i].compaction => graft.map_or(0, |g| g.shared) + 1,
             _ => 1,
+        };
+        compactions[i] = match parent[i] {
+            Some(p) => compactions[p] + u32::from(tree.nodes[i].compaction),
+            None if i == 0 => graft.map_or(0, |g| g.compactions),
+            None => 0,
         };
     }
     // Partition into sessions and branches.
@@ -179,7 +201,7 @@ pub(super) fn build(
                         && !node.compaction
                         && children[p].len() == 1
                         && tree.nodes[p].subagent == node.subagent
-                        && !boundaries.contains(&(blob_ids[p], depth[p]))
+                        && !boundaries.contains(&(blob_ids[p], depth[p], compactions[p]))
                 }
             };
             if continues {
@@ -251,7 +273,7 @@ pub(super) fn build(
                     parent: parent_session,
                     base: match p {
                         Some(p) if !node.compaction => depth[p],
-                        None if i == 0 && !node.compaction => graft.map_or(0, |g| g.1),
+                        None if i == 0 && !node.compaction => graft.map_or(0, |g| g.shared),
                         _ => 0,
                     },
                     compaction: node.compaction && p.is_some(),
@@ -355,7 +377,7 @@ pub(super) fn build(
         // A grafted fork's first session continues the source's session.
         let parent_id = match (plan.parent, graft) {
             (Some(p), _) => Some(session_ids[p]),
-            (None, Some((g, _))) if plan.nodes[0] == 0 => Some(g),
+            (None, Some(g)) if plan.nodes[0] == 0 => Some(g.session),
             _ => None,
         };
         let session = Session {

@@ -9,8 +9,10 @@
 //! - a session starts at a root, at a user prompt, at a compaction boundary,
 //!   at every child of a node with several children (a fork point), where a
 //!   subagent's lines begin, and after the last message of a session the
-//!   store already holds for this conversation (so a longer snapshot of a file
-//!   appends to what an earlier import wrote instead of rewriting it);
+//!   store already holds for this conversation, found by that message, the
+//!   history length and the compactions before it (so a longer snapshot of a
+//!   file appends to what an earlier import wrote instead of rewriting it,
+//!   and a line repeated after a compaction is not taken for its twin);
 //! - the main line is the branch holding the newest leaf; each other child of
 //!   a fork point starts a conversation `<name>.fork-<k>`; subagents get a tag
 //!   `<name>.agent-<key>` so their sessions stay reachable, and carry their

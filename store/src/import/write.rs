@@ -2,7 +2,7 @@
 //! what earlier imports of the same source wrote, and written with their
 //! refs and records in batched transactions, the last one synced.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{json, Value};
 
@@ -13,7 +13,7 @@ use crate::odb::Durability;
 use crate::refs::{ConversationUpdate, PreviousValue, RefEdit, RefName, RefTarget};
 use crate::store::{Store, Transaction};
 
-use super::builder::{blob_object, build};
+use super::builder::{blob_object, build, Boundary, Graft};
 use super::*;
 
 pub(super) fn import_trees(
@@ -198,7 +198,7 @@ fn sources_first(mut trees: Vec<Tree>) -> Vec<Tree> {
 /// The shared nodes are dropped from the tree (their events move to the
 /// first node kept). Chosen so that the source growing later does not move
 /// it.
-fn graft_point(store: &Store, source: &str, tree: &mut Tree) -> Result<Option<(ObjectId, u64)>> {
+fn graft_point(store: &Store, source: &str, tree: &mut Tree) -> Result<Option<Graft>> {
     let Some(head) = store.conversation(source)?.and_then(|c| c.head) else {
         return Ok(None);
     };
@@ -226,19 +226,54 @@ fn graft_point(store: &Store, source: &str, tree: &mut Tree) -> Result<Option<(O
     events.append(&mut tree.nodes[0].events);
     tree.nodes[0].events = events;
     tree.nodes[0].parent = None;
-    Ok(Some((at, k as u64)))
+    let mut counted = HashMap::new();
+    count_compactions(store, at, &mut counted)?;
+    Ok(Some(Graft {
+        session: at,
+        shared: k as u64,
+        compactions: counted[&at],
+    }))
 }
 
-/// (last message id, history length) of every session the store holds for
-/// this conversation, its forks and its subagents: where an earlier import
-/// ended its sessions.
+/// Counts, for every session on the first-parent chain ending at `head`
+/// that `counted` does not hold yet, the compaction sessions from the root
+/// to it (itself included), and records it there. Returns those sessions,
+/// oldest first, with their last added message, history length and count.
+fn count_compactions(
+    store: &Store,
+    head: ObjectId,
+    counted: &mut HashMap<ObjectId, u32>,
+) -> Result<Vec<(Option<ObjectId>, u64, u32)>> {
+    let mut chain = Vec::new();
+    let mut at = Some(head);
+    while let Some(id) = at {
+        if counted.contains_key(&id) {
+            break;
+        }
+        let s = store.odb().session(&id)?;
+        at = s.first_parent();
+        let last = s.messages.added.last().copied();
+        chain.push((id, last, s.messages.len(), s.compaction.is_some()));
+    }
+    let mut count = at.map_or(0, |id| counted[&id]);
+    let mut out = Vec::with_capacity(chain.len());
+    for (id, last, len, compaction) in chain.into_iter().rev() {
+        count += u32::from(compaction);
+        counted.insert(id, count);
+        out.push((last, len, count));
+    }
+    Ok(out)
+}
+
+/// Where an earlier import ended each session the store holds for this
+/// conversation, its forks and its subagents (see [`Boundary`]).
 fn existing_boundaries(
     store: &Store,
     refs: &[(RefName, RefTarget)],
     name: &str,
-) -> Result<HashSet<(ObjectId, u64)>> {
+) -> Result<HashSet<Boundary>> {
     let mut out = HashSet::new();
-    let mut seen = HashSet::new();
+    let mut counted = HashMap::new();
     for (r, t) in refs {
         let short = match r {
             RefName::Conversation(n) | RefName::Tag(n) => n.as_str(),
@@ -248,23 +283,15 @@ fn existing_boundaries(
             || short
                 .strip_prefix(name)
                 .is_some_and(|rest| rest.starts_with(".fork-") || rest.starts_with(".agent-"));
-        let RefTarget::Session(mut id) = t.clone() else {
+        let RefTarget::Session(id) = t.clone() else {
             continue;
         };
         if !ours {
             continue;
         }
-        loop {
-            if !seen.insert(id) {
-                break;
-            }
-            let s = store.odb().session(&id)?;
-            if let Some(last) = s.messages.added.last() {
-                out.insert((*last, s.messages.len()));
-            }
-            match s.first_parent() {
-                Some(p) => id = p,
-                None => break,
+        for (last, len, count) in count_compactions(store, id, &mut counted)? {
+            if let Some(last) = last {
+                out.insert((last, len, count));
             }
         }
     }
