@@ -66,13 +66,22 @@ struct Pending {
 /// the next open catches up from the journal.
 #[derive(Debug)]
 pub struct Index {
-    db: sled::Db,
+    /// `None` only while the index is being dropped.
+    db: Option<sled::Db>,
     pending: std::sync::Mutex<Pending>,
 }
 
 impl Drop for Index {
     fn drop(&mut self) {
         let _ = self.flush_pending();
+        // sled 0.34 closes a database with a flush that loads its current
+        // IO buffer and only then takes a reference to it, without pinning
+        // the epoch that defers the buffer's free; an IO thread can swap the
+        // buffer out in between, and AddressSanitizer then reports a
+        // use-after-free (fuzz/README.md). A pin of the same collector, held
+        // while sled closes, keeps every buffer retired meanwhile alive.
+        let _pin = sled::pin();
+        drop(self.db.take());
     }
 }
 
@@ -94,7 +103,7 @@ impl Index {
             .open()
             .map_err(sled_err)?;
         Ok(Index {
-            db,
+            db: Some(db),
             pending: Default::default(),
         })
     }
@@ -106,9 +115,15 @@ impl Index {
             .open()
             .map_err(sled_err)?;
         Ok(Index {
-            db,
+            db: Some(db),
             pending: Default::default(),
         })
+    }
+
+    fn db(&self) -> &sled::Db {
+        self.db
+            .as_ref()
+            .expect("the index is open until it is dropped")
     }
 
     /// One key, pending writes first.
@@ -122,7 +137,7 @@ impl Index {
         {
             return Ok(v.clone());
         }
-        Ok(self.db.get(k).map_err(sled_err)?.map(|v| v.to_vec()))
+        Ok(self.db().get(k).map_err(sled_err)?.map(|v| v.to_vec()))
     }
 
     /// Writes pending operations to sled as one atomic batch.
@@ -139,13 +154,13 @@ impl Index {
             }
         }
         p.ops = 0;
-        self.db.apply_batch(batch).map_err(sled_err)
+        self.db().apply_batch(batch).map_err(sled_err)
     }
 
     /// Iterates a prefix after writing pending operations, so scans see them.
     fn scan(&self, prefix: &[u8]) -> Result<sled::Iter> {
         self.flush_pending()?;
-        Ok(self.db.scan_prefix(prefix))
+        Ok(self.db().scan_prefix(prefix))
     }
 
     /// The last operation applied: (sequence number, hash).
@@ -179,7 +194,7 @@ impl Index {
                 }
                 _ => return self.rebuild(odb).map(CatchUp::Rebuilt),
             }
-        } else if self.db.first().map_err(sled_err)?.is_some() {
+        } else if self.db().first().map_err(sled_err)?.is_some() {
             // Entries but no applied marker: not ours to trust.
             return self.rebuild(odb).map(CatchUp::Rebuilt);
         }
@@ -192,7 +207,7 @@ impl Index {
     /// Clears the index and applies every operation from the first.
     pub fn rebuild(&self, odb: &Odb) -> Result<usize> {
         *self.pending.lock().expect("index pending lock") = Pending::default();
-        self.db.clear().map_err(sled_err)?;
+        self.db().clear().map_err(sled_err)?;
         let ops = odb.backend().ops_after(0)?;
         for (seq, bytes) in &ops {
             self.apply(&decode_op(*seq, bytes)?, odb)?;
@@ -205,7 +220,7 @@ impl Index {
     /// fsync, spacejam/sled#1452: durability comes from the journal).
     pub fn flush(&self) -> Result<()> {
         self.flush_pending()?;
-        self.db.flush().map_err(sled_err).map(|_| ())
+        self.db().flush().map_err(sled_err).map(|_| ())
     }
 }
 
