@@ -7,12 +7,15 @@
 //! checksums fixed up, so that the code behind each checksum is reached too.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+#[path = "support/mutation.rs"]
+mod mutation;
 mod support;
 
 use std::fs;
 use std::path::Path;
 use std::sync::OnceLock;
 
+use mutation::{apply_edit, edit, overwrite, Edit};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use serde_json::{json, Value};
@@ -307,15 +310,7 @@ fn fix_index_checksum(idx: &mut [u8]) {
 /// One edit of a valid encoding.
 #[derive(Debug, Clone)]
 enum Mutation {
-    FlipBit(Index, u8),
-    SetByte(Index, u8),
-    Truncate(Index),
-    Delete(Index, Index),
-    /// Copies a range of the input to another place (inserted).
-    Duplicate(Index, Index, Index),
-    /// Inserts a range of another seed.
-    Splice(Index, Index, Index, Index),
-    Insert(Index, Vec<u8>),
+    Edit(Edit),
     /// Overwrites a length field of the format with a large value.
     LargeLength(Index, u32),
     /// Overwrites any 4 or 8 bytes with a large little-endian value.
@@ -349,16 +344,7 @@ fn large_u64() -> impl Strategy<Value = u64> {
 
 fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
-        3 => (any::<Index>(), 0u8..8).prop_map(|(i, b)| Mutation::FlipBit(i, b)),
-        1 => (any::<Index>(), any::<u8>()).prop_map(|(i, v)| Mutation::SetByte(i, v)),
-        1 => any::<Index>().prop_map(Mutation::Truncate),
-        1 => (any::<Index>(), any::<Index>()).prop_map(|(a, b)| Mutation::Delete(a, b)),
-        1 => (any::<Index>(), any::<Index>(), any::<Index>())
-            .prop_map(|(a, b, c)| Mutation::Duplicate(a, b, c)),
-        1 => (any::<Index>(), any::<Index>(), any::<Index>(), any::<Index>())
-            .prop_map(|(a, b, c, d)| Mutation::Splice(a, b, c, d)),
-        1 => (any::<Index>(), prop::collection::vec(any::<u8>(), 1..16))
-            .prop_map(|(i, v)| Mutation::Insert(i, v)),
+        8 => edit().prop_map(Mutation::Edit),
         3 => (any::<Index>(), large_u32()).prop_map(|(i, v)| Mutation::LargeLength(i, v)),
         1 => (any::<Index>(), large_u64(), any::<bool>()).prop_map(|(i, v, w)| Mutation::LargeAt(i, v, w)),
         1 => (any::<Index>(), 0u8..8, any::<bool>()).prop_map(|(i, m, w)| Mutation::CborHead(i, m, w)),
@@ -372,41 +358,8 @@ fn apply(bytes: &mut Vec<u8>, m: &Mutation, fields: &[usize], others: &[&[u8]]) 
     let len = bytes.len();
     let at = |i: &Index| if len == 0 { 0 } else { i.index(len) };
     let upto = |i: &Index| i.index(len + 1);
-    let overwrite = |bytes: &mut Vec<u8>, pos: usize, value: &[u8]| {
-        for (k, b) in value.iter().enumerate() {
-            if let Some(slot) = bytes.get_mut(pos + k) {
-                *slot = *b;
-            }
-        }
-    };
     match m {
-        Mutation::FlipBit(i, bit) if len > 0 => bytes[at(i)] ^= 1 << bit,
-        Mutation::SetByte(i, v) if len > 0 => bytes[at(i)] = *v,
-        Mutation::Truncate(i) => bytes.truncate(upto(i)),
-        Mutation::Delete(a, b) => {
-            let (a, b) = (upto(a), upto(b));
-            bytes.drain(a.min(b)..a.max(b).min(a.min(b) + 64));
-        }
-        Mutation::Duplicate(a, b, to) => {
-            let (a, b) = (upto(a), upto(b));
-            let range = bytes[a.min(b)..a.max(b).min(a.min(b) + 256)].to_vec();
-            let to = upto(to);
-            bytes.splice(to..to, range);
-        }
-        Mutation::Splice(which, a, b, to) => {
-            if others.is_empty() {
-                return;
-            }
-            let other = others[which.index(others.len())];
-            let (a, b) = (a.index(other.len() + 1), b.index(other.len() + 1));
-            let range = &other[a.min(b)..a.max(b).min(a.min(b) + 256)];
-            let to = upto(to);
-            bytes.splice(to..to, range.iter().copied());
-        }
-        Mutation::Insert(i, v) => {
-            let to = upto(i);
-            bytes.splice(to..to, v.iter().copied());
-        }
+        Mutation::Edit(e) => apply_edit(bytes, e, others),
         Mutation::LargeLength(i, v) => {
             let pos = if fields.is_empty() {
                 at(i)
@@ -432,7 +385,6 @@ fn apply(bytes: &mut Vec<u8>, m: &Mutation, fields: &[usize], others: &[&[u8]]) 
             };
             bytes.splice(to..to, head);
         }
-        _ => {}
     }
 }
 
@@ -451,8 +403,8 @@ fn mutations() -> impl Strategy<Value = Vec<Mutation>> {
 /// Edits that keep the length, for formats that check their size first.
 fn in_place_mutations() -> impl Strategy<Value = Vec<Mutation>> {
     let m = prop_oneof![
-        2 => (any::<Index>(), 0u8..8).prop_map(|(i, b)| Mutation::FlipBit(i, b)),
-        1 => (any::<Index>(), any::<u8>()).prop_map(|(i, v)| Mutation::SetByte(i, v)),
+        2 => (any::<Index>(), 0u8..8).prop_map(|(i, b)| Mutation::Edit(Edit::FlipBit(i, b))),
+        1 => (any::<Index>(), any::<u8>()).prop_map(|(i, v)| Mutation::Edit(Edit::SetByte(i, v))),
         2 => (any::<Index>(), large_u32()).prop_map(|(i, v)| Mutation::LargeLength(i, v)),
         1 => (any::<Index>(), large_u64(), any::<bool>())
             .prop_map(|(i, v, w)| Mutation::LargeAt(i, v, w)),

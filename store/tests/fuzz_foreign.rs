@@ -7,12 +7,15 @@
 //! `SESSCTL_FUZZ_SCALE=N` runs N times as many random cases.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+#[path = "support/mutation.rs"]
+mod mutation;
 mod support;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use mutation::{apply_edit, edit, overwrite, Edit};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use serde_json::json;
@@ -354,13 +357,7 @@ fn import_inputs_split_into_named_files() {
 /// One edit of a seed.
 #[derive(Debug, Clone)]
 enum Mutation {
-    FlipBit(Index, u8),
-    SetByte(Index, u8),
-    Truncate(Index),
-    Delete(Index, Index),
-    Duplicate(Index, Index, Index),
-    Splice(Index, Index, Index, Index),
-    Insert(Index, Vec<u8>),
+    Edit(Edit),
     /// Overwrites 4 bytes with a large little-endian value.
     Large(Index, u32),
     /// Inserts a JSON-ish token: what text formats are made of.
@@ -400,16 +397,7 @@ const TOKENS: &[&[u8]] = &[
 
 fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
-        2 => (any::<Index>(), 0u8..8).prop_map(|(i, b)| Mutation::FlipBit(i, b)),
-        1 => (any::<Index>(), any::<u8>()).prop_map(|(i, v)| Mutation::SetByte(i, v)),
-        1 => any::<Index>().prop_map(Mutation::Truncate),
-        1 => (any::<Index>(), any::<Index>()).prop_map(|(a, b)| Mutation::Delete(a, b)),
-        1 => (any::<Index>(), any::<Index>(), any::<Index>())
-            .prop_map(|(a, b, c)| Mutation::Duplicate(a, b, c)),
-        1 => (any::<Index>(), any::<Index>(), any::<Index>(), any::<Index>())
-            .prop_map(|(a, b, c, d)| Mutation::Splice(a, b, c, d)),
-        1 => (any::<Index>(), prop::collection::vec(any::<u8>(), 1..8))
-            .prop_map(|(i, v)| Mutation::Insert(i, v)),
+        8 => edit().prop_map(Mutation::Edit),
         1 => (any::<Index>(), prop_oneof![Just(u32::MAX), Just(1 << 31), any::<u32>()])
             .prop_map(|(i, v)| Mutation::Large(i, v)),
         2 => (any::<Index>(), any::<Index>()).prop_map(|(i, t)| Mutation::Token(i, t)),
@@ -418,42 +406,14 @@ fn mutation() -> impl Strategy<Value = Mutation> {
 
 fn apply_mutation(bytes: &mut Vec<u8>, m: &Mutation, others: &[Vec<u8>]) {
     let len = bytes.len();
-    let upto = |i: &Index| i.index(len + 1);
     match m {
-        Mutation::FlipBit(i, bit) if len > 0 => bytes[i.index(len)] ^= 1 << bit,
-        Mutation::SetByte(i, v) if len > 0 => bytes[i.index(len)] = *v,
-        Mutation::Truncate(i) => bytes.truncate(upto(i)),
-        Mutation::Delete(a, b) => {
-            let (a, b) = (upto(a), upto(b));
-            bytes.drain(a.min(b)..a.max(b).min(a.min(b) + 64));
+        Mutation::Edit(e) => {
+            let others: Vec<&[u8]> = others.iter().map(Vec::as_slice).collect();
+            apply_edit(bytes, e, &others);
         }
-        Mutation::Duplicate(a, b, to) => {
-            let (a, b) = (upto(a), upto(b));
-            let range = bytes[a.min(b)..a.max(b).min(a.min(b) + 256)].to_vec();
-            let to = upto(to);
-            bytes.splice(to..to, range);
-        }
-        Mutation::Splice(which, a, b, to) if !others.is_empty() => {
-            let other = &others[which.index(others.len())];
-            let (a, b) = (a.index(other.len() + 1), b.index(other.len() + 1));
-            let range = other[a.min(b)..a.max(b).min(a.min(b) + 256)].to_vec();
-            let to = upto(to);
-            bytes.splice(to..to, range);
-        }
-        Mutation::Insert(i, v) => {
-            let to = upto(i);
-            bytes.splice(to..to, v.iter().copied());
-        }
-        Mutation::Large(i, v) if len > 0 => {
-            let at = i.index(len);
-            for (k, b) in v.to_le_bytes().iter().enumerate() {
-                if let Some(slot) = bytes.get_mut(at + k) {
-                    *slot = *b;
-                }
-            }
-        }
+        Mutation::Large(i, v) if len > 0 => overwrite(bytes, i.index(len), &v.to_le_bytes()),
         Mutation::Token(i, t) => {
-            let to = upto(i);
+            let to = i.index(len + 1);
             bytes.splice(to..to, TOKENS[t.index(TOKENS.len())].iter().copied());
         }
         _ => {}
