@@ -367,6 +367,13 @@ impl ObjectEntry<'_> {
             }
             _ => {
                 let raw_len = self.raw_len as usize;
+                check_frame_size(self.data, raw_len)?;
+                if raw_len > MAX_OBJECT_SIZE {
+                    // Refused before any of it is inflated or hashed.
+                    return Err(format!(
+                        "{raw_len} bytes is more than the {MAX_OBJECT_SIZE}-byte limit of an object"
+                    ));
+                }
                 if raw_len > STREAM_VERIFY_ABOVE {
                     // Proven by its hash before it is held.
                     let mut frame = inflating(self.data, raw_len)?;
