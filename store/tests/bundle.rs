@@ -9,7 +9,6 @@ use std::path::Path;
 
 use serde_json::json;
 use sessctl_store::bundle::{Bundle, ProblemKind, Selection};
-use sessctl_store::refs::{ConversationRecord, ConversationStatus};
 use sessctl_store::remote::{apply, RefOutcome};
 use sessctl_store::{Durability, Error, Messages, ObjectId, RefName, Session, Store, Turn};
 
@@ -215,33 +214,9 @@ fn a_diverged_ref_refuses_the_whole_bundle() {
 
 // ---- the golden bundle of objects-format.md ----
 
-fn example_bundle() -> Bundle {
-    let support::Examples {
-        hello,
-        root,
-        reply,
-        cont,
-    } = support::examples();
-    let record = ConversationRecord {
-        conversation_id: Some(root.id()),
-        title: Some("Greeting".into()),
-        default_preset_id: None,
-        metadata: Default::default(),
-        status: ConversationStatus::Active,
-        created_at: 1_763_000_000_000,
-        updated_at: 1_763_000_001_500,
-    };
-    Bundle::new(
-        vec![(RefName::conversation("greeting").unwrap(), cont.id())],
-        vec![("greeting".into(), record)],
-        vec![],
-        vec![hello, root, reply, cont],
-    )
-}
-
 #[test]
 fn the_example_bundle_has_the_pinned_checksum() {
-    let bytes = example_bundle().encode();
+    let bytes = support::example_bundle().encode();
     let checksum = sessctl_store::hash::hex(&bytes[bytes.len() - 32..]);
     let spec =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../objects-format.md"))
@@ -258,12 +233,12 @@ fn the_example_bundle_has_the_pinned_checksum() {
     assert!(spec.contains(&checksum));
     assert_eq!(
         Bundle::decode(&bytes, Path::new("b")).unwrap(),
-        example_bundle()
+        support::example_bundle()
     );
     let dst = Store::in_memory().unwrap();
     apply(
         &dst,
-        &example_bundle(),
+        &support::example_bundle(),
         "unbundle",
         "the bundle",
         Durability::Sync,
@@ -297,7 +272,7 @@ proptest::proptest! {
         cut in 0usize..4096,
         resealed in proptest::prelude::any::<bool>(),
     ) {
-        let valid = example_bundle().encode();
+        let valid = support::example_bundle().encode();
         let mut bytes = valid.clone();
         let i = at % bytes.len();
         bytes[i] = byte;

@@ -24,9 +24,8 @@ use sessctl_store::fuzzing::{
     self, BUNDLE_FIX_CHECKSUM, BUNDLE_FIX_IDS, IMPORT_FILE_SEPARATOR, OPENAI_WHOLE_FILE,
 };
 use sessctl_store::import::Format;
-use sessctl_store::refs::{ConversationRecord, ConversationStatus};
 use sessctl_store::remote::apply;
-use sessctl_store::{Durability, Messages, RefName, Store, Turn};
+use sessctl_store::{Durability, Messages, Store, Turn};
 
 const TARGETS: [&str; 5] = [
     "bundle_decode",
@@ -122,27 +121,7 @@ fn turn(text: &str) -> Turn {
 /// objects-format.md, all of a store with a live and an archived
 /// conversation, one with prerequisites (`--since`), and an empty one.
 fn bundles() -> Vec<Bundle> {
-    let support::Examples {
-        hello,
-        root,
-        reply,
-        cont,
-    } = support::examples();
-    let record = ConversationRecord {
-        conversation_id: Some(root.id()),
-        title: Some("Greeting".into()),
-        default_preset_id: None,
-        metadata: Default::default(),
-        status: ConversationStatus::Active,
-        created_at: 1_763_000_000_000,
-        updated_at: 1_763_000_001_500,
-    };
-    let golden = Bundle::new(
-        vec![(RefName::conversation("greeting").unwrap(), cont.id())],
-        vec![("greeting".into(), record)],
-        vec![],
-        vec![hello, root, reply, cont],
-    );
+    let golden = support::example_bundle();
     let s = Store::in_memory().unwrap();
     let (_, first) = s.create(Some("fix"), turn("a"), Durability::Sync).unwrap();
     s.commit("fix", None, turn("b"), Durability::Sync).unwrap();

@@ -179,6 +179,37 @@ pub fn examples() -> Examples {
     }
 }
 
+/// The bundle of objects-format.md's example: the four example objects,
+/// `refs/heads/greeting` at the continuation, and the record of
+/// "Operations" (updated at 1763000001500).
+pub fn example_bundle() -> sessctl_store::bundle::Bundle {
+    use sessctl_store::refs::{ConversationRecord, ConversationStatus};
+    let Examples {
+        hello,
+        root,
+        reply,
+        cont,
+    } = examples();
+    let record = ConversationRecord {
+        conversation_id: Some(root.id()),
+        title: Some("Greeting".into()),
+        default_preset_id: None,
+        metadata: Default::default(),
+        status: ConversationStatus::Active,
+        created_at: 1_763_000_000_000,
+        updated_at: 1_763_000_001_500,
+    };
+    sessctl_store::bundle::Bundle::new(
+        vec![(
+            sessctl_store::RefName::conversation("greeting").unwrap(),
+            cont.id(),
+        )],
+        vec![("greeting".into(), record)],
+        vec![],
+        vec![hello, root, reply, cont],
+    )
+}
+
 /// The operation of objects-format.md's example: the first of a store, by
 /// `alice`, creating conversation `greeting` at the example's root.
 pub fn example_operation() -> sessctl_store::refs::Operation {
