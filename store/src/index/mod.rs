@@ -22,6 +22,7 @@ mod encoding;
 mod refs;
 mod runs;
 mod summary;
+pub mod table;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! Neighbouring objects share a block and so a compression context; the
 //! writer is given objects in the order they should sit (one conversation's
 //! chain together). Both files are read through memmap2; this file holds
-//! the crate's only `unsafe` (`map_file`). A pack is never modified after
+//! the crate's only `unsafe` (`map_immutable`). A pack is never modified after
 //! it is renamed into place; it is only ever deleted whole.
 //!
 //! Here: the format's constants, the reader ([`Pack`]) and the listing of a
@@ -85,12 +85,18 @@ impl std::fmt::Debug for Pack {
 
 pub(crate) fn map_file(path: &Path) -> Result<Mmap> {
     let file = OpenOptions::new().read(true).open(path).at(path)?;
-    // SAFETY: packs and their indexes (and the lineage index, lineage_index/)
-    // are immutable once renamed into place (they are written under
-    // temporary names and never reopened for writing), and the store lock
-    // keeps other sessctl writers out. A foreign process truncating the file
-    // would be outside that contract.
-    unsafe { Mmap::map(&file) }.at(path)
+    map_immutable(&file).at(path)
+}
+
+/// Maps a file that no one writes any more: a pack or pack index, the
+/// lineage index, an index table.
+pub(crate) fn map_immutable(file: &std::fs::File) -> std::io::Result<Mmap> {
+    // SAFETY: these files are immutable once renamed into place: written
+    // under temporary names and never reopened for writing, replaced only by
+    // renaming a new file over them and deleted whole, and a mapping keeps
+    // the old inode alive (objects-format.md, "Concurrency"). A foreign
+    // process truncating one would be outside that contract.
+    unsafe { Mmap::map(file) }
 }
 
 impl Pack {
