@@ -508,16 +508,9 @@ pub fn ls(ctx: &Ctx, args: LsArgs) -> CmdResult {
         ConversationStatus::Active => !args.archived,
         ConversationStatus::Archived => args.archived || args.all,
     };
-    // The listing the last writer left answers without opening the store,
-    // when it is current and holds enough conversations.
-    let list: Vec<ConversationInfo> = match sessctl_store::listing::read_current(&ctx.store)
-        .and_then(|l| l.select(args.limit, wanted))
-    {
-        Some(list) => list,
-        None => ctx
-            .open_store_read()?
-            .conversations_where(args.limit, wanted)?,
-    };
+    let list: Vec<ConversationInfo> = ctx
+        .open_store_read()?
+        .conversations_where(args.limit, wanted)?;
     if args.json {
         let all: Vec<Value> = list.iter().map(conversation_json).collect();
         return print(&format!("{}\n", Value::Array(all)));

@@ -30,7 +30,7 @@ Exit codes:
   1  the command failed (not found, invalid input, refused)
   2  usage error (unknown command or flag, bad argument)
   3  corruption detected: stored bytes do not match their ids or checksums
-  4  the store is in use by another process (see --wait)";
+  4  the store is in use: another process held its write lock for longer than --wait";
 
 /// Git-like, content-addressed storage for AI-agent sessions.
 #[derive(Debug, Parser)]
@@ -39,8 +39,8 @@ struct Cli {
     /// The store to use.
     #[arg(long, global = true, env = "SESSCTL_STORE", default_value = ".sessctl")]
     store: PathBuf,
-    /// Wait up to this many seconds for another process to release the store
-    /// (commands that write wait 2 seconds by default; 0: fail at once).
+    /// How many seconds a write waits for another process's short hold of the
+    /// store's write lock (default 5; 0: fail at once). Reads never wait.
     #[arg(long, global = true, value_name = "SECONDS")]
     wait: Option<f64>,
     #[command(subcommand)]
@@ -73,8 +73,8 @@ enum Command {
     Prune(conversations::PruneArgs),
     /// Show how refs moved, newest first.
     Reflog(refs::ReflogArgs),
-    /// Rebuild every derived index from the objects and operations: the index,
-    /// the lineage index and the listing ("reindexed N operations").
+    /// Rebuild every derived index from the objects and operations: the index
+    /// tables and the lineage index ("reindexed N operations").
     Reindex,
     /// Drop what no ref, recent ref-log entry or open run reaches, past the
     /// grace period; repack what is kept.
@@ -156,7 +156,7 @@ impl From<std::io::Error> for CommandError {
 pub type CmdResult<T = ()> = Result<T, CommandError>;
 
 /// See [`Ctx::writer_wait`].
-const DEFAULT_WRITER_WAIT: Duration = Duration::from_secs(2);
+const DEFAULT_WRITER_WAIT: Duration = sessctl_store::odb::DEFAULT_WAIT;
 
 /// What commands need from the global flags.
 #[derive(Debug)]
@@ -176,38 +176,23 @@ impl Ctx {
         self.open(true)
     }
 
-    /// Opens the store for writing (its lock taken, runs left open by dead
-    /// processes recovered), printing what recovery did.
+    /// Opens the store for a command that writes: runs left open by dead
+    /// processes are recovered, and each write waits up to `--wait` for the
+    /// store's short write lock. Prints what recovery did.
     pub fn open_store(&self) -> CmdResult<Store> {
         self.open_store_with(false, Some(self.writer_wait()))
     }
 
-    /// Opens the store for a command that only reads. The writable open
-    /// comes first because it uses the persistent index; when another
-    /// process holds the store, a read-only open builds a temporary index
-    /// from the journal instead (correct, slower). A reader never waits.
-    /// How long a writing command waits for the lock: `--wait`, or a short
-    /// default that rides out another command's brief hold (a concurrent
-    /// `sessctl ls` takes the lock to use the index). A long-running holder
-    /// still gets the "in use by pid N" error after it.
-    fn writer_wait(&self) -> Duration {
+    /// How long a write waits for the write lock: `--wait`, or a default far
+    /// longer than any write holds it.
+    pub fn writer_wait(&self) -> Duration {
         self.wait.unwrap_or(DEFAULT_WRITER_WAIT)
     }
 
+    /// Opens the store for a command that only reads: no lock, no repair,
+    /// nothing written; it never waits for writers.
     pub fn open_store_read(&self) -> CmdResult<Store> {
-        match self.open_store_with(false, None) {
-            // Another process writes it, or we may not: read it as it is.
-            Err(CommandError::Store(Error::Locked { .. })) => self.open_store_with(true, None),
-            Err(CommandError::Store(Error::Io { source, .. }))
-                if matches!(
-                    source.kind(),
-                    std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
-                ) =>
-            {
-                self.open_store_with(true, None)
-            }
-            other => other,
-        }
+        self.open_store_with(true, None)
     }
 
     fn open_store_with(&self, read_only: bool, wait: Option<Duration>) -> CmdResult<Store> {

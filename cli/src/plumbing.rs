@@ -230,13 +230,12 @@ fn session_text(id: &ObjectId, s: &Session) -> String {
 }
 
 pub fn repack(ctx: &Ctx) -> CmdResult {
-    let odb = ctx.open_write()?;
+    let store = ctx.open_store()?;
     crate::output::progress("repack: writing a pack of every object...");
-    let stats = odb.repack(&RepackOptions::default());
+    // The lineage index and the index tables follow the objects repacked.
+    let stats = store.repack(&RepackOptions::default());
     crate::output::progress_done();
     let stats = stats?;
-    // The lineage index is derived from the objects just repacked.
-    sessctl_store::lineage_index::write_from(&odb, &ctx.store, stats.sessions.clone())?;
     for c in &stats.corrupt {
         eprintln!("sessctl: warning: left in place, damaged: {c}");
     }

@@ -210,13 +210,14 @@ pub fn clone(_ctx: &Ctx, args: CloneArgs) -> CmdResult {
     finish(&report, "sent")
 }
 
-/// Opens the other store: for writing (its lock taken) or read-only.
+/// Opens the other store: for writing (each write waiting up to `--wait` for
+/// its write lock) or read-only.
 fn open_remote(ctx: &Ctx, path: &Path, write: bool) -> CmdResult<Store> {
     let store = Store::open(
         path,
         &OpenOptions {
             read_only: !write,
-            wait: if write { ctx.wait } else { None },
+            wait: write.then(|| ctx.writer_wait()),
             ..OpenOptions::default()
         },
     )?;

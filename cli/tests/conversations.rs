@@ -1028,20 +1028,28 @@ fn readers_work_while_another_process_holds_the_store() {
 
     let lock = support::hold_lock(&s, "4242");
 
-    // Read-only fallback: the same answers, no extra output.
+    // Readers take no lock: the same answers, no extra output.
     assert_eq!(ok(&s, &["ls", "--all", "--json"], None), ls);
     assert_eq!(ok(&s, &["reflog", "--json"], None), reflog);
     assert_eq!(ok(&s, &["for-each-ref", "--json"], None), refs);
     assert_eq!(ok(&s, &["prune", "--keep", "0", "--dry-run"], None), dry);
-    let in_use = format!("sessctl: store {} is in use by pid 4242\n", s.display());
+    let in_use = format!(
+        "sessctl: store {} is in use by pid 4242: it held the store's write lock for longer than this write waits (give it longer with --wait, or OpenOptions::wait)\n",
+        s.display()
+    );
     for args in [
         &["commit", "three", "--messages", "-"][..],
         &["archive", "three"],
         &["prune", "--keep", "0"],
-        &["reindex"],
         &["update-ref", "-d", "refs/heads/three"],
     ] {
-        assert_eq!(fails(&s, args, Some("[]")), (4, in_use.clone()), "{args:?}");
+        // Without waiting: each would otherwise wait the default 5 seconds.
+        let args = [&["--wait", "0"][..], args].concat();
+        assert_eq!(
+            fails(&s, &args, Some("[]")),
+            (4, in_use.clone()),
+            "{args:?}"
+        );
     }
     assert_eq!(
         sessctl(
@@ -1052,6 +1060,8 @@ fn readers_work_while_another_process_holds_the_store() {
         .code,
         4
     );
+    // Derived data is not the write lock's: reindex goes on beside a writer.
+    ok(&s, &["reindex"], None);
     drop(lock);
     id_of(&ok(&s, &["commit", "three", "--messages", "-"], Some("[]")));
 }
@@ -1121,24 +1131,33 @@ fn display_messages_and_states_are_given_as_files() {
     assert_eq!(s2["context_state"], Value::Null);
 }
 
-/// Every `ls` variant, answered once from the listing file and once, with
-/// the file gone, from the index.
-fn ls_both_ways(s: &Path, variants: &[&[&str]]) {
-    let listing = s.join(sessctl_store::listing::LISTING_FILE);
+/// The index tables in a store's `index/`.
+fn tables(s: &Path) -> Vec<std::path::PathBuf> {
+    let mut out: Vec<_> = std::fs::read_dir(s.join("index"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sit"))
+        .collect();
+    out.sort();
+    out
+}
+
+/// Every `ls` variant, answered from whatever tables there are, then after
+/// `reindex` (one table of everything), then with no index at all (every
+/// operation applied in memory): the same each time.
+fn ls_three_ways(s: &Path, variants: &[&[&str]]) {
     for args in variants {
-        assert!(
-            sessctl_store::listing::read_current(s).is_some(),
-            "a writer left a current listing"
-        );
-        let fast = ok(s, args, None);
-        std::fs::remove_file(&listing).unwrap();
-        let slow = ok(s, args, None);
-        assert_eq!(fast, slow, "{args:?}");
+        let before = ok(s, args, None);
+        ok(s, &["reindex"], None);
+        assert_eq!(tables(s).len(), 1, "reindex leaves one table");
+        assert_eq!(ok(s, args, None), before, "{args:?} after reindex");
+        std::fs::remove_dir_all(s.join("index")).unwrap();
+        assert_eq!(ok(s, args, None), before, "{args:?} without an index");
     }
 }
 
 #[test]
-fn ls_answers_from_the_listing_exactly_as_from_the_index() {
+fn ls_answers_the_same_from_tables_from_the_journal_and_after_reindex() {
     let (_d, s) = busy_store();
     let variants: &[&[&str]] = &[
         &["ls"],
@@ -1148,26 +1167,22 @@ fn ls_answers_from_the_listing_exactly_as_from_the_index() {
         &["ls", "--all", "--limit", "2"],
         &["ls", "--limit", "0", "--json"],
     ];
-    ls_both_ways(&s, variants);
+    ls_three_ways(&s, variants);
 
-    // Every write makes the listing stale; the next ls asks the index.
+    // A write after the tables: the newest comes from the journal tail.
     ok(
         &s,
         &["commit", "three", "--messages", "-", "--no-sync"],
         Some(&array(&[msg("user", "later")])),
     );
-    assert!(
-        sessctl_store::listing::read_current(&s).is_some(),
-        "the writer refreshed it on close"
-    );
     let newest = json(&s, &["ls", "--json", "--limit", "1"]);
     assert_eq!(newest[0]["name"], "three");
 
-    // A store with more conversations than a listing holds: limits it can
-    // answer come from it, the rest from the index.
+    // Enough operations that writers fold them into tables as they go.
+    let n = sessctl_store::index::TABLE_EVERY as usize * 2 + 10;
     {
         let store = sessctl_store::Store::open(&s, &Default::default()).unwrap();
-        for i in 0..sessctl_store::listing::LISTING_LIMIT + 10 {
+        for i in 0..n {
             let turn = sessctl_store::Turn {
                 messages: sessctl_store::Messages::Added(vec![msg("user", &format!("m{i}"))]),
                 ..Default::default()
@@ -1181,51 +1196,37 @@ fn ls_answers_from_the_listing_exactly_as_from_the_index() {
                 .unwrap();
         }
     }
-    ls_both_ways(&s, &[&["ls", "--limit", "20", "--json"], &["ls", "--all"]]);
+    assert!(!tables(&s).is_empty(), "writers wrote tables");
     let all = json(&s, &["ls", "--all", "--json"]);
-    assert_eq!(
-        all.as_array().unwrap().len(),
-        sessctl_store::listing::LISTING_LIMIT + 10 + 3
-    );
-}
-
-#[test]
-fn a_damaged_or_foreign_listing_is_ignored() {
-    let (_d, s) = busy_store();
-    let want = ok(&s, &["ls", "--all", "--json"], None);
-    let listing = s.join(sessctl_store::listing::LISTING_FILE);
-    let mut bytes = std::fs::read(&listing).unwrap();
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0x20;
-    std::fs::write(&listing, &bytes).unwrap();
-    assert!(sessctl_store::listing::read_current(&s).is_none());
-    assert_eq!(ok(&s, &["ls", "--all", "--json"], None), want);
-    // A listing copied from another store does not describe this one.
-    let (_d2, other) = store();
-    create(&other, "elsewhere", "x");
-    std::fs::copy(other.join(sessctl_store::listing::LISTING_FILE), &listing).unwrap();
-    assert_eq!(ok(&s, &["ls", "--all", "--json"], None), want);
-}
-
-#[test]
-fn fsck_reports_a_listing_that_disagrees_with_the_index() {
-    let (_d, s) = busy_store();
+    assert_eq!(all.as_array().unwrap().len(), n + 3);
+    assert_eq!(all[0]["name"], format!("bulk{:04}", n - 1));
+    ls_three_ways(&s, &[&["ls", "--limit", "20", "--json"], &["ls", "--all"]]);
     let r = sessctl(&s, &["fsck"], None);
     assert_eq!((r.code, r.stdout.as_str()), (0, ""), "{}", r.stderr);
-    // A well-formed, current listing that lies: a conversation renamed.
-    let path = s.join(sessctl_store::listing::LISTING_FILE);
-    let mut l = sessctl_store::listing::read_current(&s).unwrap();
-    l.conversations[0].name = "forged".into();
-    std::fs::write(
-        &path,
-        sessctl_store::listing::encode(&l.stamp, l.complete, &l.conversations),
-    )
-    .unwrap();
-    assert_eq!(
-        json(&s, &["ls", "--json", "--limit", "1"])[0]["name"],
-        "forged"
-    );
+}
+
+#[test]
+fn fsck_reports_a_damaged_index_table_and_reindex_replaces_it() {
+    let (_d, s) = busy_store();
+    let want = ok(&s, &["ls", "--all", "--json"], None);
+    ok(&s, &["reindex"], None);
+    let table = tables(&s).pop().unwrap();
+    let mut bytes = std::fs::read(&table).unwrap();
+    // A flipped bit in the middle of the records: opening does not read
+    // the checksum (that would cost every process the whole file); fsck
+    // does.
+    let mid = bytes.len() - 200;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&table, &bytes).unwrap();
     let r = sessctl(&s, &["fsck"], None);
     assert_eq!(r.code, 3, "{r:?}");
-    assert!(r.stdout.contains("does not agree with the index"), "{r:?}");
+    assert!(
+        r.stdout
+            .contains(&table.file_name().unwrap().to_string_lossy().to_string()),
+        "{r:?}"
+    );
+    ok(&s, &["reindex"], None);
+    let r = sessctl(&s, &["fsck"], None);
+    assert_eq!((r.code, r.stdout.as_str()), (0, ""), "{}", r.stderr);
+    assert_eq!(ok(&s, &["ls", "--all", "--json"], None), want);
 }

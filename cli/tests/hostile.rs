@@ -257,7 +257,7 @@ fn every_verb_refuses_a_store_of_another_format() {
         run_in(d, &["commit", "--new", "base", "--messages", "turn.json"]).0,
         0
     );
-    assert_eq!(run_in(d, &["ls"]).0, 0, "a closing writer leaves a listing");
+    assert_eq!(run_in(d, &["ls"]).0, 0);
     let verbs: &[&[&str]] = &[
         &["ls"],
         &["ls", "--json", "--limit", "1"],

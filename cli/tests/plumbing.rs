@@ -167,11 +167,18 @@ fn a_second_writer_is_told_who_holds_the_store() {
     let (_d, s) = store();
     // Hold the lock from this process, the way a running agent would.
     let lock = support::hold_lock(&s, "4242");
-    let r = sessctl(&s, &["hash-object", "-w", "--stdin"], Some(HELLO));
+    let r = sessctl(
+        &s,
+        &["--wait", "0", "hash-object", "-w", "--stdin"],
+        Some(HELLO),
+    );
     assert_eq!(r.code, 4);
     assert_eq!(
         r.stderr,
-        format!("sessctl: store {} is in use by pid 4242\n", s.display())
+        format!(
+            "sessctl: store {} is in use by pid 4242: it held the store's write lock for longer than this write waits (give it longer with --wait, or OpenOptions::wait)\n",
+            s.display()
+        )
     );
     // Readers need no lock.
     let r = sessctl(&s, &["hash-object", "--stdin"], Some(HELLO));

@@ -284,11 +284,14 @@ fn push_to_a_busy_remote_exits_4() {
     ok(&a, &["clone", a.to_str().unwrap(), b.to_str().unwrap()]);
     // Hold b's writer lock as another process would.
     let lock = support::hold_lock(&b, "4242");
-    let r = sessctl(&a, &["push", b.to_str().unwrap()], None);
+    let r = sessctl(&a, &["--wait", "0.1", "push", b.to_str().unwrap()], None);
     drop(lock);
     assert_eq!(r.code, 4, "{}", r.stderr);
     assert_eq!(
         r.stderr,
-        format!("sessctl: store {} is in use by pid 4242\n", b.display())
+        format!(
+            "sessctl: store {} is in use by pid 4242: it held the store's write lock for longer than this write waits (give it longer with --wait, or OpenOptions::wait)\n",
+            b.display()
+        )
     );
 }

@@ -3,8 +3,14 @@
 //! repack what is kept (objects-format.md, "Garbage collection").
 //!
 //! Marking reads sessions only, never a blob's content: a session names its
-//! blobs. Commits through the store wait while gc runs (it holds the state
-//! lock), so a commit cannot start using an object gc is about to drop.
+//! blobs. Writers, in this process and others, go on while gc runs. What
+//! they could come to use of the objects gc drops is caught at the end:
+//! gc replaces its files under the write lock, and just before, it walks
+//! what was written since it marked (new ref targets, new sessions) and
+//! writes back to the journal every dropped object those reach (git's rule
+//! is the grace period alone; this closes the window it leaves for
+//! `--prune=now` and for content a writer stored again, deduplicated
+//! against an object gc had found unreachable).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
@@ -139,10 +145,67 @@ fn write_ledger(path: &Path, entries: &HashMap<ObjectId, i64>) -> Result<()> {
     AtomicFile::replace(path, &bytes, Durability::Sync)
 }
 
+/// The dropped objects that what was written since gc marked (operation
+/// `marked_at`; `known` the objects then) reaches: from every session a ref
+/// moved to and every session stored since, through parents, compaction
+/// sources and blobs, stopping at what was live when gc marked (all it
+/// reaches was kept). Runs under the write lock, before the files that
+/// hold the dropped objects are deleted.
+fn rescued(
+    store: &Store,
+    marked_at: u64,
+    known: &HashSet<ObjectId>,
+    live: &HashSet<ObjectId>,
+    doomed: &HashSet<ObjectId>,
+) -> Result<Vec<ObjectId>> {
+    let backend = store.odb().backend();
+    backend.refresh()?;
+    let mut stack: Vec<ObjectId> = Vec::new();
+    for (seq, bytes) in backend.ops_after(marked_at)? {
+        let op = crate::refs::Operation::decode(&bytes).map_err(|e| Error::CorruptOperation {
+            seq,
+            reason: e.to_string(),
+        })?;
+        for u in &op.refs {
+            if let Some(RefTarget::Session(id)) = &u.new {
+                stack.push(*id);
+            }
+        }
+    }
+    for id in backend.ids()? {
+        if !known.contains(&id) {
+            stack.push(id);
+        }
+    }
+    let mut seen: HashSet<ObjectId> = HashSet::new();
+    let mut out = Vec::new();
+    while let Some(id) = stack.pop() {
+        if !seen.insert(id) || live.contains(&id) {
+            continue;
+        }
+        if doomed.contains(&id) {
+            out.push(id);
+        }
+        let obj = match store.odb().read(&id) {
+            Ok(o) => o,
+            Err(Error::NotFound { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        if obj.kind() != ObjectKind::Session {
+            continue;
+        }
+        let s = Session::decode(obj.payload()).map_err(|e| Error::decode(id, e))?;
+        stack.extend(s.blobs());
+        stack.extend(s.sessions());
+    }
+    Ok(out)
+}
+
 impl Store {
     /// Collects garbage; see [`GcOptions`]. In a dry run nothing changes.
     pub fn gc(&self, opts: &GcOptions) -> Result<GcReport> {
-        let _writers_wait = self.lock_state();
+        self.catch_up()?;
+        let marked_at = self.index().applied()?.map_or(0, |a| a.0);
         let odb = self.odb();
         let before = odb.stats()?;
         let all = odb.backend().ids()?;
@@ -218,14 +281,23 @@ impl Store {
             return Ok(report);
         }
         let keep = |id: &ObjectId| !doomed.contains(id);
+        let known: HashSet<ObjectId> = all.iter().copied().collect();
+        let rescue = || rescued(self, marked_at, &known, &live, &doomed);
         let repacked = odb.backend().repack_filtered(
             &RepackOptions { pack: opts.pack },
             if doomed.is_empty() { None } else { Some(&keep) },
+            if doomed.is_empty() {
+                None
+            } else {
+                Some(&rescue)
+            },
         )?;
         if let Some(r) = &root_dir {
             write_ledger(&ledger_path(r), &next_ledger)?;
         }
         self.refresh_lineage_from(repacked.sessions)?;
+        self.catch_up()?;
+        self.index().write_tables(self.odb(), true)?;
         report.bytes_after = odb.stats()?.disk_bytes();
         Ok(report)
     }

@@ -84,7 +84,6 @@
 //! | what sessions reach (gc's marking, what transfers send) | [`reach`] |
 //! | the lineage-index file (commit-graph) | [`lineage_index`] |
 //! | the derived index (refs, conversations, session summaries, run claims) | [`index`] |
-//! | `ls`'s listing file | [`listing`] |
 //! | `log`, ancestors, count, merge-base, is-ancestor, `graph` | [`graph`] (walks over the [`graph::Lineage`] trait) |
 //! | open, recover, repack, reindex | [`store`] (`store/mod.rs`) |
 //! | transactions | `store/transaction.rs` ([`Store::transact`]) |
@@ -117,7 +116,6 @@ pub mod hash;
 pub mod import;
 pub mod index;
 pub mod lineage_index;
-pub mod listing;
 pub mod message;
 pub mod object;
 #[allow(unsafe_code)] // memmap2, in odb::pack only

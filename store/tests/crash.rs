@@ -107,7 +107,8 @@ fn every_acknowledged_commit_survives_sigkill() {
         }
 
         let store = Store::open(&path, &OpenOptions::default()).unwrap();
-        assert!(store.verify_chains().unwrap().is_empty(), "round {round}");
+        let broken = store.verify_chains().unwrap();
+        assert!(broken.is_empty(), "round {round}: {broken:?}");
         let log = store.reflog_entries().unwrap();
         for (conv, ids) in &acked {
             let name = RefName::conversation(conv).unwrap();

@@ -379,10 +379,10 @@ fn sessions_whose_ancestry_is_missing_stay_out_of_the_file() {
 }
 
 /// `reindex` rebuilds every derived file from the objects: a lost lineage
-/// index comes back byte-identical to a fresh build, a lost listing comes
-/// back current.
+/// index comes back byte-identical to a fresh build, damaged index tables
+/// are replaced by one that holds every operation.
 #[test]
-fn reindex_rebuilds_the_lineage_index_and_the_listing() {
+fn reindex_rebuilds_the_lineage_index_and_the_index_tables() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("s");
     let store = Store::init(&root).unwrap();
@@ -393,9 +393,20 @@ fn reindex_rebuilds_the_lineage_index_and_the_listing() {
     store.refresh_lineage().unwrap();
     let fresh = std::fs::read(lineage::path_in(&root)).unwrap();
     std::fs::remove_file(lineage::path_in(&root)).unwrap();
-    std::fs::write(root.join("listing"), b"garbage").unwrap();
-    store.reindex().unwrap();
+    std::fs::write(
+        root.join("index")
+            .join("0000000000000001-0000000000000002.sit"),
+        b"garbage",
+    )
+    .unwrap();
+    let applied = store.reindex().unwrap();
     assert_eq!(std::fs::read(lineage::path_in(&root)).unwrap(), fresh);
-    assert!(sessctl_store::listing::read_current(&root).is_some());
+    let tables = store.index().tables();
+    assert_eq!(tables.len(), 1, "{tables:?}");
+    assert_eq!((tables[0].1, tables[0].2), (1, applied as u64));
+    assert!(!root
+        .join("index")
+        .join("0000000000000001-0000000000000002.sit")
+        .exists());
     assert_eq!(store.lineage_index().unwrap().len(), 40);
 }

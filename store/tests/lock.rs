@@ -1,5 +1,6 @@
-//! The writer lock across processes: a SIGKILLed holder never leaves the
-//! store locked. The test re-runs its own binary as the child process.
+//! The write lock across processes: a writer SIGKILLed while it holds it
+//! (in the middle of a write) never leaves the store locked. The test
+//! re-runs its own binary as the child process.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 use std::io::{BufRead, BufReader};
@@ -11,7 +12,8 @@ use sessctl_store::{Durability, Error, Odb, OpenOptions};
 
 const CHILD_ENV: &str = "SESSCTL_TEST_LOCK_CHILD";
 
-/// In the child: open the store for writing, say so, and hold it forever.
+/// In the child: write, then take the write lock, say so, and hold it
+/// forever, as a writer stopped in the middle of a write would.
 #[test]
 fn lock_child_entry() {
     let Ok(path) = std::env::var(CHILD_ENV) else {
@@ -20,6 +22,7 @@ fn lock_child_entry() {
     let odb = Odb::open(Path::new(&path), &OpenOptions::default()).unwrap();
     odb.put_blob(&serde_json::json!("held"), Durability::Sync)
         .unwrap();
+    let _held = odb.backend().write_lock().unwrap();
     println!("locked");
     loop {
         std::thread::sleep(Duration::from_secs(60));
@@ -51,13 +54,21 @@ fn a_sigkilled_writer_never_leaves_the_store_locked() {
             line.clear();
             assert!(out.read_line(&mut line).unwrap() > 0, "child exited early");
         }
-        match Odb::open(&path, &OpenOptions::default()) {
+        // Opening and reading need no lock; a write waits, then names the
+        // holder.
+        let quick = OpenOptions {
+            wait: Some(Duration::from_millis(100)),
+            ..OpenOptions::default()
+        };
+        let odb = Odb::open(&path, &quick).unwrap();
+        match odb.put_blob(&serde_json::json!(round), Durability::Sync) {
             Err(Error::Locked { pid, .. }) => assert_eq!(pid, Some(child.id()), "round {round}"),
             other => panic!("round {round}: expected Locked, got {other:?}"),
         }
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        let odb = Odb::open(&path, &OpenOptions::default()).unwrap();
+        odb.put_blob(&serde_json::json!(round), Durability::Sync)
+            .unwrap();
         assert_eq!(
             odb.blob(
                 &sessctl_store::Blob::new(serde_json::json!("held"))

@@ -8,7 +8,7 @@ use super::conversations::activity_key;
 use super::refs::{reflog_json, target_bytes, target_from};
 use super::runs::claim_bytes;
 use super::summary::{ConversationInfo, RunClaim, SessionInfo};
-use super::{key, Index, APPLIED, FLUSH_EVERY_KEYS, FLUSH_EVERY_OPS};
+use super::{key, Index};
 use crate::error::Result;
 use crate::hash::ObjectId;
 use crate::message::user_text;
@@ -43,17 +43,12 @@ impl<'a> Overlay<'a> {
     fn del(&mut self, k: Vec<u8>) {
         self.writes.insert(k, None);
     }
-    /// Hands the operation's writes to the index's pending set.
-    fn commit(self) -> Result<()> {
-        let flush = {
-            let mut p = self.index.pending.lock().expect("index pending lock");
-            p.ops += 1;
-            p.writes.extend(self.writes);
-            p.ops >= FLUSH_EVERY_OPS || p.writes.len() >= FLUSH_EVERY_KEYS
-        };
-        if flush {
-            self.index.flush_pending()?;
-        }
+    /// Puts the operation's writes in the index's overlay, with the
+    /// operation as the last one applied.
+    fn commit(self, applied: (u64, crate::refs::Hash)) -> Result<()> {
+        let mut v = self.index.view_mut();
+        v.overlay.extend(self.writes);
+        v.applied = Some(applied);
         Ok(())
     }
 }
@@ -72,6 +67,22 @@ impl Index {
         odb: &Odb,
         fresh: &[(ObjectId, Session)],
     ) -> Result<()> {
+        let _one_at_a_time = self.applying();
+        self.apply_locked(op, odb, fresh)
+    }
+
+    /// [`Index::apply_with`] for a caller that holds the apply lock. An
+    /// operation applied already (by another thread catching up) is
+    /// skipped: applying one twice would count its sessions twice.
+    pub(super) fn apply_locked(
+        &self,
+        op: &Operation,
+        odb: &Odb,
+        fresh: &[(ObjectId, Session)],
+    ) -> Result<()> {
+        if self.view().applied.is_some_and(|(seq, _)| op.seq <= seq) {
+            return Ok(());
+        }
         let mut o = Overlay::new(self);
         let mut touched: BTreeSet<String> = BTreeSet::new();
         for cu in &op.conversations {
@@ -152,10 +163,7 @@ impl Index {
         for name in &touched {
             summarize(&mut o, name, activity)?;
         }
-        let mut applied = op.seq.to_be_bytes().to_vec();
-        applied.extend_from_slice(&op.hash());
-        o.put(APPLIED.to_vec(), applied);
-        o.commit()
+        o.commit((op.seq, op.hash()))
     }
 }
 

@@ -2,7 +2,7 @@
 //! id its sessions carry, and conversations by newest activity.
 
 use super::summary::{ConversationInfo, SessionInfo};
-use super::{key, sled_err, Index};
+use super::{key, Index};
 use crate::error::{Error, IndexError, Result};
 use crate::hash::ObjectId;
 
@@ -56,16 +56,16 @@ impl Index {
         if limit == Some(0) {
             return Ok(out);
         }
-        for kv in self.scan(b"a:")?.rev() {
-            let (k, _) = kv.map_err(sled_err)?;
-            let name = String::from_utf8_lossy(&k[10..]).into_owned();
+        self.scan_rev_while(b"a:", |k, _| {
+            let name = String::from_utf8_lossy(k.get(10..).unwrap_or_default()).into_owned();
             if let Some(info) = self.conversation(&name)?.filter(|i| keep(i)) {
                 out.push(info);
                 if limit.is_some_and(|l| out.len() >= l) {
-                    break;
+                    return Ok(false);
                 }
             }
-        }
+            Ok(true)
+        })?;
         Ok(out)
     }
 }

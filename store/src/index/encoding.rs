@@ -1,10 +1,8 @@
 //! The binary encoding of index values: session and conversation
 //! summaries.
 //!
-//! Index values were JSON; parsing and printing them was a quarter of a
-//! commit's cost. Values are now written in a compact binary form that
-//! starts with a tag byte no JSON text starts with; values written as JSON
-//! by an earlier version are still read.
+//! Values are a compact binary form led by a tag byte (parsing and printing
+//! the JSON that sled's index held was a quarter of a commit's cost).
 
 use serde_json::Value;
 
@@ -138,7 +136,7 @@ impl SessionInfo {
 
     pub(super) fn from_index_bytes(id: ObjectId, b: &[u8]) -> Option<SessionInfo> {
         if b.first() != Some(&SESSION_TAG) {
-            return SessionInfo::from_bytes(id, b);
+            return None;
         }
         let mut r = Unbin(&b[1..]);
         let conversation = r.id()?;
@@ -205,7 +203,7 @@ impl ConversationInfo {
 
     pub(super) fn from_index_bytes(name: &str, b: &[u8]) -> Option<ConversationInfo> {
         if b.first() != Some(&CONVERSATION_TAG) {
-            return ConversationInfo::from_bytes(name, b);
+            return None;
         }
         let mut r = Unbin(&b[1..]);
         let conversation_id = r.opt(Unbin::id)?;
@@ -312,24 +310,16 @@ mod tests {
     }
 
     #[test]
-    fn index_values_round_trip_and_json_ones_still_read() {
+    fn index_values_round_trip() {
         let s = session();
         assert_eq!(
             SessionInfo::from_index_bytes(s.id, &s.to_index_bytes()),
-            Some(s.clone())
-        );
-        assert_eq!(
-            SessionInfo::from_index_bytes(s.id, &s.to_bytes()),
             Some(s.clone())
         );
         for running in [false, true] {
             let c = conversation(running);
             assert_eq!(
                 ConversationInfo::from_index_bytes("fix", &c.to_index_bytes()),
-                Some(c.clone())
-            );
-            assert_eq!(
-                ConversationInfo::from_index_bytes("fix", &c.to_bytes()),
                 Some(c.clone())
             );
         }

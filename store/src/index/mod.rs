@@ -1,44 +1,46 @@
 //! The derived index: what listing and lookup need without reading object
 //! bodies (current refs, per-session and per-conversation summaries, reflog
-//! entries, open run claims), kept in sled.
+//! entries, open run claims), readable by every process at once
+//! (objects-format.md, "Index").
 //!
-//! It is never the only copy of anything. Every entry is a function of the
-//! operations (journal and op log) and the objects they name; the index
-//! records the sequence number and hash of the last operation it applied,
-//! catches up from there on open, and rebuilds from scratch when that
-//! operation is gone or differs (sled's flush is not a durable fsync, so the
-//! index may have seen an operation whose frame a crash tore off). Each
-//! operation is applied as one atomic sled batch.
+//! It is never the only copy of anything: every entry is a function of the
+//! operations (journal and op log) and the objects they name. It is a stack
+//! of immutable, memory-mapped tables, each holding what a run of
+//! operations changed (`stack.rs`, the file format in `table.rs`), under an
+//! overlay in memory that this handle builds from the operations appended
+//! since the newest table: catching up reads only those, never the whole
+//! history. Every so many operations a writer folds its overlay into a new
+//! table; tables merge geometrically, so there are about log(n) of them.
 //!
-//! Keys: `m:applied` the last operation applied; `r:<ref>` a ref's target,
-//! `l:<ref>\0<seq><i>` its reflog entries, `h:<ref>` the hash of its newest
-//! one; `s:<id>` session summaries; `c:<name>` conversation summaries,
-//! `i:<conversation id>` the name it goes by, `a:<time><name>` activity
-//! order; `u:<name>` open run claims.
+//! Keys: `r:<ref>` a ref's target, `l:<ref>\0<seq><i>` its reflog entries,
+//! `h:<ref>` the hash of its newest one; `s:<id>` session summaries;
+//! `c:<name>` conversation summaries, `i:<conversation id>` the name it goes
+//! by, `a:<time><name>` activity order; `u:<name>` open run claims.
 
 mod apply;
 mod conversations;
 mod encoding;
 mod refs;
 mod runs;
+mod stack;
 mod summary;
 pub mod table;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
 
 use crate::error::{Error, IndexError, Result};
+use crate::odb::lock::LockFile;
 use crate::odb::Odb;
 use crate::refs::{Hash, Operation};
 
 pub use crate::message::{content_text, user_text};
+pub use stack::TABLE_EVERY;
 pub use summary::{ConversationInfo, RunClaim, SessionInfo};
 
-const APPLIED: &[u8] = b"m:applied";
-
-fn sled_err(e: sled::Error) -> Error {
-    IndexError::Backend(e.to_string()).into()
-}
+use stack::Stack;
 
 fn key(prefix: &str, rest: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(prefix.len() + rest.len());
@@ -47,43 +49,48 @@ fn key(prefix: &str, rest: &[u8]) -> Vec<u8> {
     k
 }
 
-/// Applied operations are written to sled in one batch every this many
-/// operations (or keys): sled's per-batch cost is its IO threads waking,
-/// and the index may lag the journal by design.
-const FLUSH_EVERY_OPS: usize = 512;
-const FLUSH_EVERY_KEYS: usize = 100_000;
-
+/// What one handle sees: tables (the operations up to `stack.covered`)
+/// and, over them, the overlay of the operations applied since.
 #[derive(Debug, Default)]
-struct Pending {
-    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
-    ops: usize,
+struct View {
+    stack: Stack,
+    /// Keys the operations after the tables changed: a value, or `None`
+    /// for a key they removed.
+    overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// The last operation applied (by the tables or the overlay).
+    applied: Option<(u64, Hash)>,
 }
 
-/// The derived index of one store.
-///
-/// Recently applied operations sit in memory (read through, in order) and
-/// reach sled together, as one atomic batch that ends with the marker of
-/// the last operation it holds; a crash before that costs nothing, since
-/// the next open catches up from the journal.
+impl View {
+    fn overlay_ops(&self) -> u64 {
+        let applied = self.applied.map_or(0, |a| a.0);
+        applied.saturating_sub(self.stack.covered().map_or(0, |c| c.0))
+    }
+
+    fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(v) = self.overlay.get(k) {
+            return Ok(v.clone());
+        }
+        self.stack.get(k).map(|v| v.map(<[u8]>::to_vec))
+    }
+}
+
+/// The derived index of one store, as one handle sees it.
 #[derive(Debug)]
 pub struct Index {
-    /// `None` only while the index is being dropped.
-    db: Option<sled::Db>,
-    pending: std::sync::Mutex<Pending>,
-}
-
-impl Drop for Index {
-    fn drop(&mut self) {
-        let _ = self.flush_pending();
-        // sled 0.34 closes a database with a flush that loads its current
-        // IO buffer and only then takes a reference to it, without pinning
-        // the epoch that defers the buffer's free; an IO thread can swap the
-        // buffer out in between, and AddressSanitizer then reports a
-        // use-after-free (fuzz/README.md). A pin of the same collector, held
-        // while sled closes, keeps every buffer retired meanwhile alive.
-        let _pin = sled::pin();
-        drop(self.db.take());
-    }
+    /// `index/` of a store on disk; `None` for a store in memory.
+    dir: Option<PathBuf>,
+    /// `index/LOCK`: one table writer at a time. `None` when this handle
+    /// never writes tables (in memory, read-only).
+    lock: Option<LockFile>,
+    view: RwLock<View>,
+    /// A table that did not open, reported once.
+    problem: std::sync::Mutex<Option<String>>,
+    /// Held while operations are applied, so that each is applied once and
+    /// in order however many threads catch up at once.
+    apply_lock: std::sync::Mutex<()>,
+    /// Whether the tables were checked against the stored operations.
+    checked: std::sync::atomic::AtomicBool,
 }
 
 /// Where catching up started from, for the open report.
@@ -91,138 +98,430 @@ impl Drop for Index {
 pub enum CatchUp {
     /// Applied this many operations from the journal tail.
     Applied(usize),
-    /// The index was missing or disagreed with the journal and was rebuilt.
+    /// The tables did not continue the operations; this many operations
+    /// were applied from the first.
     Rebuilt(usize),
 }
 
 impl Index {
-    /// Opens the index at `dir` (created if absent).
-    pub fn open(dir: &Path) -> Result<Index> {
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(64 << 20)
-            .open()
-            .map_err(sled_err)?;
+    /// The index of the store at `root`: its tables mapped (no checksum is
+    /// read; `fsck` verifies them), nothing applied yet (see
+    /// [`Index::catch_up`]). A read-only handle never writes tables.
+    pub fn open(root: &Path, read_only: bool) -> Result<Index> {
+        let dir = root.join("index");
+        // A damaged table is derived data: read around it (everything is
+        // applied from the operations) and say so.
+        let (stack, problem) = match Stack::load(&dir) {
+            Ok(s) => (s, None),
+            Err(e @ Error::CorruptFile { .. }) => (
+                Stack::default(),
+                Some(format!(
+                    "{e}; ignoring the index tables (sessctl reindex replaces them)"
+                )),
+            ),
+            Err(e) => return Err(e),
+        };
+        let lock = if read_only {
+            None
+        } else {
+            std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+            Some(LockFile::open(&dir.join("LOCK"), root)?)
+        };
+        let applied = stack.covered();
         Ok(Index {
-            db: Some(db),
-            pending: Default::default(),
+            dir: Some(dir),
+            lock,
+            view: RwLock::new(View {
+                stack,
+                overlay: BTreeMap::new(),
+                applied,
+            }),
+            problem: std::sync::Mutex::new(problem),
+            apply_lock: Default::default(),
+            checked: Default::default(),
         })
     }
 
-    /// An index in a temporary directory, for stores that live in memory.
-    pub fn temporary() -> Result<Index> {
-        let db = sled::Config::new()
-            .temporary(true)
-            .open()
-            .map_err(sled_err)?;
-        Ok(Index {
-            db: Some(db),
-            pending: Default::default(),
-        })
-    }
-
-    fn db(&self) -> &sled::Db {
-        self.db
-            .as_ref()
-            .expect("the index is open until it is dropped")
-    }
-
-    /// One key, pending writes first.
-    fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>> {
-        if let Some(v) = self
-            .pending
+    /// What opening the index had to read around, once.
+    pub fn take_problem(&self) -> Option<String> {
+        self.problem
             .lock()
-            .expect("index pending lock")
-            .writes
-            .get(k)
-        {
-            return Ok(v.clone());
-        }
-        Ok(self.db().get(k).map_err(sled_err)?.map(|v| v.to_vec()))
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 
-    /// Writes pending operations to sled as one atomic batch.
-    pub fn flush_pending(&self) -> Result<()> {
-        let mut p = self.pending.lock().expect("index pending lock");
-        if p.writes.is_empty() {
-            return Ok(());
-        }
-        let mut batch = sled::Batch::default();
-        for (k, v) in std::mem::take(&mut p.writes) {
-            match v {
-                Some(v) => batch.insert(k, v),
-                None => batch.remove(k),
+    /// An index held in memory only, for stores that live in memory.
+    pub fn temporary() -> Result<Index> {
+        Ok(Index {
+            dir: None,
+            lock: None,
+            view: RwLock::new(View::default()),
+            problem: Default::default(),
+            apply_lock: Default::default(),
+            checked: Default::default(),
+        })
+    }
+
+    fn view(&self) -> std::sync::RwLockReadGuard<'_, View> {
+        self.view.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn applying(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.apply_lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn view_mut(&self) -> std::sync::RwLockWriteGuard<'_, View> {
+        self.view.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One key: the overlay first, then the tables, newest first.
+    fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.view().get(k)
+    }
+
+    /// Every key that starts with `prefix` and its value, ascending.
+    fn scan(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let batch = self.scan_batch(prefix, after.as_deref(), false, 4096)?;
+            let done = batch.len() < 4096;
+            after = batch.last().map(|(k, _)| k.clone());
+            out.extend(batch);
+            if done {
+                return Ok(out);
             }
         }
-        p.ops = 0;
-        self.db().apply_batch(batch).map_err(sled_err)
     }
 
-    /// Iterates a prefix after writing pending operations, so scans see them.
-    fn scan(&self, prefix: &[u8]) -> Result<sled::Iter> {
-        self.flush_pending()?;
-        Ok(self.db().scan_prefix(prefix))
+    /// Keys that start with `prefix`, descending, handed to `f` until it
+    /// returns false. Read in batches, so `f` may use the index itself.
+    fn scan_rev_while(
+        &self,
+        prefix: &[u8],
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let mut before: Option<Vec<u8>> = None;
+        loop {
+            let batch = self.scan_batch(prefix, before.as_deref(), true, 64)?;
+            let done = batch.len() < 64;
+            for (k, v) in &batch {
+                if !f(k, v)? {
+                    return Ok(());
+                }
+            }
+            if done {
+                return Ok(());
+            }
+            before = batch.last().map(|(k, _)| k.clone());
+        }
+    }
+
+    /// Up to `n` live entries under `prefix` past `cursor` (exclusive) in
+    /// the given direction: the overlay and the tables merged, the newest
+    /// source of each key winning, removed keys left out.
+    fn scan_batch(
+        &self,
+        prefix: &[u8],
+        cursor: Option<&[u8]>,
+        reverse: bool,
+        n: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let view = self.view();
+        let lower = match (reverse, cursor) {
+            (false, Some(c)) => Bound::Excluded(c.to_vec()),
+            _ => Bound::Included(prefix.to_vec()),
+        };
+        let upper = match (reverse, cursor) {
+            (true, Some(c)) => Bound::Excluded(c.to_vec()),
+            _ => match prefix_end(prefix) {
+                Some(end) => Bound::Excluded(end),
+                None => Bound::Unbounded,
+            },
+        };
+        let mut overlay = view.overlay.range((lower.clone(), upper.clone()));
+        let mut sources: Vec<Source<'_>> = Vec::new();
+        if reverse {
+            sources.push(Box::new(
+                std::iter::from_fn(move || overlay.next_back())
+                    .map(|(k, v)| Ok((k.clone(), v.clone()))),
+            ));
+        } else {
+            sources.push(Box::new(
+                std::iter::from_fn(move || overlay.next()).map(|(k, v)| Ok((k.clone(), v.clone()))),
+            ));
+        }
+        for t in view.stack.tables() {
+            sources.push(t.range(prefix, cursor, reverse)?);
+        }
+        merge_sources(sources, reverse, n)
     }
 
     /// The last operation applied: (sequence number, hash).
     pub fn applied(&self) -> Result<Option<(u64, Hash)>> {
-        let Some(v) = self.get(APPLIED)? else {
-            return Ok(None);
-        };
-        if v.len() != 40 {
-            return Ok(None);
-        }
-        let seq = u64::from_be_bytes(v[..8].try_into().expect("8 bytes"));
-        let hash: Hash = v[8..].try_into().expect("32 bytes");
-        Ok(Some((seq, hash)))
+        Ok(self.view().applied)
     }
 
-    /// Brings the index up to date with the durable operations, rebuilding
-    /// it when it does not agree with them.
+    /// Brings the index up to date with the operations: applies those after
+    /// the last one applied (the journal tail, normally). When they do not
+    /// continue it (the tables were written from another history), every
+    /// operation is applied again from the first, over no tables.
     pub fn catch_up(&self, odb: &Odb) -> Result<CatchUp> {
-        let applied = self.applied()?;
-        let from = applied.map(|a| a.0.saturating_sub(1)).unwrap_or(0);
-        let raw = odb.backend().ops_after(from)?;
-        let mut rest = raw.as_slice();
-        if let Some((seq, hash)) = applied {
-            match rest.first() {
-                Some((s, bytes)) if *s == seq => {
-                    let op = decode_op(*s, bytes)?;
-                    if op.hash() != hash {
-                        return self.rebuild(odb).map(CatchUp::Rebuilt);
-                    }
-                    rest = &rest[1..];
-                }
-                _ => return self.rebuild(odb).map(CatchUp::Rebuilt),
+        let _one_at_a_time = self.applying();
+        let applied = self.view().applied;
+        let raw = odb.backend().ops_after(applied.map_or(0, |a| a.0))?;
+        if let (Some((_, hash)), Some((seq, bytes))) = (applied, raw.first()) {
+            let op = decode_op(*seq, bytes)?;
+            if op.prev != Some(hash) {
+                return self.rebuild_locked(odb).map(CatchUp::Rebuilt);
             }
-        } else if self.db().first().map_err(sled_err)?.is_some() {
-            // Entries but no applied marker: not ours to trust.
-            return self.rebuild(odb).map(CatchUp::Rebuilt);
+        } else if let (Some((seq, hash)), None, false) = (
+            applied,
+            raw.first(),
+            self.checked
+                .swap(true, std::sync::atomic::Ordering::Relaxed),
+        ) {
+            // Nothing after the tables: do they describe an operation the
+            // store holds (the journal's copy is compared; an op-log file
+            // is trusted by its name, not read)? Once per handle.
+            let same = match odb.backend().op_at(seq)? {
+                None => false,
+                Some(b) if b.is_empty() => true,
+                Some(b) => decode_op(seq, &b)?.hash() == hash,
+            };
+            if !same {
+                return self.rebuild_locked(odb).map(CatchUp::Rebuilt);
+            }
         }
-        for (seq, bytes) in rest {
-            self.apply(&decode_op(*seq, bytes)?, odb)?;
+        for (seq, bytes) in &raw {
+            self.apply_locked(&decode_op(*seq, bytes)?, odb, &[])?;
         }
-        Ok(CatchUp::Applied(rest.len()))
+        Ok(CatchUp::Applied(raw.len()))
     }
 
-    /// Clears the index and applies every operation from the first.
-    pub fn rebuild(&self, odb: &Odb) -> Result<usize> {
-        *self.pending.lock().expect("index pending lock") = Pending::default();
-        self.db().clear().map_err(sled_err)?;
+    /// Forgets the tables and applies every operation from the first into
+    /// the overlay (nothing on disk changes).
+    pub(crate) fn rebuild_in_memory(&self, odb: &Odb) -> Result<usize> {
+        let _one_at_a_time = self.applying();
+        self.rebuild_locked(odb)
+    }
+
+    fn rebuild_locked(&self, odb: &Odb) -> Result<usize> {
+        {
+            let mut v = self.view_mut();
+            *v = View {
+                stack: Stack::default(),
+                overlay: BTreeMap::new(),
+                applied: None,
+            };
+        }
         let ops = odb.backend().ops_after(0)?;
         for (seq, bytes) in &ops {
-            self.apply(&decode_op(*seq, bytes)?, odb)?;
+            self.apply_locked(&decode_op(*seq, bytes)?, odb, &[])?;
         }
-        self.flush()?;
         Ok(ops.len())
     }
 
-    /// Writes pending operations and asks sled to flush (not a durable
-    /// fsync, spacejam/sled#1452: durability comes from the journal).
-    pub fn flush(&self) -> Result<()> {
-        self.flush_pending()?;
-        self.db().flush().map_err(sled_err).map(|_| ())
+    /// Rebuilds the index from the first operation and, on disk, replaces
+    /// every table with one that holds it all. Returns how many operations
+    /// were applied.
+    pub fn rebuild(&self, odb: &Odb) -> Result<usize> {
+        let n = self.rebuild_in_memory(odb)?;
+        self.write_tables_from(odb, true, false)?;
+        Ok(n)
     }
+
+    /// Folds the overlay into a new table once it holds [`TABLE_EVERY`]
+    /// operations (or at all, with `force`), so that the next handle to
+    /// open the store applies few operations. Skipped while another process
+    /// writes one. The operations it holds are synced first: a table never
+    /// describes an operation a crash could still take back.
+    pub fn write_tables(&self, odb: &Odb, force: bool) -> Result<bool> {
+        self.write_tables_from(odb, force, true)
+    }
+
+    /// [`Index::write_tables`]; `adopt`: take up newer tables other
+    /// processes wrote first (not when rebuilding, which distrusts them).
+    fn write_tables_from(&self, odb: &Odb, force: bool, adopt: bool) -> Result<bool> {
+        let (Some(dir), Some(lock)) = (&self.dir, &self.lock) else {
+            return Ok(false);
+        };
+        if !force && self.view().overlay_ops() < TABLE_EVERY {
+            return Ok(false);
+        }
+        let Some(_one_writer) = lock.try_lock()? else {
+            return Ok(false);
+        };
+        // Another process may have written tables since this one loaded.
+        if adopt {
+            self.adopt_newer_tables(dir, odb)?;
+        }
+        let (snapshot, applied, base) = {
+            let v = self.view();
+            if v.applied == v.stack.covered() || (!force && v.overlay_ops() < TABLE_EVERY) {
+                stack::clear_leftovers(dir, &v.stack, false);
+                return Ok(false);
+            }
+            (v.overlay.clone(), v.applied, v.stack.clone())
+        };
+        let Some(applied) = applied else {
+            return Ok(false);
+        };
+        odb.backend().sync_all()?;
+        let stack = base.push(dir, applied, &snapshot)?;
+        let mut v = self.view_mut();
+        // What later operations changed stays in the overlay; what the new
+        // table holds as it is leaves it.
+        v.overlay
+            .retain(|k, val| snapshot.get(k).is_none_or(|s| s != val));
+        v.stack = stack;
+        stack::clear_leftovers(dir, &v.stack, !adopt);
+        Ok(true)
+    }
+
+    /// Takes up tables another process wrote past this handle's, when they
+    /// continue what it applied: the overlay is then rebuilt from the
+    /// operations after them, which is less to hold.
+    fn adopt_newer_tables(&self, dir: &Path, odb: &Odb) -> Result<()> {
+        // A damaged newer table is fsck's to report; this handle keeps its own.
+        let Ok(newer) = Stack::load(dir) else {
+            return Ok(());
+        };
+        let (ours, applied) = {
+            let v = self.view();
+            (v.stack.covered(), v.applied)
+        };
+        let (Some(theirs), Some(applied)) = (newer.covered(), applied) else {
+            return Ok(());
+        };
+        if ours.is_some_and(|o| o.0 >= theirs.0) || theirs.0 > applied.0 {
+            return Ok(());
+        }
+        // Apply the operations after their tables over them, then swap.
+        let fresh = Index {
+            dir: None,
+            lock: None,
+            view: RwLock::new(View {
+                applied: Some(theirs),
+                stack: newer,
+                overlay: BTreeMap::new(),
+            }),
+            problem: Default::default(),
+            apply_lock: Default::default(),
+            checked: Default::default(),
+        };
+        // Only tables that describe the operations as stored.
+        match odb.backend().op_at(theirs.0)? {
+            None => return Ok(()),
+            Some(b) if !b.is_empty() && decode_op(theirs.0, &b)?.hash() != theirs.1 => {
+                return Ok(())
+            }
+            Some(_) => {}
+        }
+        let raw = odb.backend().ops_after(theirs.0)?;
+        if let Some((seq, bytes)) = raw.first() {
+            if decode_op(*seq, bytes)?.prev != Some(theirs.1) {
+                return Ok(());
+            }
+        }
+        for (seq, bytes) in raw.iter().filter(|(s, _)| *s <= applied.0) {
+            fresh.apply(&decode_op(*seq, bytes)?, odb)?;
+        }
+        let fresh = fresh.view.into_inner().unwrap_or_else(|p| p.into_inner());
+        let _one_at_a_time = self.applying();
+        let mut v = self.view_mut();
+        if fresh.applied == v.applied {
+            *v = fresh;
+        }
+        Ok(())
+    }
+
+    /// Nothing to flush: what is not in a table is rebuilt from the journal
+    /// by whoever opens the store next. Kept for callers of the sled index.
+    pub fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Whether `e` is about one of this index's table files.
+    pub fn is_table_error(&self, e: &Error) -> bool {
+        match (e, &self.dir) {
+            (Error::CorruptFile { path, .. }, Some(dir)) => path.parent() == Some(dir.as_path()),
+            _ => false,
+        }
+    }
+
+    /// Checks every table in full (checksums, order); one line per problem.
+    pub fn verify_tables(&self) -> Vec<String> {
+        self.view().stack.verify()
+    }
+
+    /// The tables this handle reads: (file name, first and last operation).
+    pub fn tables(&self) -> Vec<(String, u64, u64)> {
+        self.view().stack.describe()
+    }
+}
+
+/// The smallest key greater than every key that starts with `prefix`.
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// A key and its value, or `None` for a key removed.
+type Entry = (Vec<u8>, Option<Vec<u8>>);
+
+type Source<'a> = Box<dyn Iterator<Item = Result<Entry>> + 'a>;
+
+/// Merges sources, each sorted in the scan's direction and given newest
+/// first: each key once, from the newest source that has it; removed keys
+/// left out; at most `n` entries.
+fn merge_sources(
+    mut sources: Vec<Source<'_>>,
+    reverse: bool,
+    n: usize,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut heads: Vec<Option<Entry>> = Vec::with_capacity(sources.len());
+    for s in &mut sources {
+        heads.push(s.next().transpose()?);
+    }
+    let mut out = Vec::new();
+    while out.len() < n {
+        // The next key in the scan's direction; the first (newest) source
+        // holding it wins.
+        let mut best: Option<usize> = None;
+        for (i, h) in heads.iter().enumerate() {
+            let Some((k, _)) = h else { continue };
+            best = match best {
+                None => Some(i),
+                Some(b) => {
+                    let bk = &heads[b].as_ref().expect("set").0;
+                    let better = if reverse { k > bk } else { k < bk };
+                    if better {
+                        Some(i)
+                    } else {
+                        Some(b)
+                    }
+                }
+            };
+        }
+        let Some(b) = best else { break };
+        let (k, v) = heads[b].take().expect("set");
+        for (i, h) in heads.iter_mut().enumerate() {
+            if i == b || h.as_ref().is_some_and(|(hk, _)| *hk == k) {
+                *h = sources[i].next().transpose()?;
+            }
+        }
+        if let Some(v) = v {
+            out.push((k, v));
+        }
+    }
+    Ok(out)
 }
 
 fn decode_op(seq: u64, bytes: &[u8]) -> Result<Operation> {
@@ -234,4 +533,43 @@ fn decode_op(seq: u64, bytes: &[u8]) -> Result<Operation> {
         return Err(IndexError::MisplacedOperation { seq, found: op.seq }.into());
     }
     Ok(op)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src(items: &[(&str, Option<&str>)]) -> Source<'static> {
+        let v: Vec<_> = items
+            .iter()
+            .map(|(k, v)| Ok((k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec()))))
+            .collect();
+        Box::new(v.into_iter())
+    }
+
+    #[test]
+    fn the_newest_source_of_a_key_wins_and_removals_hide_older_values() {
+        let newest = src(&[("a", None), ("c", Some("c2"))]);
+        let oldest = src(&[("a", Some("a1")), ("b", Some("b1")), ("c", Some("c1"))]);
+        let got = merge_sources(vec![newest, oldest], false, 10).unwrap();
+        let got: Vec<(String, String)> = got
+            .into_iter()
+            .map(|(k, v)| (String::from_utf8(k).unwrap(), String::from_utf8(v).unwrap()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![("b".into(), "b1".into()), ("c".into(), "c2".into())]
+        );
+        let newest = src(&[("c", Some("c2")), ("a", None)]);
+        let oldest = src(&[("c", Some("c1")), ("b", Some("b1")), ("a", Some("a1"))]);
+        let got = merge_sources(vec![newest, oldest], true, 1).unwrap();
+        assert_eq!(got, vec![(b"c".to_vec(), b"c2".to_vec())]);
+    }
+
+    #[test]
+    fn prefix_ends_carry_past_ff() {
+        assert_eq!(prefix_end(b"a:"), Some(b"a;".to_vec()));
+        assert_eq!(prefix_end(&[b'a', 0xFF]), Some(b"b".to_vec()));
+        assert_eq!(prefix_end(&[0xFF, 0xFF]), None);
+    }
 }

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::{key, sled_err, Index};
+use super::{key, Index};
 use crate::error::Result;
 use crate::hash::ObjectId;
 use crate::refs::{Hash, RefName, RefTarget, ReflogEntry};
@@ -57,8 +57,7 @@ impl Index {
     /// Every ref, sorted by name.
     pub fn refs(&self) -> Result<Vec<(RefName, RefTarget)>> {
         let mut out = Vec::new();
-        for kv in self.scan(b"r:")? {
-            let (k, v) = kv.map_err(sled_err)?;
+        for (k, v) in self.scan(b"r:")? {
             let name = std::str::from_utf8(&k[2..])
                 .ok()
                 .and_then(|n| RefName::parse(n).ok());
@@ -82,8 +81,7 @@ impl Index {
         let mut prefix = key("l:", name.to_string().as_bytes());
         prefix.push(0);
         let mut out = Vec::new();
-        for kv in self.scan(&prefix)? {
-            let (_, v) = kv.map_err(sled_err)?;
+        for (_, v) in self.scan(&prefix)? {
             if let Ok(j) = serde_json::from_slice(&v) {
                 out.push(j);
             }

@@ -34,9 +34,8 @@ impl Index {
         let mut out = Vec::new();
         let names: Vec<String> = self
             .scan(b"u:")?
-            .keys()
-            .filter_map(|k| k.ok())
-            .map(|k| String::from_utf8_lossy(&k[2..]).into_owned())
+            .into_iter()
+            .map(|(k, _)| String::from_utf8_lossy(&k[2..]).into_owned())
             .collect();
         for n in names {
             if let Some(c) = self.claim(&n)? {

@@ -11,60 +11,67 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use super::journal::{self, FrameBuilder, Journal};
 use super::layout::check_format;
-use super::lock::StoreLock;
+use super::lock::{LockFile, LockGuard};
 use super::oplog::{oplog_files, read_oplog_file, write_oplog_file};
 use super::pack::{self, Pack};
-use super::{ObjectBackend, OdbStats, OpenOptions, RawOp, RepackOptions, RepackStats, SyncTicket};
+use super::{
+    ObjectBackend, OdbStats, OpenOptions, RawOp, RepackOptions, RepackStats, SyncTicket, WriteLock,
+};
 use crate::error::{Error, IoResultExt, OdbError, Result};
 use crate::hash::{ObjectId, Prefix};
 use crate::object::{EncodedObject, ObjectKind, Session};
 
-/// Journal and packs on disk.
+/// Journal and packs on disk, shared by every process that opens the store.
 #[derive(Debug)]
 pub struct DiskBackend {
     root: PathBuf,
     journal: Journal,
     packs: RwLock<Vec<Arc<Pack>>>,
-    repacking: Mutex<()>,
+    /// `LOCK`: held for each write's few syscalls. `None` when read-only.
+    write_lock: Option<LockFile>,
+    /// `pack.lock`: held while packs are written and replaced, so that two
+    /// processes never pack the same segments. `None` when read-only.
+    pack_lock: Option<LockFile>,
+    /// How long a write waits for `LOCK`.
+    wait: Option<std::time::Duration>,
     auto_pack: bool,
     notes: Mutex<Vec<String>>,
     /// What the journal scan found damaged, kept for fsck.
     damage: Vec<String>,
-    _lock: Option<StoreLock>,
 }
 
 impl DiskBackend {
+    /// Opens the store's storage. Takes no lock and writes nothing: a torn
+    /// tail is cut by the next write, under the write lock.
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<DiskBackend> {
         check_format(path)?;
-        let lock = if opts.read_only {
-            None
+        let (write_lock, pack_lock) = if opts.read_only {
+            (None, None)
         } else {
-            Some(StoreLock::acquire(&path.join("LOCK"), opts.wait)?)
+            (
+                Some(LockFile::open(&path.join("LOCK"), path)?),
+                Some(LockFile::open(&path.join("pack.lock"), path)?),
+            )
         };
         let packs_dir = path.join("packs");
-        if !opts.read_only {
-            // Leftovers of a repack that died before its rename.
-            for entry in fs::read_dir(&packs_dir).at(&packs_dir)? {
-                let entry = entry.at(&packs_dir)?;
-                if entry.file_name().to_string_lossy().starts_with(".tmp-") {
-                    let _ = fs::remove_file(entry.path());
-                }
-            }
-        }
         let journal = Journal::open(&path.join("journal"), opts.read_only, opts.segment_target)?;
         let mut packs = Vec::new();
         for name in pack::list_packs(&packs_dir)? {
-            packs.push(Arc::new(Pack::open(&packs_dir, &name)?));
+            match Pack::open(&packs_dir, &name) {
+                Ok(p) => packs.push(Arc::new(p)),
+                // Replaced by another process's repack since the listing.
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
         }
         let notes = journal.take_notes();
-        if !notes.is_empty() && !opts.read_only {
-            append_recovery_log(path, &notes);
-        }
         Ok(DiskBackend {
             root: path.to_path_buf(),
             journal,
             packs: RwLock::new(packs),
-            repacking: Mutex::new(()),
+            write_lock,
+            pack_lock,
+            wait: opts.wait,
             auto_pack: opts.auto_pack,
             damage: notes
                 .iter()
@@ -72,8 +79,77 @@ impl DiskBackend {
                 .cloned()
                 .collect(),
             notes: Mutex::new(notes),
-            _lock: lock,
         })
+    }
+
+    /// Re-reads the pack directory: opens packs written by other processes
+    /// and lets go of those they replaced (a reader that still maps one
+    /// keeps reading it; unlinking does not take it away). Then forgets
+    /// journal segments packed and deleted meanwhile.
+    fn refresh_packs(&self) -> Result<()> {
+        let dir = self.root.join("packs");
+        let names = pack::list_packs(&dir)?;
+        let current = self.packs();
+        let same = names.len() == current.len()
+            && current.iter().all(|p| names.iter().any(|n| n == p.name()));
+        if same {
+            return Ok(());
+        }
+        let mut next = Vec::with_capacity(names.len());
+        for name in &names {
+            if let Some(p) = current.iter().find(|p| p.name() == name) {
+                next.push(p.clone());
+                continue;
+            }
+            match Pack::open(&dir, name) {
+                Ok(p) => next.push(Arc::new(p)),
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        *self.packs.write().expect("pack list lock") = next;
+        self.journal.forget_missing()
+    }
+
+    /// Notes what the journal scans found since the last call (torn tails
+    /// cut under the write lock, damage), and logs repairs.
+    fn collect_notes(&self) {
+        let notes = self.journal.take_notes();
+        if notes.is_empty() {
+            return;
+        }
+        if notes.iter().any(|n| n.contains("torn write")) {
+            append_recovery_log(&self.root, &notes);
+        }
+        self.notes.lock().expect("notes lock").extend(notes);
+    }
+
+    fn read_here(&self, id: &ObjectId) -> Result<Option<EncodedObject>> {
+        if let Some(o) = self.journal.read(id)? {
+            return Ok(Some(o));
+        }
+        for p in self.packs() {
+            if let Some(o) = p.read(id)? {
+                return Ok(Some(o));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Removes what a packer that died left behind (`packs/.tmp-*`). The
+    /// caller holds the pack lock, so no one is writing one now.
+    fn clear_leftovers(&self) {
+        let dir = self.root.join("packs");
+        for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with(".tmp-") {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+
+    fn lock_write(&self) -> Result<LockGuard<'_>> {
+        let lock = self.write_lock.as_ref().ok_or(Error::ReadOnly)?;
+        lock.lock(self.wait)
     }
 
     pub fn root(&self) -> &Path {
@@ -87,11 +163,16 @@ impl DiskBackend {
     /// Packs the objects of `old` packs and `sealed` segments (those `keep`
     /// accepts) into one new pack, moves the segments' operations to the
     /// op log, and deletes what the new pack replaces. The caller holds the
-    /// repack lock.
+    /// pack lock. The new pack is written without the write lock; it is
+    /// published (and what it replaces deleted) under it, after `rescue`
+    /// named the objects left out that writers have come to use meanwhile,
+    /// which go back into the journal.
+    #[allow(clippy::too_many_arguments)]
     fn repack_these(
         &self,
         opts: &RepackOptions,
         keep: Option<&dyn Fn(&ObjectId) -> bool>,
+        rescue: Option<&super::Rescue<'_>>,
         before: OdbStats,
         sealed: Vec<u64>,
         old: Vec<Arc<Pack>>,
@@ -140,22 +221,38 @@ impl DiskBackend {
         } else {
             Some(pack::write_pack(&packs_dir, &ordered, opts.pack)?)
         };
+        // Operations are history: they move to the op-log archive before
+        // their segments go (readers skip sequence numbers seen twice).
+        let ops = self.journal.ops_in(&sealed)?;
+        if !ops.is_empty() {
+            write_oplog_file(&self.root.join("oplog"), &ops)?;
+        }
+        let new_pack = match &written {
+            Some(w) => Some(Arc::new(Pack::open(&packs_dir, &w.name)?)),
+            None => None,
+        };
+        let guard = self.lock_write()?;
+        if let Some(rescue) = rescue {
+            let back = rescue()?;
+            if !back.is_empty() {
+                let mut objects = Vec::with_capacity(back.len());
+                for id in &back {
+                    objects.push(self.read(id)?.ok_or(Error::NotFound { id: *id })?);
+                }
+                let (_, end) = self.append_frame(&guard, &objects, &[], false)?;
+                self.journal.sync_to(end)?;
+            }
+        }
         {
-            let new_pack = match &written {
-                Some(w) => Some(Arc::new(Pack::open(&packs_dir, &w.name)?)),
-                None => None,
-            };
             let mut packs = self.packs.write().expect("pack list lock");
             packs.retain(|p| {
                 keep_packs.contains(p.name()) || !old.iter().any(|o| Arc::ptr_eq(o, p))
             });
-            packs.extend(new_pack);
-        }
-        // Operations are history: they move to the op-log archive before
-        // their segments go.
-        let ops = self.journal.ops_in(&sealed)?;
-        if !ops.is_empty() {
-            write_oplog_file(&self.root.join("oplog"), &ops)?;
+            if let Some(n) = new_pack {
+                if !packs.iter().any(|p| p.name() == n.name()) {
+                    packs.push(n);
+                }
+            }
         }
         self.journal.retire(&sealed)?;
         for p in &old {
@@ -164,10 +261,15 @@ impl DiskBackend {
                 continue;
             }
             // Index first: without it the pack is no longer listed.
-            let [pack_path, index_path] = p.paths();
-            fs::remove_file(index_path).at(index_path)?;
-            fs::remove_file(pack_path).at(pack_path)?;
+            for path in [p.paths()[1], p.paths()[0]] {
+                match fs::remove_file(path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(Error::io(path, e)),
+                }
+            }
         }
+        drop(guard);
         journal::sync_dir(&packs_dir)?;
         let after = self.stats()?;
         Ok(RepackStats {
@@ -280,8 +382,17 @@ fn append_recovery_log(root: &Path, notes: &[String]) {
     }
 }
 
-impl ObjectBackend for DiskBackend {
-    fn append(&self, objects: &[EncodedObject], ops: &[RawOp]) -> Result<(usize, SyncTicket)> {
+impl DiskBackend {
+    /// Appends one frame of the objects not stored yet (all of them,
+    /// without `dedupe`) and the operations. The caller holds the write
+    /// lock, and with it a view of the journal and packs that is current.
+    fn append_frame(
+        &self,
+        _lock: &LockGuard<'_>,
+        objects: &[EncodedObject],
+        ops: &[RawOp],
+        dedupe: bool,
+    ) -> Result<(usize, journal::Pos)> {
         let mut frame = FrameBuilder::new();
         let mut seen = HashSet::with_capacity(objects.len());
         for obj in objects {
@@ -293,7 +404,7 @@ impl ObjectBackend for DiskBackend {
                 }
                 .into());
             }
-            if seen.insert(obj.id()) && !self.contains(&obj.id())? {
+            if seen.insert(obj.id()) && !(dedupe && self.contains(&obj.id())?) {
                 frame.push_object(obj);
             }
         }
@@ -301,12 +412,49 @@ impl ObjectBackend for DiskBackend {
             frame.push_op(*seq, op);
         }
         let n = frame.objects_len();
-        let end = self.journal.append_nowait(&frame)?;
+        let end = self.journal.append_locked(&frame, _lock)?;
+        Ok((n, end))
+    }
+}
+
+impl ObjectBackend for DiskBackend {
+    fn write_lock(&self) -> Result<WriteLock<'_>> {
+        let guard = self.lock_write()?;
+        // Catch up under the lock: the journal's tail (a torn one is cut
+        // now) and the pack list, so that "already stored" means stored in
+        // files that still exist.
+        let caught_up = self
+            .journal
+            .refresh_locked_now(&guard)
+            .and_then(|()| self.refresh_packs());
+        self.collect_notes();
+        caught_up?;
+        Ok(WriteLock(Some(guard)))
+    }
+
+    fn append_locked(
+        &self,
+        lock: &WriteLock<'_>,
+        objects: &[EncodedObject],
+        ops: &[RawOp],
+    ) -> Result<(usize, SyncTicket)> {
+        let guard = lock.0.as_ref().ok_or(Error::ReadOnly)?;
+        let (n, end) = self.append_frame(guard, objects, ops, true)?;
         Ok((n, SyncTicket(end)))
+    }
+
+    fn refresh(&self) -> Result<()> {
+        let r = self.journal.refresh();
+        self.collect_notes();
+        r
     }
 
     fn sync(&self, ticket: SyncTicket) -> Result<()> {
         self.journal.sync_to(ticket.0)
+    }
+
+    fn sync_all(&self) -> Result<()> {
+        self.journal.sync_all()
     }
 
     fn ops_after(&self, after: u64) -> Result<Vec<RawOp>> {
@@ -335,16 +483,25 @@ impl ObjectBackend for DiskBackend {
         Ok(out)
     }
 
+    fn op_at(&self, seq: u64) -> Result<Option<Vec<u8>>> {
+        if let Some(op) = self.journal.op(seq)? {
+            return Ok(Some(op));
+        }
+        let stored = oplog_files(&self.root.join("oplog"))?
+            .iter()
+            .any(|(first, last, _)| (*first..=*last).contains(&seq));
+        Ok(stored.then(Vec::new))
+    }
+
     fn read(&self, id: &ObjectId) -> Result<Option<EncodedObject>> {
-        if let Some(o) = self.journal.read(id)? {
+        if let Some(o) = self.read_here(id)? {
             return Ok(Some(o));
         }
-        for p in self.packs() {
-            if let Some(o) = p.read(id)? {
-                return Ok(Some(o));
-            }
-        }
-        Ok(None)
+        // Written, or moved into a pack, by another process since this
+        // handle last looked.
+        self.refresh()?;
+        self.refresh_packs()?;
+        self.read_here(id)
     }
 
     fn contains(&self, id: &ObjectId) -> Result<bool> {
@@ -405,10 +562,19 @@ impl ObjectBackend for DiskBackend {
         &self,
         opts: &RepackOptions,
         keep: Option<&dyn Fn(&ObjectId) -> bool>,
+        rescue: Option<&super::Rescue<'_>>,
     ) -> Result<RepackStats> {
-        let _one_at_a_time = self.repacking.lock().expect("repack lock");
+        let pack_lock = self.pack_lock.as_ref().ok_or(Error::ReadOnly)?;
+        let _one_at_a_time = pack_lock.lock(self.wait)?;
+        self.clear_leftovers();
+        self.refresh()?;
+        self.refresh_packs()?;
+        self.journal.forget_missing()?;
         let before = self.stats()?;
-        let sealed = self.journal.seal()?;
+        let sealed = {
+            let guard = self.lock_write()?;
+            self.journal.seal(&guard)?
+        };
         let old = self.packs();
         if keep.is_none() && old.len() <= 1 && sealed.is_empty() {
             return Ok(RepackStats {
@@ -422,7 +588,7 @@ impl ObjectBackend for DiskBackend {
                 sessions: None,
             });
         }
-        self.repack_these(opts, keep, before, sealed, old)
+        self.repack_these(opts, keep, rescue, before, sealed, old)
     }
 
     fn maintain(&self) -> Result<Option<RepackStats>> {
@@ -431,9 +597,14 @@ impl ObjectBackend for DiskBackend {
         }
         // Someone else is repacking: they take these segments too, or the
         // next write after them does.
-        let Ok(_one_at_a_time) = self.repacking.try_lock() else {
+        let Some(pack_lock) = &self.pack_lock else {
             return Ok(None);
         };
+        let Some(_one_at_a_time) = pack_lock.try_lock()? else {
+            return Ok(None);
+        };
+        self.refresh_packs()?;
+        self.journal.forget_missing()?;
         let sealed = self.journal.sealed_segments();
         if sealed.is_empty() {
             return Ok(None);
@@ -441,7 +612,7 @@ impl ObjectBackend for DiskBackend {
         let before = self.stats()?;
         let merge = geometric_merge(self.journal.ids_in(&sealed).len(), self.packs());
         let mut stats =
-            self.repack_these(&RepackOptions::default(), None, before, sealed, merge)?;
+            self.repack_these(&RepackOptions::default(), None, None, before, sealed, merge)?;
         // Only part of the store: not every session.
         stats.sessions = None;
         Ok(Some(stats))

@@ -19,11 +19,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 
-use super::Durability;
+use super::lock::LockGuard;
 use crate::error::{Error, IoResultExt, OdbError, Result};
 use crate::hash::{ObjectId, Prefix, ID_LEN};
 use crate::object::{EncodedObject, ObjectKind};
@@ -524,24 +524,47 @@ pub fn parse_op_entry(payload: &[u8]) -> Result<(u64, &[u8]), String> {
     Ok((seq, &payload[8..]))
 }
 
+/// What this handle knows of the newest segment, the one appended to.
 #[derive(Debug)]
-struct WriterState {
-    file: Arc<File>,
+struct Tail {
+    /// `None` until the store has a segment (a fresh store before its first
+    /// write).
+    file: Option<Arc<File>>,
     seq: u64,
+    /// Bytes of it read and indexed: the end of its last valid frame.
     len: u64,
+    /// How far the journal is known durable: by this handle's own syncs,
+    /// the watermarks of frames others wrote, and rotations (a segment is
+    /// synced whole before the next is created).
     synced: Pos,
     syncing: bool,
     poisoned: Option<String>,
 }
 
-/// The journal of one store.
+/// Who may cut a torn tail: only the holder of the store's write lock,
+/// since anyone else may be looking at a frame still being written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scan {
+    /// Read what is there; stop before a frame that does not parse yet.
+    Read,
+    /// The write lock is held: nothing is being written, so a bad tail is
+    /// torn and is cut (set aside first).
+    Repair,
+}
+
+/// The journal of one store, as one handle sees it.
+///
+/// Many processes append to the same files: each holds the store's write
+/// lock for its append (see `DiskBackend`), and every handle catches up by
+/// reading the frames appended since it last looked
+/// ([`Journal::refresh`]), never by rescanning.
 #[derive(Debug)]
 pub struct Journal {
     dir: PathBuf,
     read_only: bool,
     segment_target: u64,
-    writer: Option<Mutex<WriterState>>,
-    synced: Condvar,
+    tail: Mutex<Tail>,
+    synced_cv: Condvar,
     segments: RwLock<BTreeMap<u64, Arc<File>>>,
     objects: RwLock<HashMap<ObjectId, EntryLoc>>,
     /// Operation entries in journal order: (sequence number, where).
@@ -575,65 +598,104 @@ fn segment_header(seq: u64) -> [u8; SEGMENT_HEADER_LEN as usize] {
 
 pub(crate) use crate::odb::atomic_file::sync_dir;
 
-impl Journal {
-    /// Opens (and, unless read-only, recovers) the journal in `dir`.
-    pub fn open(dir: &Path, read_only: bool, segment_target: u64) -> Result<Journal> {
-        let mut seqs: Vec<u64> = Vec::new();
-        for entry in fs::read_dir(dir).at(dir)? {
-            let entry = entry.at(dir)?;
-            if let Some(seq) = entry.file_name().to_str().and_then(parse_segment_name) {
-                seqs.push(seq);
-            }
+/// The segment numbers in `dir`, ascending.
+pub fn list_segments(dir: &Path) -> Result<Vec<u64>> {
+    let mut seqs: Vec<u64> = Vec::new();
+    for entry in fs::read_dir(dir).at(dir)? {
+        let entry = entry.at(dir)?;
+        if let Some(seq) = entry.file_name().to_str().and_then(parse_segment_name) {
+            seqs.push(seq);
         }
-        seqs.sort_unstable();
+    }
+    seqs.sort_unstable();
+    Ok(seqs)
+}
+
+/// Reads `file` from `from` to its end, as far as it goes now (a file
+/// another process is cutting may end early).
+fn read_from(file: &File, from: u64) -> std::io::Result<Vec<u8>> {
+    let len = file.metadata()?.len();
+    let mut buf = vec![0u8; len.saturating_sub(from) as usize];
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], from + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(got);
+    Ok(buf)
+}
+
+impl Journal {
+    /// Opens the journal in `dir` and indexes what it holds. Nothing is cut
+    /// or written here: another process may be appending, so an unreadable
+    /// tail is left for the next holder of the write lock to judge.
+    pub fn open(dir: &Path, read_only: bool, segment_target: u64) -> Result<Journal> {
         let journal = Journal {
             dir: dir.to_path_buf(),
             read_only,
             segment_target: segment_target.max(SEGMENT_HEADER_LEN + 1),
-            writer: None,
-            synced: Condvar::new(),
+            tail: Mutex::new(Tail {
+                file: None,
+                seq: 0,
+                len: SEGMENT_HEADER_LEN,
+                synced: (0, 0),
+                syncing: false,
+                poisoned: None,
+            }),
+            synced_cv: Condvar::new(),
             segments: RwLock::new(BTreeMap::new()),
             objects: RwLock::new(HashMap::new()),
             ops: RwLock::new(Vec::new()),
             damaged: Mutex::new(Default::default()),
             notes: Mutex::new(Vec::new()),
         };
-        let mut last: Option<(u64, Arc<File>, u64)> = None;
+        let seqs = list_segments(dir)?;
+        let mut st = journal.tail.lock().expect("journal tail lock");
         for (i, &seq) in seqs.iter().enumerate() {
-            let is_last = i + 1 == seqs.len();
-            let (file, len) = journal.load_segment(seq, is_last)?;
-            let file = Arc::new(file);
-            journal
-                .segments
-                .write()
-                .expect("segment map lock")
-                .insert(seq, file.clone());
-            if is_last {
-                last = Some((seq, file, len));
-            }
-        }
-        let mut journal = journal;
-        if !read_only {
-            let (seq, file, len) = match last {
-                Some(l) => l,
-                None => {
-                    let (file, len) = journal.create_segment(1)?;
-                    (1, file, len)
+            let file = match journal.open_segment(seq) {
+                Ok(f) => f,
+                // Packed and deleted since the listing: its objects are in a
+                // pack now, its operations in the op log.
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                    continue
                 }
+                Err(e) => return Err(e),
             };
-            // What a dead process wrote may still sit in the page cache;
-            // sync it before frames start saying it is durable.
-            file.sync_data().at(&journal.segment_path(seq))?;
-            journal.writer = Some(Mutex::new(WriterState {
-                file,
-                seq,
-                len,
-                synced: (seq, len),
-                syncing: false,
-                poisoned: None,
-            }));
+            let is_last = i + 1 == seqs.len();
+            if !is_last {
+                let (end, _) = journal.scan(seq, &file, SEGMENT_HEADER_LEN, false, Scan::Read)?;
+                let _ = end;
+                journal.segments_mut().insert(seq, file);
+                continue;
+            }
+            let (end, watermark) =
+                journal.scan(seq, &file, SEGMENT_HEADER_LEN, true, Scan::Read)?;
+            journal.segments_mut().insert(seq, file.clone());
+            st.file = Some(file);
+            st.seq = seq;
+            st.len = end;
+            st.synced = (seq, watermark.max(SEGMENT_HEADER_LEN));
         }
+        drop(st);
         Ok(journal)
+    }
+
+    fn segments_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<u64, Arc<File>>> {
+        self.segments.write().expect("segment map lock")
+    }
+
+    fn open_segment(&self, seq: u64) -> Result<Arc<File>> {
+        let path = self.segment_path(seq);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(!self.read_only)
+            .open(&path)
+            .at(&path)?;
+        Ok(Arc::new(file))
     }
 
     fn segment_path(&self, seq: u64) -> PathBuf {
@@ -644,29 +706,143 @@ impl Journal {
         self.notes.lock().expect("notes lock").push(line);
     }
 
-    /// What recovery did on open (torn tails cut, damaged frames found).
+    /// What recovery did or found (torn tails cut, damaged frames).
     pub fn take_notes(&self) -> Vec<String> {
         std::mem::take(&mut *self.notes.lock().expect("notes lock"))
     }
 
-    /// Reads, verifies and indexes one segment; returns its file and the
-    /// length up to which it holds valid frames.
-    fn load_segment(&self, seq: u64, is_last: bool) -> Result<(File, u64)> {
+    /// Reads, verifies and indexes segment `seq` from byte `from` on;
+    /// returns the end of its last valid frame and the highest sync
+    /// watermark among the frames read. `is_last`: it is the newest
+    /// segment, where a bad frame may be a write in progress or a torn one.
+    fn scan(
+        &self,
+        seq: u64,
+        file: &File,
+        from: u64,
+        is_last: bool,
+        mode: Scan,
+    ) -> Result<(u64, u64)> {
         let path = self.segment_path(seq);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(!self.read_only)
-            .open(&path)
-            .at(&path)?;
-        let buf = fs::read(&path).at(&path)?;
-        let header = segment_header(seq);
-        if buf.len() < header.len() {
-            // A segment whose header never reached the disk holds nothing.
-            if is_last && !self.read_only && header.starts_with(&buf) {
-                file.write_all_at(&header, 0).at(&path)?;
-                file.set_len(header.len() as u64).at(&path)?;
+        if from < SEGMENT_HEADER_LEN {
+            return Err(Error::CorruptFile {
+                path,
+                offset: from,
+                reason: "scan starts inside the segment header".into(),
+            });
+        }
+        if from == SEGMENT_HEADER_LEN && !self.check_header(seq, file, is_last, mode)? {
+            // A header still being written: nothing to read yet.
+            return Ok((SEGMENT_HEADER_LEN, 0));
+        }
+        let buf = read_from(file, from).at(&path)?;
+        let base = from;
+        let mut pos = 0usize;
+        let mut watermark = 0u64;
+        let mut objects = self.objects.write().expect("object map lock");
+        let mut ops = self.ops.write().expect("op list lock");
+        while pos < buf.len() {
+            let at = base + pos as u64;
+            let err = match parse_frame(&buf[pos..]) {
+                Ok(frame) => {
+                    index_frame(
+                        &mut objects,
+                        Some(&mut ops),
+                        seq,
+                        at + FRAME_HEADER_LEN as u64,
+                        frame.body,
+                    );
+                    watermark = watermark.max(frame.synced);
+                    pos += frame.total_len();
+                    continue;
+                }
+                Err(err) => err,
+            };
+            // Where does readable history resume, and were the bad bytes
+            // ever durable? A sealed segment was synced whole before the
+            // next was started, so a bad frame there is damage. In the
+            // newest segment it is damage only if a later frame's sync
+            // watermark passes its start (a sync completed after it was
+            // written); otherwise it is a write in progress or a torn write
+            // that no one was told had landed, and a later frame may build
+            // on it, so from it on is cut (by the write lock's holder only).
+            let next = first_frame_after(&buf, pos, base);
+            let damaged = match next {
+                Some(n) => !is_last || durable_evidence(&buf, n, at, base),
+                None => false,
+            };
+            if let (true, Some(next)) = (damaged, next) {
+                if self.damaged.lock().expect("damage lock").insert(seq) || mode == Scan::Repair {
+                    self.note(format!(
+                        "{}: {err} at byte {at}: bytes {at}..{} are damaged; the objects there are verified one by one when read, the operations skipped; fsck lists what is affected",
+                        path.display(),
+                        base + next as u64
+                    ));
+                }
+                // The damaged frame's objects, when its length still leads
+                // to the next frame. An operation cannot be verified on its
+                // own, so none is replayed.
+                if let FrameError::BadChecksum { declared_body } = err {
+                    if pos + FRAME_HEADER_LEN + declared_body == next {
+                        index_frame(
+                            &mut objects,
+                            None,
+                            seq,
+                            at + FRAME_HEADER_LEN as u64,
+                            &buf[pos + FRAME_HEADER_LEN..next],
+                        );
+                    }
+                }
+                pos = next;
+                continue;
+            }
+            let lost = buf.len() - pos;
+            if !is_last {
+                if self.damaged.lock().expect("damage lock").insert(seq) {
+                    self.note(format!(
+                        "{}: {err} at byte {at}: {lost} bytes of a sealed segment are damaged and unreadable; fsck lists what is affected",
+                        path.display()
+                    ));
+                }
+            } else if mode == Scan::Repair && !self.read_only {
+                let kept = self.set_aside_tail(seq, at, &buf[pos..])?;
+                file.set_len(at).at(&path)?;
                 file.sync_all().at(&path)?;
-                return Ok((file, SEGMENT_HEADER_LEN));
+                self.note(format!(
+                    "{}: {err} at byte {at}: torn write, cut the last {lost} bytes (kept in {})",
+                    path.display(),
+                    kept.display()
+                ));
+            }
+            break;
+        }
+        Ok((base + pos as u64, watermark))
+    }
+
+    /// Checks a segment's header; false when it is still being written
+    /// (shorter than a header, and what is there agrees), which the write
+    /// lock's holder completes.
+    fn check_header(&self, seq: u64, file: &File, is_last: bool, mode: Scan) -> Result<bool> {
+        let path = self.segment_path(seq);
+        let header = segment_header(seq);
+        let mut buf = [0u8; SEGMENT_HEADER_LEN as usize];
+        let mut got = 0;
+        while got < buf.len() {
+            match file.read_at(&mut buf[got..], got as u64).at(&path)? {
+                0 => break,
+                n => got += n,
+            }
+        }
+        if got < buf.len() {
+            // A segment whose header never reached the disk holds nothing.
+            if is_last && header.starts_with(&buf[..got]) {
+                if mode == Scan::Repair && !self.read_only {
+                    file.write_all_at(&header, 0).at(&path)?;
+                    file.set_len(header.len() as u64).at(&path)?;
+                    file.sync_all().at(&path)?;
+                    return Ok(true);
+                }
+                return Ok(false);
             }
             return Err(Error::CorruptFile {
                 path,
@@ -674,7 +850,7 @@ impl Journal {
                 reason: "segment header cut short".into(),
             });
         }
-        if buf[..16] != header {
+        if buf != header {
             return Err(Error::CorruptFile {
                 path,
                 offset: 0,
@@ -683,85 +859,131 @@ impl Journal {
                 ),
             });
         }
-        let mut pos = SEGMENT_HEADER_LEN as usize;
-        let mut objects = self.objects.write().expect("object map lock");
-        let mut ops = self.ops.write().expect("op list lock");
-        while pos < buf.len() {
-            match parse_frame(&buf[pos..]) {
-                Ok(frame) => {
-                    index_frame(
-                        &mut objects,
-                        Some(&mut ops),
-                        seq,
-                        (pos + FRAME_HEADER_LEN) as u64,
-                        frame.body,
-                    );
-                    pos += frame.total_len();
-                }
-                Err(err) => {
-                    // Where does readable history resume, and were the bad
-                    // bytes ever durable? A sealed segment was synced whole
-                    // before the next was started, so a bad frame there is
-                    // damage. In the newest segment it is damage only if a
-                    // later frame's sync watermark passes its start (a sync
-                    // completed after it was written); otherwise it is a torn
-                    // write that no one was told had landed, and a later
-                    // frame may build on it, so from it on is cut.
-                    let next = first_frame_after(&buf, pos);
-                    let damaged = match next {
-                        Some(n) => !is_last || durable_evidence(&buf, n, pos),
-                        None => false,
-                    };
-                    if let (true, Some(next)) = (damaged, next) {
-                        self.note(format!(
-                            "{}: {err} at byte {pos}: bytes {pos}..{next} are damaged; the objects there are verified one by one when read, the operations skipped; fsck lists what is affected",
-                            path.display()
-                        ));
-                        self.damaged.lock().expect("damage lock").insert(seq);
-                        // The damaged frame's objects, when its length still
-                        // leads to the next frame. An operation cannot be
-                        // verified on its own, so none is replayed.
-                        if let FrameError::BadChecksum { declared_body } = err {
-                            if pos + FRAME_HEADER_LEN + declared_body == next {
-                                index_frame(
-                                    &mut objects,
-                                    None,
-                                    seq,
-                                    (pos + FRAME_HEADER_LEN) as u64,
-                                    &buf[pos + FRAME_HEADER_LEN..next],
-                                );
-                            }
-                        }
-                        pos = next;
-                        continue;
+        Ok(true)
+    }
+
+    /// Catches up with what other processes appended since this handle
+    /// last looked: the new frames of the newest segment, and the segments
+    /// started since. O(new bytes); never a rescan.
+    pub fn refresh(&self) -> Result<()> {
+        let mut st = self.tail.lock().expect("journal tail lock");
+        self.refresh_tail(&mut st, Scan::Read)
+    }
+
+    /// As [`Journal::refresh`], for the holder of the store's write lock:
+    /// a torn tail is cut, and a store without a segment gets its first.
+    /// Returns with the tail ready to append to.
+    fn refresh_locked(&self, st: &mut Tail) -> Result<()> {
+        self.refresh_tail(st, Scan::Repair)?;
+        if st.file.is_none() {
+            let (file, len) = self.create_segment(1)?;
+            st.file = Some(file);
+            st.seq = 1;
+            st.len = len;
+            st.synced = (1, len);
+        }
+        Ok(())
+    }
+
+    /// [`Journal::refresh`] for the holder of the write lock (a torn tail
+    /// is cut).
+    pub fn refresh_locked_now(&self, _write_lock: &LockGuard<'_>) -> Result<()> {
+        let mut st = self.tail()?;
+        self.refresh_locked(&mut st)
+    }
+
+    fn refresh_tail(&self, st: &mut Tail, mode: Scan) -> Result<()> {
+        loop {
+            if let Some(file) = st.file.clone() {
+                let on_disk = file.metadata().at(&self.segment_path(st.seq))?.len();
+                if on_disk != st.len {
+                    // Grown (appended by others), or shorter (a torn tail
+                    // cut by the lock's holder: nothing past our end was
+                    // indexed, since a torn frame never parses).
+                    if on_disk > st.len || mode == Scan::Repair {
+                        let (end, mark) = self.scan(st.seq, &file, st.len, true, mode)?;
+                        st.len = end;
+                        st.synced = st.synced.max((st.seq, mark));
                     }
-                    let lost = buf.len() - pos;
-                    if is_last && !self.read_only {
-                        let kept = self.set_aside_tail(seq, pos as u64, &buf[pos..])?;
-                        file.set_len(pos as u64).at(&path)?;
-                        file.sync_all().at(&path)?;
-                        self.note(format!(
-                            "{}: {err} at byte {pos}: torn write, cut the last {lost} bytes (kept in {})",
-                            path.display(),
-                            kept.display()
-                        ));
-                    } else if is_last {
-                        self.note(format!(
-                            "{}: {err} at byte {pos}: the last {lost} bytes are unreadable (a write in progress, or a torn write)",
-                            path.display()
-                        ));
-                    } else {
-                        self.damaged.lock().expect("damage lock").insert(seq);
-                        self.note(format!(
-                            "{}: {err} at byte {pos}: {lost} bytes of a sealed segment are damaged and unreadable; fsck lists what is affected",
-                            path.display()
-                        ));
-                    }
-                    break;
                 }
             }
+            // Has the newest segment been sealed? Then the next exists.
+            let next = st.seq + 1;
+            let file = match self.open_segment(next) {
+                Ok(f) => f,
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                    if st.file.is_none() || st.seq == 0 {
+                        // No segment known: look for any (a store packed
+                        // down to a later number).
+                        if let Some(&last) = list_segments(&self.dir)?.last() {
+                            if last > st.seq {
+                                let file = self.open_segment(last)?;
+                                self.adopt(st, last, file, mode)?;
+                                continue;
+                            }
+                        }
+                    }
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            };
+            // The old newest segment was synced whole before its successor
+            // was created: read what is left of it as a sealed one.
+            if let Some(old) = st.file.clone() {
+                let (end, _) = self.scan(st.seq, &old, st.len, false, Scan::Read)?;
+                st.len = end;
+                st.synced = st.synced.max((st.seq, end));
+            }
+            self.adopt(st, next, file, mode)?;
         }
-        Ok((file, pos as u64))
+    }
+
+    /// Makes segment `seq` the newest this handle knows and indexes it.
+    fn adopt(&self, st: &mut Tail, seq: u64, file: Arc<File>, mode: Scan) -> Result<()> {
+        self.segments_mut().insert(seq, file.clone());
+        let (end, mark) = self.scan(seq, &file, SEGMENT_HEADER_LEN, true, mode)?;
+        st.file = Some(file);
+        st.seq = seq;
+        st.len = end;
+        st.synced = st.synced.max((seq, mark.max(SEGMENT_HEADER_LEN)));
+        Ok(())
+    }
+
+    /// Forgets segments that are gone from the directory (packed by another
+    /// process; their objects are in a pack, their operations in the op
+    /// log). Call after the pack list is fresh.
+    pub fn forget_missing(&self) -> Result<()> {
+        let present: std::collections::BTreeSet<u64> =
+            list_segments(&self.dir)?.into_iter().collect();
+        let newest = self.tail.lock().expect("journal tail lock").seq;
+        let gone: Vec<u64> = self
+            .segments
+            .read()
+            .expect("segment map lock")
+            .keys()
+            .copied()
+            .filter(|s| *s < newest && !present.contains(s))
+            .collect();
+        if gone.is_empty() {
+            return Ok(());
+        }
+        self.forget(&gone);
+        Ok(())
+    }
+
+    fn forget(&self, seqs: &[u64]) {
+        self.objects
+            .write()
+            .expect("object map lock")
+            .retain(|_, l| !seqs.contains(&l.seq));
+        self.ops
+            .write()
+            .expect("op list lock")
+            .retain(|(_, l)| !seqs.contains(&l.seq));
+        let mut segments = self.segments_mut();
+        for seq in seqs {
+            segments.remove(seq);
+        }
     }
 
     /// Saves an unreadable tail before it is cut, so that nothing is ever
@@ -774,53 +996,70 @@ impl Journal {
         Ok(path)
     }
 
+    /// Creates segment `seq` with its header, atomically: the header is
+    /// written and synced under a temporary name, then linked to the
+    /// segment's name (which fails if it exists), so no process ever sees
+    /// a segment without its header.
     fn create_segment(&self, seq: u64) -> Result<(Arc<File>, u64)> {
         let path = self.segment_path(seq);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .at(&path)?;
-        file.write_all_at(&segment_header(seq), 0).at(&path)?;
-        file.sync_all().at(&path)?;
+        let tmp = self
+            .dir
+            .join(format!(".tmp-{}-{seq:016}", std::process::id()));
+        let made = (|| -> Result<()> {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)
+                .at(&tmp)?;
+            file.write_all_at(&segment_header(seq), 0).at(&tmp)?;
+            file.sync_all().at(&tmp)?;
+            fs::hard_link(&tmp, &path).at(&path)?;
+            Ok(())
+        })();
+        let _ = fs::remove_file(&tmp);
+        made?;
         sync_dir(&self.dir)?;
-        let file = Arc::new(file);
-        self.segments
-            .write()
-            .expect("segment map lock")
-            .insert(seq, file.clone());
+        let file = self.open_segment(seq)?;
+        self.segments_mut().insert(seq, file.clone());
         Ok((file, SEGMENT_HEADER_LEN))
     }
 
-    fn writer(&self) -> Result<MutexGuard<'_, WriterState>> {
-        let w = self.writer.as_ref().ok_or(Error::ReadOnly)?;
-        let st = w.lock().expect("journal writer lock");
+    fn tail(&self) -> Result<MutexGuard<'_, Tail>> {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        let st = self.tail.lock().expect("journal tail lock");
         if let Some(p) = &st.poisoned {
             return Err(Error::Poisoned(p.clone()));
         }
         Ok(st)
     }
 
-    /// Seals the current segment (synced) and starts the next one.
-    fn rotate(&self, st: &mut WriterState) -> Result<()> {
+    /// Seals the newest segment (synced) and starts the next one.
+    fn rotate(&self, st: &mut Tail) -> Result<()> {
         let old = self.segment_path(st.seq);
-        st.file.sync_data().map_err(|e| {
-            st.poisoned = Some(format!("{}: {e}", old.display()));
-            Error::io(&old, e)
-        })?;
+        if let Some(file) = &st.file {
+            file.sync_data().map_err(|e| {
+                st.poisoned = Some(format!("{}: {e}", old.display()));
+                Error::io(&old, e)
+            })?;
+        }
         st.synced = st.synced.max((st.seq, st.len));
         let (file, len) = self.create_segment(st.seq + 1)?;
         st.seq += 1;
-        st.file = file;
+        st.file = Some(file);
         st.len = len;
         Ok(())
     }
 
-    /// Seals the current segment so that everything written so far sits in
-    /// sealed segments; returns the sequence numbers of all sealed segments.
-    pub fn seal(&self) -> Result<Vec<u64>> {
-        let mut st = self.writer()?;
+    /// Seals the newest segment so that everything written so far sits in
+    /// sealed segments; returns the sequence numbers of all sealed
+    /// segments. The caller holds the store's write lock.
+    pub fn seal(&self, _write_lock: &LockGuard<'_>) -> Result<Vec<u64>> {
+        let mut st = self.tail()?;
+        self.refresh_locked(&mut st)?;
         if st.len > SEGMENT_HEADER_LEN {
             self.rotate(&mut st)?;
         }
@@ -839,10 +1078,10 @@ impl Journal {
     /// Segments sealed by rotation, without damage: what an incremental
     /// pack takes. None for a read-only journal.
     pub fn sealed_segments(&self) -> Vec<u64> {
-        let Some(w) = &self.writer else {
+        if self.read_only {
             return Vec::new();
-        };
-        let current = w.lock().expect("journal writer lock").seq;
+        }
+        let current = self.tail.lock().expect("journal tail lock").seq;
         let damaged = self.damaged.lock().expect("damage lock").clone();
         self.segments
             .read()
@@ -853,29 +1092,26 @@ impl Journal {
             .collect()
     }
 
-    /// Appends one frame and, for [`Durability::Sync`], returns once it is on disk.
-    pub fn append(&self, frame: &FrameBuilder, durability: Durability) -> Result<()> {
-        let end = self.append_nowait(frame)?;
-        if durability == Durability::Sync {
-            self.sync_to(end)?;
-        }
-        Ok(())
+    /// Waits until an `fdatasync` covers everything this handle has read or
+    /// written.
+    pub fn sync_all(&self) -> Result<()> {
+        let st = self.tail()?;
+        let end = (st.seq, st.len);
+        self.wait_synced(st, end)
     }
 
-    /// Waits until an `fdatasync` covers everything up to `end` (group commit).
+    /// Waits until an `fdatasync` covers everything up to `end` (group
+    /// commit within this process).
     pub fn sync_to(&self, end: Pos) -> Result<()> {
-        let st = self.writer()?;
+        let st = self.tail()?;
         self.wait_synced(st, end)
     }
 
     /// Appends one frame without waiting for the disk; returns the position
-    /// its end must be synced to. Its objects and operations are visible to
-    /// this process at once.
-    pub fn append_nowait(&self, frame: &FrameBuilder) -> Result<Pos> {
-        if frame.is_empty() {
-            let st = self.writer()?;
-            return Ok((st.seq, st.len));
-        }
+    /// its end must be synced to. The caller holds the store's write lock
+    /// (which is what makes this handle's view of the tail the file's
+    /// end). Its objects and operations are visible to this handle at once.
+    pub fn append_locked(&self, frame: &FrameBuilder, _write_lock: &LockGuard<'_>) -> Result<Pos> {
         if frame.body_len() > MAX_FRAME_BODY {
             return Err(OdbError::BatchTooLarge {
                 size: frame.body_len() as u64,
@@ -883,8 +1119,12 @@ impl Journal {
             }
             .into());
         }
-        let prepared = frame.prepare();
-        let mut st = self.writer()?;
+        let prepared = (!frame.is_empty()).then(|| frame.prepare());
+        let mut st = self.tail()?;
+        self.refresh_locked(&mut st)?;
+        let Some(prepared) = prepared else {
+            return Ok((st.seq, st.len));
+        };
         let frame_len = (FRAME_HEADER_LEN + frame.body_len()) as u64;
         if st.len + frame_len > self.segment_target && st.len > SEGMENT_HEADER_LEN {
             self.rotate(&mut st)?;
@@ -897,9 +1137,10 @@ impl Journal {
         };
         let bytes = prepared.seal(synced);
         let at = st.len;
-        if let Err(e) = st.file.write_all_at(&bytes, at) {
+        let file = st.file.clone().expect("refresh_locked leaves a segment");
+        if let Err(e) = file.write_all_at(&bytes, at) {
             // Cut whatever part landed, so the next frame starts clean.
-            let _ = st.file.set_len(at);
+            let _ = file.set_len(at);
             return Err(Error::io(self.segment_path(st.seq), e));
         }
         st.len += bytes.len() as u64;
@@ -957,6 +1198,22 @@ impl Journal {
         self.read_ops(&locs)
     }
 
+    /// Operation `seq`'s bytes, if the journal holds it.
+    pub fn op(&self, seq: u64) -> Result<Option<Vec<u8>>> {
+        let loc = self
+            .ops
+            .read()
+            .expect("op list lock")
+            .iter()
+            .rev()
+            .find(|(s, _)| *s == seq)
+            .copied();
+        match loc {
+            Some(l) => Ok(self.read_ops(&[l])?.pop().map(|(_, b)| b)),
+            None => Ok(None),
+        }
+    }
+
     /// The lowest and highest operation sequence numbers in the journal.
     pub fn op_range(&self) -> Option<(u64, u64)> {
         let ops = self.ops.read().expect("op list lock");
@@ -986,8 +1243,7 @@ impl Journal {
     }
 
     /// Group commit: become the leader and sync, or wait for the leader.
-    fn wait_synced<'a>(&'a self, mut st: MutexGuard<'a, WriterState>, end: Pos) -> Result<()> {
-        let lock = self.writer.as_ref().expect("writable journal");
+    fn wait_synced<'a>(&'a self, mut st: MutexGuard<'a, Tail>, end: Pos) -> Result<()> {
         loop {
             if st.synced >= end {
                 return Ok(());
@@ -996,15 +1252,24 @@ impl Journal {
                 return Err(Error::Poisoned(p.clone()));
             }
             if st.syncing {
-                st = self.synced.wait(st).expect("journal writer lock");
+                st = self.synced_cv.wait(st).expect("journal tail lock");
+                continue;
+            }
+            if st.seq > end.0 {
+                // Sealed since: rotation synced it whole (this handle's or
+                // another process's, which syncs before it creates the next).
+                st.synced = st.synced.max(end);
                 continue;
             }
             st.syncing = true;
             let target = (st.seq, st.len);
-            let file = st.file.clone();
+            let Some(file) = st.file.clone() else {
+                st.syncing = false;
+                return Ok(());
+            };
             drop(st);
             let result = file.sync_data();
-            st = lock.lock().expect("journal writer lock");
+            st = self.tail.lock().expect("journal tail lock");
             st.syncing = false;
             match result {
                 Ok(()) => st.synced = st.synced.max(target),
@@ -1015,7 +1280,7 @@ impl Journal {
                     st.poisoned = Some(format!("{}: {e}", self.segment_path(target.0).display()))
                 }
             }
-            self.synced.notify_all();
+            self.synced_cv.notify_all();
         }
     }
 
@@ -1118,7 +1383,9 @@ impl Journal {
 
     /// Forgets and deletes sealed segments whose objects are now in a pack.
     /// A segment with damaged bytes is kept (its objects are in the pack
-    /// too; the duplicates are harmless).
+    /// too; the duplicates are harmless). Other processes that still read
+    /// them keep their open descriptors (unlinking does not take a file
+    /// from under a reader on Linux).
     pub fn retire(&self, seqs: &[u64]) -> Result<()> {
         let damaged = self.damaged.lock().expect("damage lock").clone();
         let seqs: Vec<u64> = seqs
@@ -1126,28 +1393,18 @@ impl Journal {
             .copied()
             .filter(|s| !damaged.contains(s))
             .collect();
-        let seqs = &seqs[..];
-        if let Some(w) = &self.writer {
-            let st = w.lock().expect("journal writer lock");
-            if seqs.contains(&st.seq) {
-                return Err(OdbError::ActiveSegment.into());
+        if seqs.contains(&self.tail.lock().expect("journal tail lock").seq) {
+            return Err(OdbError::ActiveSegment.into());
+        }
+        self.forget(&seqs);
+        for seq in &seqs {
+            let path = self.segment_path(*seq);
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(&path, e)),
             }
         }
-        self.objects
-            .write()
-            .expect("object map lock")
-            .retain(|_, l| !seqs.contains(&l.seq));
-        self.ops
-            .write()
-            .expect("op list lock")
-            .retain(|(_, l)| !seqs.contains(&l.seq));
-        let mut segments = self.segments.write().expect("segment map lock");
-        for seq in seqs {
-            segments.remove(seq);
-            let path = self.segment_path(*seq);
-            fs::remove_file(&path).at(&path)?;
-        }
-        drop(segments);
         sync_dir(&self.dir)
     }
 
@@ -1158,6 +1415,7 @@ impl Journal {
             .expect("segment map lock")
             .values()
             .filter_map(|f| f.metadata().ok())
+            .filter(|m| m.nlink() > 0)
             .map(|m| m.len())
             .sum()
     }
@@ -1171,25 +1429,27 @@ impl Journal {
 /// The start of the first valid frame after a bad one at `bad`, found by
 /// scanning, since the bad frame's own length cannot be trusted. Cheap
 /// checks come before the checksum, so garbage is skipped quickly.
-fn first_frame_after(buf: &[u8], bad: usize) -> Option<usize> {
+/// `buf` holds the segment from byte `base` on; positions in it are relative.
+fn first_frame_after(buf: &[u8], bad: usize, base: u64) -> Option<usize> {
     let last = buf.len().checked_sub(FRAME_HEADER_LEN)?;
     (bad + 1..=last).find(|&p| {
         let body = u32::from_le_bytes(buf[p..p + 4].try_into().expect("4 bytes")) as usize;
         let synced = u64::from_le_bytes(buf[p + 8..p + 16].try_into().expect("8 bytes"));
         body <= MAX_FRAME_BODY
             && p + FRAME_HEADER_LEN + body <= buf.len()
-            && synced <= p as u64
+            && synced <= base + p as u64
             && parse_frame(&buf[p..]).is_ok()
     })
 }
 
 /// Whether a valid frame from `start` on says the segment had been synced
-/// past `bad`: then the bytes at `bad` were durable, and are damage.
-fn durable_evidence(buf: &[u8], start: usize, bad: usize) -> bool {
+/// past `bad` (a position in the segment; `buf` holds it from `base` on):
+/// then the bytes at `bad` were durable, and are damage.
+fn durable_evidence(buf: &[u8], start: usize, bad: u64, _base: u64) -> bool {
     let mut p = start;
     while p < buf.len() {
         match parse_frame(&buf[p..]) {
-            Ok(f) if f.synced > bad as u64 => return true,
+            Ok(f) if f.synced > bad => return true,
             Ok(f) => p += f.total_len(),
             Err(_) => return false,
         }

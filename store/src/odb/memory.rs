@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 use std::sync::RwLock;
 
-use super::{Durability, ObjectBackend, OdbStats, RawOp, RepackOptions, RepackStats, SyncTicket};
+use super::{
+    Durability, ObjectBackend, OdbStats, RawOp, RepackOptions, RepackStats, SyncTicket, WriteLock,
+};
 use crate::error::{Error, Result};
 use crate::hash::{ObjectId, Prefix};
 use crate::object::EncodedObject;
@@ -18,7 +20,17 @@ pub struct MemoryBackend {
 }
 
 impl ObjectBackend for MemoryBackend {
-    fn append(&self, objects: &[EncodedObject], ops: &[RawOp]) -> Result<(usize, SyncTicket)> {
+    fn write_lock(&self) -> Result<WriteLock<'_>> {
+        // One process: the store's own state lock orders its writers.
+        Ok(WriteLock::in_process())
+    }
+
+    fn append_locked(
+        &self,
+        _lock: &WriteLock<'_>,
+        objects: &[EncodedObject],
+        ops: &[RawOp],
+    ) -> Result<(usize, SyncTicket)> {
         let n = self.write_batch(objects, Durability::NoSync)?;
         let mut log = self.ops.write().expect("memory backend lock");
         log.extend(ops.iter().cloned());
@@ -104,6 +116,7 @@ impl ObjectBackend for MemoryBackend {
         &self,
         _opts: &RepackOptions,
         keep: Option<&dyn Fn(&ObjectId) -> bool>,
+        _rescue: Option<&super::Rescue<'_>>,
     ) -> Result<RepackStats> {
         let mut map = self.objects.write().expect("memory backend lock");
         if let Some(keep) = keep {

@@ -33,6 +33,11 @@ pub use disk::DiskBackend;
 pub use layout::{check_format, init_layout, FORMAT_PREFIX, STORE_FORMAT_VERSION};
 pub use memory::MemoryBackend;
 
+/// How long a write waits for the write lock by default: far longer than
+/// any write holds it (a commit holds it for well under a millisecond; gc
+/// and repack for the rename and unlink of their files).
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
+
 /// How a write must reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
@@ -51,15 +56,58 @@ pub struct SyncTicket(journal::Pos);
 /// An operation as stored: its sequence number and canonical bytes.
 pub type RawOp = (u64, Vec<u8>);
 
+/// The store's write lock, held: while it lives, no other handle (thread or
+/// process) appends, and this one's view of the journal and packs is
+/// current. Hold it for a few syscalls, never across a wait for the disk or
+/// a person. Dropping it releases the lock.
+#[derive(Debug)]
+pub struct WriteLock<'a>(Option<lock::LockGuard<'a>>);
+
+impl WriteLock<'_> {
+    /// A lock for a backend that shares nothing across processes.
+    pub fn in_process() -> WriteLock<'static> {
+        WriteLock(None)
+    }
+}
+
+/// Called by a repack that drops objects (gc), under the write lock, just
+/// before it deletes the files that held them: the ids among the dropped
+/// that writers have come to use since the objects to keep were chosen.
+/// They are written back to the journal.
+pub type Rescue<'a> = dyn Fn() -> Result<Vec<ObjectId>> + 'a;
+
 /// Where objects and operations are kept. Implementations verify every
 /// object they return.
 pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
+    /// Takes the store's write lock (waiting as the store was opened to)
+    /// and catches up with what other handles wrote.
+    fn write_lock(&self) -> Result<WriteLock<'_>>;
     /// Appends the objects not stored yet and the operations, as one atomic
     /// batch, without waiting for the disk; returns how many objects were
-    /// new and what to wait on.
-    fn append(&self, objects: &[EncodedObject], ops: &[RawOp]) -> Result<(usize, SyncTicket)>;
+    /// new and what to wait on. The caller holds `lock`.
+    fn append_locked(
+        &self,
+        lock: &WriteLock<'_>,
+        objects: &[EncodedObject],
+        ops: &[RawOp],
+    ) -> Result<(usize, SyncTicket)>;
+    /// [`ObjectBackend::append_locked`] under a lock of its own.
+    fn append(&self, objects: &[EncodedObject], ops: &[RawOp]) -> Result<(usize, SyncTicket)> {
+        let lock = self.write_lock()?;
+        self.append_locked(&lock, objects, ops)
+    }
+    /// Catches up with what other handles appended since this one last
+    /// looked (O(what is new)); takes no lock.
+    fn refresh(&self) -> Result<()> {
+        Ok(())
+    }
     /// Returns once everything appended up to `ticket` is durable.
     fn sync(&self, ticket: SyncTicket) -> Result<()>;
+    /// Returns once everything this handle has seen appended, by anyone,
+    /// is durable.
+    fn sync_all(&self) -> Result<()> {
+        Ok(())
+    }
     /// Stores the objects not stored yet, as one atomic batch; returns how
     /// many were new.
     fn write_batch(&self, objects: &[EncodedObject], durability: Durability) -> Result<usize> {
@@ -71,6 +119,16 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
     }
     /// Every operation with a sequence number above `after`, in order.
     fn ops_after(&self, after: u64) -> Result<Vec<RawOp>>;
+    /// Whether operation `seq` is stored: `Some(bytes)` when it is at hand
+    /// cheaply (in the journal), `Some(empty)` when it is stored elsewhere
+    /// (an op-log file says it holds it), `None` when it is not stored.
+    fn op_at(&self, seq: u64) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .ops_after(seq.saturating_sub(1))?
+            .into_iter()
+            .find(|(s, _)| *s == seq)
+            .map(|(_, b)| b))
+    }
     /// The object, verified; `None` when absent.
     fn read(&self, id: &ObjectId) -> Result<Option<EncodedObject>>;
     fn contains(&self, id: &ObjectId) -> Result<bool>;
@@ -85,14 +143,17 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
     }
     /// Compacts storage; a no-op where there is nothing to compact.
     fn repack(&self, opts: &RepackOptions) -> Result<RepackStats> {
-        self.repack_filtered(opts, None)
+        self.repack_filtered(opts, None, None)
     }
     /// Compacts storage, keeping only the objects `keep` accepts (all,
-    /// without a filter). Objects written while it runs are kept.
+    /// without a filter), and those `rescue` names at the last moment.
+    /// Objects written while it runs are kept. Writers are not held off:
+    /// only the final replacement of files takes the write lock.
     fn repack_filtered(
         &self,
         opts: &RepackOptions,
         keep: Option<&dyn Fn(&ObjectId) -> bool>,
+        rescue: Option<&Rescue<'_>>,
     ) -> Result<RepackStats>;
     /// Incremental upkeep after a write: packs journal segments sealed by
     /// rotation into a new pack (merging the packs that are not much bigger,
@@ -170,9 +231,12 @@ pub struct RepackStats {
 /// How to open a store.
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
-    /// Read without taking the writer lock; never repairs, never writes.
+    /// Never write, repair or lock anything (an auditor's copy, a
+    /// read-only mount). Other handles lock nothing for their lifetime
+    /// either; this only promises that this one writes nothing.
     pub read_only: bool,
-    /// How long to wait for another process to release the store.
+    /// How long a write waits for another process's short write lock
+    /// (`None`: not at all).
     pub wait: Option<Duration>,
     /// Journal segments are sealed past this size.
     pub segment_target: u64,
@@ -185,7 +249,7 @@ impl Default for OpenOptions {
     fn default() -> Self {
         OpenOptions {
             read_only: false,
-            wait: None,
+            wait: Some(DEFAULT_WAIT),
             segment_target: journal::DEFAULT_SEGMENT_TARGET,
             auto_pack: true,
         }

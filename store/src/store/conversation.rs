@@ -76,14 +76,19 @@ pub struct ForkOptions {
 }
 
 impl Store {
+    /// A conversation's summary; its `running` claim only while the
+    /// process that made it is alive.
     pub fn conversation(&self, name: &str) -> Result<Option<ConversationInfo>> {
-        self.index.conversation(name)
+        self.catch_up()?;
+        self.index
+            .conversation(name)?
+            .map(|i| self.live(i))
+            .transpose()
     }
 
     pub(super) fn require_conversation(&self, name: &str) -> Result<ConversationInfo> {
         validate_name(name)?;
-        self.index
-            .conversation(name)?
+        self.conversation(name)?
             .ok_or_else(|| Error::NoSuchConversation {
                 name: name.to_owned(),
             })
@@ -91,7 +96,7 @@ impl Store {
 
     /// Conversations, newest activity first.
     pub fn conversations(&self, limit: Option<usize>) -> Result<Vec<ConversationInfo>> {
-        self.index.conversations_by_activity(limit)
+        self.conversations_where(limit, |_| true)
     }
 
     /// The conversations `keep` accepts, newest activity first, stopping
@@ -101,7 +106,21 @@ impl Store {
         limit: Option<usize>,
         keep: impl Fn(&ConversationInfo) -> bool,
     ) -> Result<Vec<ConversationInfo>> {
-        self.index.conversations_where(limit, keep)
+        self.catch_up()?;
+        self.index
+            .conversations_where(limit, keep)?
+            .into_iter()
+            .map(|i| self.live(i))
+            .collect()
+    }
+
+    fn live(&self, mut info: ConversationInfo) -> Result<ConversationInfo> {
+        if let Some(c) = &info.running {
+            if !self.claim_alive(c)? {
+                info.running = None;
+            }
+        }
+        Ok(info)
     }
 
     pub fn session_info(&self, id: &ObjectId) -> Result<Option<SessionInfo>> {
@@ -110,6 +129,7 @@ impl Store {
 
     /// The conversation `HEAD` names, if it names one.
     pub fn head_conversation(&self) -> Result<Option<String>> {
+        self.catch_up()?;
         Ok(match self.index.get_ref(&RefName::Head)? {
             Some(RefTarget::Symbolic(RefName::Conversation(n))) => Some(n),
             _ => None,

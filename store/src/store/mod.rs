@@ -31,7 +31,6 @@ use crate::index::{CatchUp, Index};
 use crate::lineage_index::{LineageIndex, WriteStats};
 use crate::odb::{Odb, OpenOptions, RepackOptions, RepackStats};
 use crate::refs::{Hash, Operation, RefName, RefTarget, ReflogEntry};
-use crate::time::now_ms;
 
 pub use conversation::{Cut, ForkOptions, Messages, Turn};
 pub use hook::{AfterCommit, AfterCommitError};
@@ -50,6 +49,25 @@ struct OpState {
 struct LineageSlot(Mutex<Option<Option<Arc<LineageIndex>>>>);
 
 /// A sessctl store.
+///
+/// # Many processes, one store
+///
+/// Any number of handles, in any number of processes, may open one store
+/// and write to it at the same time; none holds a lock for its lifetime,
+/// so a handle kept open for days costs the others nothing. Each write
+/// ([`Store::transact`] and everything built on it) takes the store's
+/// write lock for a few syscalls: it catches up with what others appended,
+/// checks its compare-and-swaps against that, appends one journal frame
+/// and releases the lock; the `fdatasync` follows outside it. A lost
+/// compare-and-swap is [`Error::RefOutOfDate`] whichever process won. A
+/// write waits for the lock as long as [`OpenOptions::wait`] says, then
+/// fails with [`Error::Locked`], naming the holder's pid.
+///
+/// Reads take no lock and never wait: before answering, a handle reads the
+/// frames appended since it last looked (O(new frames)), and the derived
+/// index is a stack of immutable, memory-mapped tables shared by every
+/// process, under what this handle applied from the journal tail.
+/// `Store` is `Send + Sync`; one handle may serve many threads.
 #[derive(Debug)]
 pub struct Store {
     root: Option<std::path::PathBuf>,
@@ -63,20 +81,11 @@ pub struct Store {
     after_commit_errors: Mutex<Vec<AfterCommitError>>,
     /// The lineage index, loaded on first use.
     lineage: LineageSlot,
-    /// Whether this handle may write (holds the writer lock).
+    /// Whether this handle may write.
     writable: bool,
-    /// The last operation applied when the store was opened.
-    opened_seq: u64,
-}
-
-/// A writer leaves a listing of the newest conversations behind for the
-/// next `ls` (see `listing.rs`).
-impl Drop for Store {
-    fn drop(&mut self) {
-        if self.writable {
-            let _ = self.write_listing();
-        }
-    }
+    /// Run claims this handle holds: the lock file of each, kept locked
+    /// while the run is open (see `run.rs`).
+    runs: Mutex<std::collections::HashMap<u64, std::fs::File>>,
 }
 
 impl Store {
@@ -86,101 +95,86 @@ impl Store {
         Store::open(path, &OpenOptions::default())
     }
 
-    /// Opens a store. A writable open catches the index up with the journal
-    /// and marks runs left open by a dead process failed. A read-only open
-    /// takes no lock and builds a temporary index.
+    /// Opens a store: maps its packs and index tables, reads the journal,
+    /// and applies the operations the tables do not cover. Takes no lock
+    /// and writes nothing (see [`Store`] for the concurrency model): a torn
+    /// journal tail is cut by the next write, under the write lock. A
+    /// writable open also marks failed the runs whose process is gone.
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Store> {
         let odb = Odb::open(path, opts)?;
-        let mut set_aside = None;
-        let index = if opts.read_only {
-            Index::temporary()?
-        } else {
-            let dir = path.join("index");
-            match Index::open(&dir) {
-                Ok(i) => i,
-                // The index is derived: a damaged one is set aside (never
-                // deleted on a guess) and rebuilt from the journal.
-                Err(e) if dir.exists() => {
-                    let aside = path.join(format!("index.broken-{}", now_ms()));
-                    std::fs::rename(&dir, &aside).map_err(|io| Error::io(&dir, io))?;
-                    set_aside = Some(format!(
-                        "the index did not open ({e}); moved it to {} and rebuilt it",
-                        aside.display()
-                    ));
-                    Index::open(&dir)?
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        let mut store = Store::assemble(odb, index, !opts.read_only)?;
-        if let Some(n) = set_aside {
-            store.note(n);
-        }
+        let index = Index::open(path, opts.read_only)?;
+        let mut store = Store::assemble(odb, index, !opts.read_only, Some(path))?;
         store.root = Some(path.to_path_buf());
+        if store.writable {
+            store.recover_runs()?;
+        }
         Ok(store)
     }
 
     /// A store in memory only.
     pub fn in_memory() -> Result<Store> {
-        Store::assemble(Odb::in_memory(), Index::temporary()?, true)
+        Store::assemble(Odb::in_memory(), Index::temporary()?, true, None)
     }
 
-    fn assemble(odb: Odb, index: Index, writable: bool) -> Result<Store> {
-        let mut notes = odb.take_recovery_notes();
-        match index.catch_up(&odb)? {
-            CatchUp::Rebuilt(n) if n > 0 => notes.push(format!(
-                "the index did not match the journal; rebuilt it from {n} operations"
-            )),
-            _ => {}
-        }
-        let (seq, hash) = match index.applied()? {
-            Some((s, h)) => (s, Some(h)),
-            None => (0, None),
-        };
+    fn assemble(odb: Odb, index: Index, writable: bool, root: Option<&Path>) -> Result<Store> {
+        let notes = index.take_problem().into_iter().collect();
         let store = Store {
-            root: None,
+            root: root.map(Path::to_path_buf),
             odb,
             index,
-            state: Mutex::new(OpState { seq, hash }),
+            state: Mutex::new(OpState { seq: 0, hash: None }),
             actor: default_actor(),
             notes: Mutex::new(notes),
             after_commit: RwLock::new(None),
             after_commit_errors: Mutex::new(Vec::new()),
             lineage: LineageSlot::default(),
             writable,
-            opened_seq: seq,
+            runs: Mutex::new(Default::default()),
         };
-        if writable {
-            store.recover_runs()?;
-        }
+        store.catch_up()?;
         Ok(store)
     }
 
-    /// Syncs the journal and writes the listing of the newest
-    /// conversations, unless the one on disk is current already.
-    fn write_listing(&self) -> Result<()> {
-        let Some(root) = &self.root else {
-            return Ok(());
-        };
-        let (seq, hash) = {
-            let st = self.state.lock().expect("state lock");
-            (st.seq, st.hash)
-        };
-        if seq == self.opened_seq && crate::listing::read_current(root).is_some() {
-            return Ok(());
+    /// Catches up with what other handles wrote since this one last looked:
+    /// the journal's new frames, then the index applies their operations.
+    /// Every read of refs and summaries starts here; it costs a `stat` or
+    /// two when nothing is new.
+    pub fn catch_up(&self) -> Result<()> {
+        self.odb.backend().refresh()?;
+        self.absorb_notes();
+        match self.index.catch_up(&self.odb) {
+            Ok(CatchUp::Rebuilt(n)) => self.note(format!(
+                "the index tables did not continue the operations; applied all {n} of them in memory (sessctl reindex replaces the tables)"
+            )),
+            Ok(CatchUp::Applied(_)) => {}
+            // A damaged table: derived data, so it is set aside for this
+            // handle and everything is applied from the operations.
+            Err(e @ Error::CorruptFile { .. }) if self.index.is_table_error(&e) => {
+                let n = self.index.rebuild_in_memory(&self.odb)?;
+                self.note(format!(
+                    "{e}; ignoring the index tables and applying all {n} operations in memory (sessctl reindex replaces them)"
+                ));
+            }
+            Err(e) => return Err(e),
         }
-        if !self.index.claims()?.is_empty() {
-            // A run is open: `ls` must ask the index, which knows whether
-            // its process is still alive.
-            crate::listing::remove(root);
-            return Ok(());
+        let applied = self.index.applied()?;
+        let mut st = self.state.lock().expect("state lock");
+        if applied.map_or(0, |a| a.0) >= st.seq {
+            (st.seq, st.hash) = match applied {
+                Some((s, h)) => (s, Some(h)),
+                None => (0, None),
+            };
         }
-        let (_, end) = self.odb.backend().append(&[], &[])?;
-        self.odb.backend().sync(end)?;
-        let newest = self
-            .index
-            .conversations_where(Some(crate::listing::LISTING_LIMIT + 1), |_| true)?;
-        crate::listing::write(root, hash.map(|h| (seq, h)), newest)
+        Ok(())
+    }
+
+    /// Moves what the object database noted (repairs, damage) to the
+    /// store's notes.
+    fn absorb_notes(&self) {
+        let notes = self.odb.take_recovery_notes();
+        if !notes.is_empty() {
+            self.notes.lock().expect("notes lock").extend(notes);
+        }
     }
 
     /// Packs journal segments sealed by rotation (see
@@ -188,8 +182,17 @@ impl Store {
     /// failure here is not the commit's: it is noted, and the next write
     /// or repack tries again.
     fn upkeep(&self) {
-        if let Err(e) = self.odb.backend().maintain() {
-            self.note(format!("packing sealed journal segments failed: {e}"));
+        let packed = match self.odb.backend().maintain() {
+            Ok(p) => p.is_some(),
+            Err(e) => {
+                self.note(format!("packing sealed journal segments failed: {e}"));
+                false
+            }
+        };
+        // Derived: should it fail, the next write tries again, and until
+        // then readers apply a few more operations.
+        if let Err(e) = self.index.write_tables(&self.odb, packed) {
+            self.note(format!("writing an index table failed: {e}"));
         }
     }
 
@@ -197,8 +200,10 @@ impl Store {
         self.notes.lock().expect("notes lock").push(n);
     }
 
-    /// What opening the store repaired, one line each.
+    /// What opening the store (or catching up since) repaired or found,
+    /// one line each.
     pub fn take_recovery_notes(&self) -> Vec<String> {
+        self.absorb_notes();
         std::mem::take(&mut *self.notes.lock().expect("notes lock"))
     }
 
@@ -216,35 +221,25 @@ impl Store {
         self.root.as_deref()
     }
 
-    /// Holds off every transaction while maintenance (gc, repack) runs.
-    pub(crate) fn lock_state(&self) -> impl Drop + '_ {
-        self.state.lock().expect("state lock")
-    }
-
     pub fn index(&self) -> &Index {
         &self.index
     }
 
     /// Rebuilds every derived index from the objects and operations, as
-    /// if none existed: the index (every operation applied again), the
-    /// lineage index (every session object decoded again, none of the old
-    /// file's records reused) and the listing of the newest conversations.
-    /// Returns how many operations the index applied.
+    /// if none existed: the index (every operation applied again, its
+    /// tables replaced by one) and the lineage index (every session object
+    /// decoded again, none of the old file's records reused). Returns how
+    /// many operations the index applied.
     pub fn reindex(&self) -> Result<usize> {
-        let applied = {
-            let _st = self.state.lock().expect("state lock");
-            self.index.rebuild(&self.odb)?
-        };
-        // A read-only handle rebuilds its own (temporary) index only: the
-        // files are a writer's to replace.
-        if let (Some(root), true) = (&self.root, self.writable) {
-            {
-                let _writers_wait = self.lock_state();
-                crate::lineage_index::rebuild(&self.odb, root)?;
-            }
+        self.catch_up()?;
+        if !self.writable {
+            // A read-only handle rebuilds what it holds in memory only.
+            return self.index.rebuild_in_memory(&self.odb);
+        }
+        let applied = self.index.rebuild(&self.odb)?;
+        if let Some(root) = &self.root {
+            crate::lineage_index::rebuild(&self.odb, root)?;
             *self.lineage.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
-            crate::listing::remove(root);
-            self.write_listing()?;
         }
         Ok(applied)
     }
@@ -303,22 +298,28 @@ impl Store {
         Ok(Some(stats))
     }
 
-    /// Repacks the object database, then rewrites the lineage index.
+    /// Repacks the object database, then rewrites the lineage index and
+    /// folds the index's overlay into a table. Writers in this and other
+    /// processes go on meanwhile: only the final replacement of files takes
+    /// the write lock.
     pub fn repack(&self, opts: &RepackOptions) -> Result<RepackStats> {
-        let _writers_wait = self.lock_state();
         let stats = self.odb().repack(opts)?;
         self.refresh_lineage_from(stats.sessions.clone())?;
+        self.catch_up()?;
+        self.index.write_tables(&self.odb, true)?;
         Ok(stats)
     }
 
     // ---- refs and the ref log ----
 
     pub fn get_ref(&self, name: &RefName) -> Result<Option<RefTarget>> {
+        self.catch_up()?;
         self.index.get_ref(name)
     }
 
     /// The session a ref leads to, following `HEAD`'s symbolic link.
     pub fn resolve_ref(&self, name: &RefName) -> Result<Option<ObjectId>> {
+        self.catch_up()?;
         match self.index.get_ref(name)? {
             Some(RefTarget::Session(id)) => Ok(Some(id)),
             Some(RefTarget::Symbolic(r)) if r != *name => match self.index.get_ref(&r)? {
@@ -330,12 +331,14 @@ impl Store {
     }
 
     pub fn refs(&self) -> Result<Vec<(RefName, RefTarget)>> {
+        self.catch_up()?;
         self.index.refs()
     }
 
     /// Every ref's log entries, oldest first, read from the durable
     /// operations (journal and op log), not the index.
     pub fn reflog_entries(&self) -> Result<Vec<ReflogEntry>> {
+        self.odb.backend().refresh()?;
         let mut out = Vec::new();
         for (seq, bytes) in self.odb.backend().ops_after(0)? {
             let op = Operation::decode(&bytes).map_err(|e| Error::CorruptOperation {

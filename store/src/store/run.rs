@@ -10,7 +10,14 @@ use crate::object::SessionStatus;
 use crate::odb::Durability;
 use crate::refs::{RunEvent, RunEventKind};
 
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::transaction::UnderLock;
 use super::{Store, Transaction, Turn};
+use crate::time::now_ms;
 
 /// A run in progress on a conversation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,17 +40,24 @@ impl Store {
                 pid: c.pid,
             });
         }
-        let seq = {
-            // The run's id is the sequence number of its begin operation.
-            let st = self.state.lock().expect("state lock");
-            st.seq + 1
-        };
-        let committed = self.transact(
+        // The claim's lock file, locked before the claim exists and put in
+        // place under the write lock with it, so that no process can see
+        // the claim and not its lock.
+        let claim = self.claim_file()?;
+        let under_lock = claim.as_ref().map(|(tmp, _)| {
+            let (tmp, dir) = (tmp.clone(), self.runs_dir());
+            UnderLock(Arc::new(move |seq: u64| {
+                let _ = std::fs::rename(&tmp, dir.join(format!("{seq}.lock")));
+            }))
+        });
+        let committed = self.transact_hooked(
             Transaction {
                 reason: "begin-run".into(),
                 runs: vec![RunEvent {
                     conversation: name.to_owned(),
-                    run: seq,
+                    // The run's id is its begin operation's sequence
+                    // number, filled in under the write lock.
+                    run: 0,
                     kind: RunEventKind::Begin {
                         pid: std::process::id(),
                     },
@@ -51,24 +65,84 @@ impl Store {
                 require_unclaimed: vec![name.to_owned()],
                 ..Transaction::default()
             },
+            under_lock,
             Durability::Sync,
         );
         match committed {
-            Ok(c) if c.op == seq => Ok(Run {
-                conversation: name.to_owned(),
-                id: seq,
-                head: info.head,
-            }),
             Ok(c) => {
-                // Another operation slipped in between: the claim names a
-                // run id that is not its own sequence number. Release it.
-                self.fail_run_id(name, seq, "claim raced; released")?;
-                Err(Error::ClaimRaced {
+                if let Some((_, file)) = claim {
+                    self.runs.lock().expect("runs lock").insert(c.op, file);
+                }
+                Ok(Run {
                     conversation: name.to_owned(),
-                    op: c.op,
+                    id: c.op,
+                    head: info.head,
                 })
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                if let Some((tmp, _)) = claim {
+                    let _ = std::fs::remove_file(tmp);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn runs_dir(&self) -> PathBuf {
+        self.root
+            .as_deref()
+            .map(|r| r.join("runs"))
+            .unwrap_or_default()
+    }
+
+    /// A locked lock file under a temporary name in `runs/`; `None` for a
+    /// store in memory, whose claims live and die with this process.
+    fn claim_file(&self) -> Result<Option<(PathBuf, File)>> {
+        if self.root.is_none() {
+            return Ok(None);
+        }
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = self.runs_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let tmp = dir.join(format!(
+            ".claim-{}-{}-{}",
+            std::process::id(),
+            now_ms(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| Error::io(&tmp, e))?;
+        file.try_lock()
+            .map_err(|e| Error::io(&tmp, std::io::Error::other(e.to_string())))?;
+        Ok(Some((tmp, file)))
+    }
+
+    /// Whether the process that made a claim still holds it: its lock file
+    /// is locked (the kernel unlocks it when the process dies). Claims of a
+    /// store in memory always are.
+    pub(crate) fn claim_alive(&self, claim: &RunClaim) -> Result<bool> {
+        if self.root.is_none() {
+            return Ok(true);
+        }
+        if self
+            .runs
+            .lock()
+            .expect("runs lock")
+            .contains_key(&claim.run)
+        {
+            return Ok(true);
+        }
+        crate::odb::lock::is_held(&self.runs_dir().join(format!("{}.lock", claim.run)))
+    }
+
+    /// Lets go of a run's lock file once its claim is released.
+    fn release_claim(&self, run: u64) {
+        if self.runs.lock().expect("runs lock").remove(&run).is_some() {
+            let _ = std::fs::remove_file(self.runs_dir().join(format!("{run}.lock")));
         }
     }
 
@@ -96,6 +170,7 @@ impl Store {
             None,
             durability,
         )?;
+        self.release_claim(run.id);
         self.after_commit_recorded(&run.conversation, id);
         Ok(id)
     }
@@ -106,7 +181,7 @@ impl Store {
     }
 
     fn fail_run_id(&self, name: &str, run: u64, error: &str) -> Result<()> {
-        self.transact(
+        let done = self.transact(
             Transaction {
                 reason: "fail-run".into(),
                 runs: vec![RunEvent {
@@ -120,18 +195,29 @@ impl Store {
                 ..Transaction::default()
             },
             Durability::Sync,
-        )?;
-        Ok(())
+        );
+        self.release_claim(run);
+        done.map(|_| ())
     }
 
-    /// The open claim on a conversation.
+    /// The open claim on a conversation, while the process that made it
+    /// is alive.
     pub fn running(&self, name: &str) -> Result<Option<RunClaim>> {
-        self.index.claim(name)
+        self.catch_up()?;
+        match self.index.claim(name)? {
+            Some(c) if self.claim_alive(&c)? => Ok(Some(c)),
+            _ => Ok(None),
+        }
     }
 
     /// Runs left open by a process that is gone are marked failed.
     pub(super) fn recover_runs(&self) -> Result<()> {
-        let claims = self.index.claims()?;
+        let mut claims = Vec::new();
+        for (conv, c) in self.index.claims()? {
+            if !self.claim_alive(&c)? {
+                claims.push((conv, c));
+            }
+        }
         if claims.is_empty() {
             return Ok(());
         }
@@ -140,6 +226,7 @@ impl Store {
             ..Transaction::default()
         };
         for (conv, c) in &claims {
+            tx.require_claim.push((conv.clone(), c.run));
             tx.runs.push(RunEvent {
                 conversation: conv.clone(),
                 run: c.run,
@@ -152,7 +239,14 @@ impl Store {
                 c.run, c.pid
             ));
         }
-        self.transact(tx, Durability::Sync)?;
+        match self.transact(tx, Durability::Sync) {
+            // Another process failed them first.
+            Ok(_) | Err(Error::RunNotOpen { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        for (_, c) in &claims {
+            let _ = std::fs::remove_file(self.runs_dir().join(format!("{}.lock", c.run)));
+        }
         Ok(())
     }
 }

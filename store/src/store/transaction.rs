@@ -3,6 +3,8 @@
 //! the operation are appended in one journal frame, the index follows, and
 //! the journal is synced as the caller's durability asks.
 
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
 use crate::hash::ObjectId;
 use crate::object::{EncodedObject, ObjectKind, Session};
@@ -30,6 +32,25 @@ pub struct Transaction {
     pub require_claim: Vec<(String, u64)>,
 }
 
+/// Run under the write lock once a transaction's operation is appended,
+/// with its sequence number (a run claim puts its lock file in place
+/// there, so that no process sees the claim without it).
+#[derive(Clone)]
+pub(crate) struct UnderLock(pub(crate) Arc<dyn Fn(u64) + Send + Sync>);
+
+impl std::ops::Deref for UnderLock {
+    type Target = dyn Fn(u64) + Send + Sync;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl std::fmt::Debug for UnderLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UnderLock")
+    }
+}
+
 /// What a committed transaction became.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Committed {
@@ -42,6 +63,16 @@ impl Store {
     /// checked, then objects and the operation are appended in one frame,
     /// then (with [`Durability::Sync`]) synced.
     pub fn transact(&self, tx: Transaction, durability: Durability) -> Result<Committed> {
+        self.transact_hooked(tx, None, durability)
+    }
+
+    /// [`Store::transact`] with work to do under the write lock.
+    pub(super) fn transact_hooked(
+        &self,
+        tx: Transaction,
+        under_lock: Option<UnderLock>,
+        durability: Durability,
+    ) -> Result<Committed> {
         let mut decoded = Vec::new();
         for o in &tx.objects {
             if o.kind() == ObjectKind::Session {
@@ -51,7 +82,7 @@ impl Store {
                 decoded.push((o.id(), s));
             }
         }
-        self.transact_decoded(tx, &decoded, durability)
+        self.transact_locked(tx, &decoded, under_lock, durability)
     }
 
     /// [`Store::transact`] for a caller that built the transaction's
@@ -63,6 +94,16 @@ impl Store {
         decoded: &[(ObjectId, Session)],
         durability: Durability,
     ) -> Result<Committed> {
+        self.transact_locked(tx, decoded, None, durability)
+    }
+
+    fn transact_locked(
+        &self,
+        mut tx: Transaction,
+        decoded: &[(ObjectId, Session)],
+        under_lock: Option<UnderLock>,
+        durability: Durability,
+    ) -> Result<Committed> {
         debug_assert_eq!(
             decoded.len(),
             tx.objects
@@ -70,9 +111,20 @@ impl Store {
                 .filter(|o| o.kind() == ObjectKind::Session)
                 .count()
         );
+        if !self.writable {
+            return Err(Error::ReadOnly);
+        }
         let mut st = self.state.lock().expect("state lock");
-        // Under the lock gc also holds: nothing a new session names can be
-        // swept between this check and the append.
+        // The store's write lock, for the few syscalls from here to the
+        // append: what other processes appended is read first, so the
+        // checks below see the current state. gc replaces files under this
+        // lock too, and rescues what a write made use of before it.
+        let lock = self.odb.backend().write_lock()?;
+        self.index.catch_up(&self.odb)?;
+        if let Some((seq, hash)) = self.index.applied()? {
+            st.seq = seq;
+            st.hash = Some(hash);
+        }
         for (session, s) in decoded {
             for named in s.blobs().chain(s.sessions()) {
                 if !tx.objects.iter().any(|o| o.id() == named) && !self.odb.contains(&named)? {
@@ -85,11 +137,24 @@ impl Store {
         }
         for conv in &tx.require_unclaimed {
             if let Some(c) = self.index.claim(conv)? {
-                return Err(Error::Busy {
-                    conversation: conv.clone(),
-                    run: c.run,
-                    pid: c.pid,
-                });
+                if self.claim_alive(&c)? {
+                    return Err(Error::Busy {
+                        conversation: conv.clone(),
+                        run: c.run,
+                        pid: c.pid,
+                    });
+                }
+                // Its process is gone: the claim fails in this operation.
+                tx.runs.insert(
+                    0,
+                    RunEvent {
+                        conversation: conv.clone(),
+                        run: c.run,
+                        kind: crate::refs::RunEventKind::Fail {
+                            error: format!("process {} ended without committing", c.pid),
+                        },
+                    },
+                );
             }
         }
         for (conv, run) in &tx.require_claim {
@@ -160,6 +225,12 @@ impl Store {
             // Nothing would change: no operation, nothing to sync.
             return Ok(Committed { op: st.seq });
         }
+        for r in &mut tx.runs {
+            // A new claim's id is its operation's sequence number.
+            if r.run == 0 && matches!(r.kind, crate::refs::RunEventKind::Begin { .. }) {
+                r.run = st.seq + 1;
+            }
+        }
         let op = Operation {
             seq: st.seq + 1,
             prev: st.hash,
@@ -171,11 +242,20 @@ impl Store {
             runs: tx.runs,
         };
         let bytes = op.encode();
-        let (_, ticket) = self.odb.backend().append(&tx.objects, &[(op.seq, bytes)])?;
+        let (_, ticket) =
+            self.odb
+                .backend()
+                .append_locked(&lock, &tx.objects, &[(op.seq, bytes)])?;
+        if let Some(hook) = under_lock.as_ref() {
+            // Still under the lock: no other process can see the operation
+            // without what the hook does (a run's lock file in place).
+            hook(op.seq);
+        }
+        drop(lock);
         st.seq = op.seq;
         st.hash = Some(op.hash());
         // The operation is in the journal: the index follows it. Should this
-        // fail, the next open catches the index up from the journal.
+        // fail, the next catch-up applies it from the journal.
         self.index.apply_with(&op, &self.odb, decoded)?;
         drop(st);
         if durability == Durability::Sync {
