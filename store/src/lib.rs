@@ -85,7 +85,7 @@
 //! | the lineage-index file (commit-graph) | [`lineage_index`] |
 //! | the derived index (refs, conversations, session summaries, run claims) | [`index`] |
 //! | `log`, ancestors, count, merge-base, is-ancestor, `graph` | [`graph`] (walks over the [`graph::Lineage`] trait) |
-//! | open, recover, repack, reindex | [`store`] (`store/mod.rs`) |
+//! | open, catch up with other processes, repack, reindex | [`store`] (`store/mod.rs`) |
 //! | transactions | `store/transaction.rs` ([`Store::transact`]) |
 //! | create, commit, merge, fork, archive, unarchive, delete | `store/conversation.rs`, sessions built by `store/builder.rs` |
 //! | begin, commit and fail a run | `store/run.rs` |

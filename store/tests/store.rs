@@ -748,7 +748,7 @@ fn a_damaged_index_table_is_read_around_and_replaced() {
     for e in std::fs::read_dir(path.join("index")).unwrap() {
         let p = e.unwrap().path();
         if p.is_file() {
-            std::fs::write(&p, b"not sled at all").unwrap();
+            std::fs::write(&p, b"not a table at all").unwrap();
         }
     }
     let store = open(&path);
