@@ -286,10 +286,12 @@ impl Store {
         report.notes = odb.backend().set_aside();
         if opts.full {
             report.problems.extend(odb.backend().verify_storage());
-            // The lineage index: its checksum and structure on open, then
+            // The lineage index: its structure on open, its checksum, then
             // every record against its session. A missing file is fine.
             if let Some(root) = self.root() {
-                match crate::lineage_index::LineageIndex::open(root) {
+                match crate::lineage_index::LineageIndex::open(root)
+                    .and_then(|ix| ix.map(|ix| ix.verify().map(|()| ix)).transpose())
+                {
                     Ok(Some(ix)) => report.problems.extend(ix.verify_against(&sessions)),
                     Ok(None) => {}
                     Err(e) => report.problems.push(format!(

@@ -195,9 +195,9 @@ impl LineageIndex {
                 ),
             ));
         }
-        if blake3::hash(&b[..end]).as_bytes()[..] != b[end..] {
-            return Err(corrupt(end, "checksum mismatch".into()));
-        }
+        // The checksum is not read here: opening would then cost every
+        // process the whole file. The structure below is what keeps every
+        // walk in bounds and finite; `verify` (fsck) reads the checksum.
         let ix = LineageIndex {
             path: path.clone(),
             bytes,
@@ -212,6 +212,22 @@ impl LineageIndex {
         ix.check()
             .map_err(|(offset, reason)| corrupt(offset, reason))?;
         Ok(ix)
+    }
+
+    /// Checks the trailing checksum: bit rot in a record that leaves the
+    /// structure sound (a parent moved to another valid position, a time)
+    /// is found here, by fsck, not on open.
+    pub fn verify(&self) -> Result<()> {
+        let b: &[u8] = &self.bytes;
+        let end = b.len() - CHECKSUM_LEN;
+        if blake3::hash(&b[..end]).as_bytes()[..] != b[end..] {
+            return Err(Error::CorruptFile {
+                path: self.path.clone(),
+                offset: end as u64,
+                reason: "checksum mismatch".into(),
+            });
+        }
+        Ok(())
     }
 
     /// The structure a checksum cannot vouch for (a writer's bug): fan-out,
