@@ -192,6 +192,9 @@ impl Store {
     /// `^N` (N-th parent) steps, as in git (see [`crate::rev`]).
     pub fn resolve_rev(&self, rev: &str) -> Result<ObjectId> {
         let spec = RevSpec::parse(rev)?;
+        // Ids and prefixes are looked up in the journal as this handle
+        // knows it: bring it up to date with other processes first.
+        self.catch_up()?;
         let start = self.resolve_name(spec.name())?;
         spec.walk(self, start)
     }

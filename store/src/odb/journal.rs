@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 
 use super::lock::LockGuard;
@@ -569,6 +570,10 @@ pub struct Journal {
     objects: RwLock<HashMap<ObjectId, EntryLoc>>,
     /// Operation entries in journal order: (sequence number, where).
     ops: RwLock<Vec<(u64, EntryLoc)>>,
+    /// Set once an operation is met whose sequence number is not above the
+    /// one before it (only an edited or damaged store has one): lookups by
+    /// sequence number then scan instead of bisecting.
+    ops_unordered: AtomicBool,
     /// Segments holding damaged bytes: never retired, so nothing that could
     /// still be salvaged is deleted.
     damaged: Mutex<std::collections::BTreeSet<u64>>,
@@ -650,6 +655,7 @@ impl Journal {
             segments: RwLock::new(BTreeMap::new()),
             objects: RwLock::new(HashMap::new()),
             ops: RwLock::new(Vec::new()),
+            ops_unordered: AtomicBool::new(false),
             damaged: Mutex::new(Default::default()),
             notes: Mutex::new(Vec::new()),
         };
@@ -741,6 +747,12 @@ impl Journal {
         let mut watermark = 0u64;
         let mut objects = self.objects.write().expect("object map lock");
         let mut ops = self.ops.write().expect("op list lock");
+        let ops_before = ops.len();
+        let ordered = |ops: &[(u64, EntryLoc)]| {
+            ops[ops_before.saturating_sub(1)..]
+                .windows(2)
+                .all(|w| w[0].0 < w[1].0)
+        };
         while pos < buf.len() {
             let at = base + pos as u64;
             let err = match parse_frame(&buf[pos..]) {
@@ -815,6 +827,9 @@ impl Journal {
                 ));
             }
             break;
+        }
+        if !ordered(&ops) {
+            self.ops_unordered.store(true, AtomicOrdering::Relaxed);
         }
         Ok((base + pos as u64, watermark))
     }
@@ -1015,8 +1030,16 @@ impl Journal {
                 .at(&tmp)?;
             file.write_all_at(&segment_header(seq), 0).at(&tmp)?;
             file.sync_all().at(&tmp)?;
-            fs::hard_link(&tmp, &path).at(&path)?;
-            Ok(())
+            match fs::hard_link(&tmp, &path) {
+                Ok(()) => Ok(()),
+                // A file system without hard links: segments are created
+                // under the write lock only, so a rename after a look is as
+                // exclusive.
+                Err(e) if e.kind() == std::io::ErrorKind::Unsupported && !path.exists() => {
+                    fs::rename(&tmp, &path).at(&path)
+                }
+                Err(e) => Err(Error::io(&path, e)),
+            }
         })();
         let _ = fs::remove_file(&tmp);
         made?;
@@ -1158,6 +1181,9 @@ impl Journal {
             drop(objects);
             let mut ops = self.ops.write().expect("op list lock");
             for &(op_seq, off, len) in &frame.ops {
+                if ops.last().is_some_and(|l| l.0 >= op_seq) {
+                    self.ops_unordered.store(true, AtomicOrdering::Relaxed);
+                }
                 ops.push((
                     op_seq,
                     EntryLoc {
@@ -1174,14 +1200,22 @@ impl Journal {
     /// The payloads of the operations with a sequence number above `after`,
     /// in journal order: (sequence number, canonical bytes).
     pub fn ops_after(&self, after: u64) -> Result<Vec<(u64, Vec<u8>)>> {
-        let locs: Vec<(u64, EntryLoc)> = self
-            .ops
-            .read()
-            .expect("op list lock")
-            .iter()
-            .filter(|(s, _)| *s > after)
-            .copied()
-            .collect();
+        let locs: Vec<(u64, EntryLoc)> = {
+            let ops = self.ops.read().expect("op list lock");
+            // Appended under the write lock, one after the other: in
+            // sequence order, so the tail is found by bisection (a catch-up
+            // with nothing new costs no scan of the journal's operations).
+            let from = if self.ops_unordered.load(AtomicOrdering::Relaxed) {
+                0
+            } else {
+                ops.partition_point(|(s, _)| *s <= after)
+            };
+            ops[from..]
+                .iter()
+                .filter(|(s, _)| *s > after)
+                .copied()
+                .collect()
+        };
         self.read_ops(&locs)
     }
 
