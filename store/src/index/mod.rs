@@ -91,6 +91,9 @@ pub struct Index {
     apply_lock: std::sync::Mutex<()>,
     /// Whether the tables were checked against the stored operations.
     checked: std::sync::atomic::AtomicBool,
+    /// The operation applied when this handle last looked for newer tables
+    /// (see [`Index::follow_tables`]).
+    looked_for_tables: std::sync::atomic::AtomicU64,
 }
 
 /// Where catching up started from, for the open report.
@@ -139,6 +142,7 @@ impl Index {
             problem: std::sync::Mutex::new(problem),
             apply_lock: Default::default(),
             checked: Default::default(),
+            looked_for_tables: Default::default(),
         })
     }
 
@@ -159,6 +163,7 @@ impl Index {
             problem: Default::default(),
             apply_lock: Default::default(),
             checked: Default::default(),
+            looked_for_tables: Default::default(),
         })
     }
 
@@ -379,6 +384,26 @@ impl Index {
         Ok(true)
     }
 
+    /// Keeps a handle that never writes tables (a reader open for days)
+    /// from holding every operation since it opened: once its overlay holds
+    /// a few tables' worth, it takes up the tables writers have written
+    /// since, every so many operations.
+    pub fn follow_tables(&self, odb: &Odb) -> Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let Some(dir) = &self.dir else {
+            return Ok(());
+        };
+        let (ops, applied) = {
+            let v = self.view();
+            (v.overlay_ops(), v.applied.map_or(0, |a| a.0))
+        };
+        if ops < 2 * TABLE_EVERY || applied < self.looked_for_tables.load(Relaxed) + TABLE_EVERY {
+            return Ok(());
+        }
+        self.looked_for_tables.store(applied, Relaxed);
+        self.adopt_newer_tables(dir, odb)
+    }
+
     /// Takes up tables another process wrote past this handle's, when they
     /// continue what it applied: the overlay is then rebuilt from the
     /// operations after them, which is less to hold.
@@ -409,6 +434,7 @@ impl Index {
             problem: Default::default(),
             apply_lock: Default::default(),
             checked: Default::default(),
+            looked_for_tables: Default::default(),
         };
         // Only tables that describe the operations as stored.
         match odb.backend().op_at(theirs.0)? {

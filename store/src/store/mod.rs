@@ -157,6 +157,7 @@ impl Store {
             }
             Err(e) => return Err(e),
         }
+        self.index.follow_tables(&self.odb)?;
         let applied = self.index.applied()?;
         let mut st = self.state.lock().expect("state lock");
         if applied.map_or(0, |a| a.0) >= st.seq {

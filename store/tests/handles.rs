@@ -1,0 +1,136 @@
+//! Several handles on one store, as several processes hold them: each
+//! `Store::open` has its own lock files, journal view and index overlay, so
+//! two handles in one test process behave as two processes do (the
+//! multi-process tests with the real binary are in cli/tests/concurrency.rs).
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+use sessctl_store::index::TABLE_EVERY;
+use sessctl_store::{Durability, Error, Messages, OpenOptions, Store, Turn};
+
+fn new_store() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    Store::init(&path).unwrap();
+    (dir, path)
+}
+
+fn open(path: &Path) -> Store {
+    Store::open(path, &OpenOptions::default()).unwrap()
+}
+
+fn turn(text: &str) -> Turn {
+    Turn {
+        messages: Messages::Added(vec![json!({"role": "user", "content": text})]),
+        ..Turn::default()
+    }
+}
+
+/// Two handles commit to one conversation, each continuing the head it
+/// read: the second to write loses its compare-and-swap, as it would in
+/// another process, and wins once it reads the new head.
+#[test]
+fn a_race_between_handles_is_lost_by_one_with_ref_out_of_date() {
+    let (_d, path) = new_store();
+    let (a, b) = (open(&path), open(&path));
+    let (_, root) = a.create(Some("c"), turn("hi"), Durability::Sync).unwrap();
+    // b reads the head a wrote, without reopening.
+    assert_eq!(b.resolve_rev("c").unwrap(), root);
+    let from_a = a
+        .commit("c", Some(root), turn("a"), Durability::Sync)
+        .unwrap();
+    let err = b
+        .commit("c", Some(root), turn("b"), Durability::Sync)
+        .unwrap_err();
+    assert!(matches!(err, Error::RefOutOfDate { .. }), "{err}");
+    let from_b = b
+        .commit("c", Some(from_a), turn("b"), Durability::Sync)
+        .unwrap();
+    for s in [&a, &b, &open(&path)] {
+        assert_eq!(s.resolve_rev("c").unwrap(), from_b);
+        let info = s.conversation("c").unwrap().unwrap();
+        assert_eq!((info.sessions, info.messages), (3, 3));
+    }
+}
+
+/// A handle that only reads, kept open while another writes many
+/// operations, answers as a fresh one does, and takes up the tables the
+/// writer folded its operations into instead of holding them all itself.
+#[test]
+fn a_long_lived_reader_follows_the_writers_tables() {
+    let (_d, path) = new_store();
+    let reader = Store::open(
+        &path,
+        &OpenOptions {
+            read_only: true,
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap();
+    let writer = open(&path);
+    let n = TABLE_EVERY as usize * 3;
+    for i in 0..n {
+        writer
+            .create(
+                Some(&format!("c{i:04}")),
+                turn(&format!("m{i}")),
+                Durability::NoSync,
+            )
+            .unwrap();
+        if i % 100 == 0 {
+            // The reader looks now and then, as a runtime would.
+            reader.conversations(Some(1)).unwrap();
+        }
+    }
+    assert!(
+        !writer.index().tables().is_empty(),
+        "the writer wrote tables"
+    );
+    let newest = reader.conversations(Some(5)).unwrap();
+    assert_eq!(newest, writer.conversations(Some(5)).unwrap());
+    assert_eq!(newest[0].name, format!("c{:04}", n - 1));
+    assert!(
+        !reader.index().tables().is_empty(),
+        "the reader took up the writer's tables"
+    );
+    assert_eq!(reader.conversations(None).unwrap().len(), n);
+}
+
+/// A run claimed through one handle is busy for every other; once the
+/// claiming handle is gone (as a process that died), the claim is stale:
+/// the next claim fails it in the same operation, and a writable open
+/// fails the rest.
+#[test]
+fn a_run_claim_lives_as_long_as_its_holder() {
+    let (_d, path) = new_store();
+    let a = open(&path);
+    a.create(Some("c"), turn("hi"), Durability::Sync).unwrap();
+    a.create(Some("d"), turn("hi"), Durability::Sync).unwrap();
+    let run = a.begin_run("c").unwrap();
+    let _other = a.begin_run("d").unwrap();
+    let b = open(&path);
+    assert!(matches!(b.begin_run("c"), Err(Error::Busy { .. })));
+    assert_eq!(b.running("c").unwrap().map(|c| c.run), Some(run.id));
+    assert!(path.join("runs").join(format!("{}.lock", run.id)).exists());
+    drop(a);
+    // Its process is gone: nothing holds the claim's lock.
+    assert_eq!(b.running("c").unwrap(), None);
+    let next = b.begin_run("c").unwrap();
+    assert_ne!(next.id, run.id);
+    b.commit_run(&next, turn("done"), false, Durability::Sync)
+        .unwrap();
+    assert_eq!(b.running("c").unwrap(), None);
+    assert!(!path.join("runs").join(format!("{}.lock", next.id)).exists());
+    // The claim on d: failed by the next writable open, with a note.
+    let c = open(&path);
+    let notes = c.take_recovery_notes();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("on d") && n.contains("marked failed")),
+        "{notes:?}"
+    );
+    assert_eq!(c.index().claims().unwrap(), vec![]);
+}
