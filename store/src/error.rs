@@ -119,10 +119,6 @@ pub enum Error {
     CorruptOperation { seq: u64, reason: String },
     #[error("run {run} on {conversation} is not open (it ended, or the store was reopened)")]
     RunNotOpen { conversation: String, run: u64 },
-    /// Another operation came between a run's claim and its sequence
-    /// number; the claim was released.
-    #[error("run claim on {conversation} raced with operation {op}; try again")]
-    ClaimRaced { conversation: String, op: u64 },
     /// Another run holds the conversation.
     #[error("conversation {conversation} is busy: run {run} of pid {pid} is in progress")]
     Busy {

@@ -207,7 +207,8 @@ pub fn collect_from(
 
 /// Rewrites `<store_root>/lineage/graph.lgi` from the sessions in `odb`,
 /// reusing the previous file's records (a damaged previous file is ignored).
-/// The caller holds the store's writer lock.
+/// Two processes writing it at once each rename a whole file into place;
+/// either describes sessions the store holds.
 pub fn write_for(odb: &Odb, store_root: &Path) -> Result<WriteStats> {
     write_from(odb, store_root, None)
 }

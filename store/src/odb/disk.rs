@@ -1,8 +1,10 @@
 //! The disk backend: journal segments and packs under one store directory,
-//! one writer process at a time. It opens (recovering the journal and
-//! clearing a dead repack's leftovers), reads through the journal then the
-//! packs, and keeps the number of segments and packs small (maintain,
-//! repack), moving the operations of packed segments to the op log.
+//! shared by every process that opens it. It catches up with what others
+//! appended (under the write lock before a write, cutting a torn tail;
+//! without a lock before a read), reads through the journal then the packs,
+//! and keeps the number of segments and packs small (maintain, repack,
+//! under the packer's lock), moving the operations of packed segments to
+//! the op log.
 
 use std::collections::{HashMap, HashSet};
 use std::fs;

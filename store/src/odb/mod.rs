@@ -1,9 +1,9 @@
 //! The object database: where objects live and how they are verified.
 //!
 //! [`Odb`] is the typed front (blobs, sessions, histories, prefixes); behind
-//! it sits an [`ObjectBackend`]: [`DiskBackend`] (journal + packs, one
-//! writer process per store) or [`MemoryBackend`] (tests, embedding without
-//! a disk). Every read re-hashes what it returns; bytes that do not hash to
+//! it sits an [`ObjectBackend`]: [`DiskBackend`] (journal + packs, shared
+//! by any number of processes) or [`MemoryBackend`] (tests, embedding
+//! without a disk). Every read re-hashes what it returns; bytes that do not hash to
 //! the id asked for are `Error::Corrupt`, never data.
 
 pub(crate) mod atomic_file;
