@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use super::conversations::activity_key;
-use super::refs::{reflog_json, target_bytes, target_from};
+use super::refs::{target_bytes, target_from};
 use super::runs::claim_bytes;
 use super::summary::{ConversationInfo, RunClaim, SessionInfo};
 use super::{key, Index};
@@ -118,18 +118,16 @@ impl Index {
                 None => o.del(k),
             }
         }
-        for (i, (u, entry)) in op.refs.iter().zip(op.reflog_entries()).enumerate() {
+        // The ref log itself is the operations (Store::reflog_entries);
+        // the index keeps each ref's newest entry's hash, which the next
+        // entry chains to.
+        for (u, entry) in op.refs.iter().zip(op.reflog_entries()) {
             let full = u.name.to_string();
             let rk = key("r:", full.as_bytes());
             match &u.new {
                 Some(t) => o.put(rk, target_bytes(t)),
                 None => o.del(rk),
             }
-            let mut lk = key("l:", full.as_bytes());
-            lk.push(0);
-            lk.extend_from_slice(&op.seq.to_be_bytes());
-            lk.extend_from_slice(&(i as u16).to_be_bytes());
-            o.put(lk, reflog_json(&entry));
             o.put(key("h:", full.as_bytes()), entry.hash().to_vec());
             if let Some(RefTarget::Session(id)) = &u.new {
                 index_sessions(&mut o, odb, *id, fresh)?;

@@ -12,8 +12,8 @@
 //! history. Every so many operations a writer folds its overlay into a new
 //! table; tables merge geometrically, so there are about log(n) of them.
 //!
-//! Keys: `r:<ref>` a ref's target, `l:<ref>\0<seq><i>` its reflog entries,
-//! `h:<ref>` the hash of its newest one; `s:<id>` session summaries;
+//! Keys: `r:<ref>` a ref's target, `h:<ref>` the hash of its newest reflog
+//! entry (the ref log itself is the operations); `s:<id>` session summaries;
 //! `c:<name>` conversation summaries, `i:<conversation id>` the name it goes
 //! by, `a:<time><name>` activity order; `u:<name>` open run claims.
 

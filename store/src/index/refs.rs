@@ -1,12 +1,10 @@
-//! Refs as the index holds them: each ref's target, its reflog entries and
-//! the hash of its newest entry.
-
-use serde_json::{json, Value};
+//! Refs as the index holds them: each ref's target and the hash of its
+//! newest reflog entry.
 
 use super::{key, Index};
 use crate::error::Result;
 use crate::hash::ObjectId;
-use crate::refs::{Hash, RefName, RefTarget, ReflogEntry};
+use crate::refs::{Hash, RefName, RefTarget};
 
 pub(super) fn target_bytes(t: &RefTarget) -> Vec<u8> {
     match t {
@@ -31,20 +29,6 @@ pub(super) fn target_from(b: &[u8]) -> Option<RefTarget> {
             .map(RefTarget::Symbolic),
         _ => None,
     }
-}
-
-pub(super) fn reflog_json(e: &ReflogEntry) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "op": e.op,
-        "old": e.old.as_ref().map(|t| t.to_string()),
-        "new": e.new.as_ref().map(|t| t.to_string()),
-        "time": e.time,
-        "actor": e.actor,
-        "reason": e.reason,
-        "prev": e.prev.map(|p| crate::hash::hex(&p)),
-        "hash": crate::hash::hex(&e.hash()),
-    }))
-    .expect("a JSON value serializes")
 }
 
 impl Index {
@@ -74,18 +58,5 @@ impl Index {
         Ok(self
             .get(&key("h:", name.to_string().as_bytes()))?
             .and_then(|v| v.as_slice().try_into().ok()))
-    }
-
-    /// A ref's log as the index holds it (JSON objects, oldest first).
-    pub fn reflog(&self, name: &RefName) -> Result<Vec<Value>> {
-        let mut prefix = key("l:", name.to_string().as_bytes());
-        prefix.push(0);
-        let mut out = Vec::new();
-        for (_, v) in self.scan(&prefix)? {
-            if let Ok(j) = serde_json::from_slice(&v) {
-                out.push(j);
-            }
-        }
-        Ok(out)
     }
 }
