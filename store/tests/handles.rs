@@ -134,3 +134,43 @@ fn a_run_claim_lives_as_long_as_its_holder() {
     );
     assert_eq!(c.index().claims().unwrap(), vec![]);
 }
+
+/// A handle that sat idle while others wrote enough to seal its newest
+/// segment and the next, and packed both away: its next write goes to the
+/// newest segment, not to the file it still holds open (which no one reads
+/// any more), and nothing another handle wrote meanwhile is missed.
+#[test]
+fn an_idle_handle_writes_to_the_newest_segment_after_others_packed_its_own() {
+    let (_d, path) = new_store();
+    let small = OpenOptions {
+        segment_target: 4 << 10,
+        ..OpenOptions::default()
+    };
+    let idle = Store::open(&path, &small).unwrap();
+    let busy = Store::open(&path, &small).unwrap();
+    idle.create(Some("idle"), turn("first"), Durability::NoSync)
+        .unwrap();
+    let mut last = None;
+    for i in 0..200 {
+        let text = format!("turn {i} {}", "x".repeat(300));
+        last = Some(if i == 0 {
+            busy.create(Some("busy"), turn(&text), Durability::NoSync)
+                .unwrap()
+                .1
+        } else {
+            busy.commit("busy", None, turn(&text), Durability::NoSync)
+                .unwrap()
+        });
+    }
+    let stats = busy.odb().stats().unwrap();
+    assert!(stats.packs >= 1, "{stats:?}");
+    let id = idle
+        .commit("idle", None, turn("second"), Durability::Sync)
+        .unwrap();
+    let fresh = open(&path);
+    assert_eq!(fresh.resolve_rev("idle").unwrap(), id);
+    assert_eq!(fresh.resolve_rev("busy").unwrap(), last.unwrap());
+    assert_eq!(fresh.odb().load_messages(&id).unwrap().len(), 2);
+    assert_eq!(fresh.take_recovery_notes(), Vec::<String>::new());
+    assert!(fresh.verify_chains().unwrap().is_empty());
+}

@@ -460,29 +460,40 @@ impl ObjectBackend for DiskBackend {
     }
 
     fn ops_after(&self, after: u64) -> Result<Vec<RawOp>> {
-        let mut out = Vec::new();
-        let journal_first = self.journal.op_range().map(|r| r.0);
-        // Archived operations are read only when the journal does not reach
-        // back far enough: a normal open reads none of them.
-        if journal_first.is_none_or(|first| first > after + 1) {
-            for (_, last, path) in oplog_files(&self.root.join("oplog"))? {
-                if last > after {
-                    out.extend(
-                        read_oplog_file(&path)?
-                            .into_iter()
-                            .filter(|(s, _)| *s > after),
-                    );
+        let journal = self.journal.ops_after(after)?;
+        // The op log is read only when the journal's operations do not
+        // follow on from `after` without a gap: they were packed before
+        // this handle read them (by another process, or long ago), or the
+        // journal holds none. A normal catch-up reads none of it.
+        let continuous = journal
+            .iter()
+            .enumerate()
+            .all(|(i, (s, _))| *s == after + 1 + i as u64);
+        let reaches = !journal.is_empty()
+            || self
+                .journal
+                .op_range()
+                .is_some_and(|(_, last)| last >= after);
+        if continuous && reaches {
+            return Ok(journal);
+        }
+        let mut all: std::collections::BTreeMap<u64, Vec<u8>> = Default::default();
+        for (_, last, path) in oplog_files(&self.root.join("oplog"))? {
+            if last > after {
+                for (s, op) in read_oplog_file(&path)? {
+                    if s > after {
+                        all.entry(s).or_insert(op);
+                    }
                 }
             }
         }
-        let max = out.last().map(|o| o.0).unwrap_or(after);
-        out.extend(
-            self.journal
-                .ops_after(after)?
-                .into_iter()
-                .filter(|(s, _)| *s > max),
-        );
-        Ok(out)
+        // The journal's copy is the one read last; the same operation in
+        // both (a crash between writing the op log and deleting the
+        // segment) is the same bytes.
+        for (s, op) in journal {
+            all.insert(s, op);
+        }
+        Ok(all.into_iter().collect())
     }
 
     fn op_at(&self, seq: u64) -> Result<Option<Vec<u8>>> {

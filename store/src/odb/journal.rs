@@ -927,18 +927,38 @@ impl Journal {
             let file = match self.open_segment(next) {
                 Ok(f) => f,
                 Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                    if st.file.is_none() || st.seq == 0 {
-                        // No segment known: look for any (a store packed
-                        // down to a later number).
-                        if let Some(&last) = list_segments(&self.dir)?.last() {
-                            if last > st.seq {
-                                let file = self.open_segment(last)?;
-                                self.adopt(st, last, file, mode)?;
-                                continue;
-                            }
-                        }
+                    // Ours may still not be the newest: while this handle
+                    // looked elsewhere, it may have been sealed and packed
+                    // away, and its successors too (then its descriptor
+                    // reads a file no longer linked). Only a listing tells.
+                    // The write lock's holder always looks, since it appends
+                    // to the newest; a reader, when its segment is gone.
+                    let retired = match &st.file {
+                        Some(f) => f.metadata().at(&self.segment_path(st.seq))?.nlink() == 0,
+                        None => true,
+                    };
+                    if !(retired || mode == Scan::Repair) {
+                        return Ok(());
                     }
-                    return Ok(());
+                    let Some(later) = list_segments(&self.dir)?.into_iter().find(|s| *s > st.seq)
+                    else {
+                        return Ok(());
+                    };
+                    // What is left of ours was written before its successor
+                    // was created: read it, through the descriptor, as sealed.
+                    if let Some(old) = st.file.clone() {
+                        let (end, _) = self.scan(st.seq, &old, st.len, false, Scan::Read)?;
+                        st.len = end;
+                        st.synced = st.synced.max((st.seq, end));
+                    }
+                    match self.open_segment(later) {
+                        Ok(file) => self.adopt(st, later, file, mode)?,
+                        // Packed in turn since the listing: look again.
+                        Err(Error::Io { source, .. })
+                            if source.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(e),
+                    }
+                    continue;
                 }
                 Err(e) => return Err(e),
             };
