@@ -49,6 +49,12 @@ impl<'a> Overlay<'a> {
         let mut v = self.index.view_mut();
         v.overlay.extend(self.writes);
         v.applied = Some(applied);
+        // Applied in full as far as the refs were ahead: the overlay says
+        // all the ahead map said.
+        if v.ahead_of.is_some_and(|a| a.0 <= applied.0) {
+            v.ahead.clear();
+            v.ahead_of = None;
+        }
         Ok(())
     }
 }
@@ -118,17 +124,8 @@ impl Index {
                 None => o.del(k),
             }
         }
-        // The ref log itself is the operations (Store::reflog_entries);
-        // the index keeps each ref's newest entry's hash, which the next
-        // entry chains to.
-        for (u, entry) in op.refs.iter().zip(op.reflog_entries()) {
-            let full = u.name.to_string();
-            let rk = key("r:", full.as_bytes());
-            match &u.new {
-                Some(t) => o.put(rk, target_bytes(t)),
-                None => o.del(rk),
-            }
-            o.put(key("h:", full.as_bytes()), entry.hash().to_vec());
+        o.writes.extend(ref_effects(op));
+        for u in &op.refs {
             if let Some(RefTarget::Session(id)) = &u.new {
                 index_sessions(&mut o, odb, *id, fresh)?;
             }
@@ -137,18 +134,6 @@ impl Index {
             }
         }
         for r in &op.runs {
-            let k = key("u:", r.conversation.as_bytes());
-            match &r.kind {
-                RunEventKind::Begin { pid } => o.put(
-                    k,
-                    claim_bytes(&RunClaim {
-                        run: r.run,
-                        pid: *pid,
-                        started_at: op.time,
-                    }),
-                ),
-                RunEventKind::Commit { .. } | RunEventKind::Fail { .. } => o.del(k),
-            }
             touched.insert(r.conversation.clone());
         }
         // Receiving a conversation from another store or importing it from
@@ -163,6 +148,32 @@ impl Index {
         }
         o.commit((op.seq, op.hash()))
     }
+}
+
+/// What an operation does to the keys a compare-and-swap reads: each ref's
+/// target and the hash of its newest reflog entry (the ref log itself is
+/// the operations, `Store::reflog_entries`), and the run claims. Cheap: no
+/// object is read, so a writer applies only this under the write lock
+/// ([`Index::catch_up_refs`]) and the rest after it.
+pub(super) fn ref_effects(op: &Operation) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let mut out = Vec::with_capacity(2 * op.refs.len() + op.runs.len());
+    for (u, entry) in op.refs.iter().zip(op.reflog_entries()) {
+        let full = u.name.to_string();
+        out.push((key("r:", full.as_bytes()), u.new.as_ref().map(target_bytes)));
+        out.push((key("h:", full.as_bytes()), Some(entry.hash().to_vec())));
+    }
+    for r in &op.runs {
+        let claim = match &r.kind {
+            RunEventKind::Begin { pid } => Some(claim_bytes(&RunClaim {
+                run: r.run,
+                pid: *pid,
+                started_at: op.time,
+            })),
+            RunEventKind::Commit { .. } | RunEventKind::Fail { .. } => None,
+        };
+        out.push((key("u:", r.conversation.as_bytes()), claim));
+    }
+    out
 }
 
 /// Indexes `id` and every session it reaches that is not indexed yet,

@@ -59,6 +59,11 @@ struct View {
     overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// The last operation applied (by the tables or the overlay).
     applied: Option<(u64, Hash)>,
+    /// What operations after `applied` do to refs and run claims, applied
+    /// ahead of the rest under the write lock (see [`Index::catch_up_refs`]),
+    /// up to `ahead_of`; cleared once they are applied in full.
+    ahead: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    ahead_of: Option<(u64, Hash)>,
 }
 
 impl View {
@@ -68,6 +73,9 @@ impl View {
     }
 
     fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(v) = self.ahead.get(k) {
+            return Ok(v.clone());
+        }
         if let Some(v) = self.overlay.get(k) {
             return Ok(v.clone());
         }
@@ -136,8 +144,8 @@ impl Index {
             lock,
             view: RwLock::new(View {
                 stack,
-                overlay: BTreeMap::new(),
                 applied,
+                ..View::default()
             }),
             problem: std::sync::Mutex::new(problem),
             apply_lock: Default::default(),
@@ -267,14 +275,62 @@ impl Index {
         Ok(self.view().applied)
     }
 
+    /// The last operation whose effect on refs and run claims this handle
+    /// knows: past [`Index::applied`] while a writer is between
+    /// [`Index::catch_up_refs`] and its full catch-up.
+    pub fn head(&self) -> Option<(u64, Hash)> {
+        let v = self.view();
+        match (v.ahead_of, v.applied) {
+            (Some(a), Some(b)) if a.0 <= b.0 => Some(b),
+            (Some(a), _) => Some(a),
+            (None, b) => b,
+        }
+    }
+
+    /// What a writer needs under the write lock: the refs, their newest
+    /// reflog hashes and the run claims as the operations after this
+    /// handle's leave them, read from the journal without reading any
+    /// object (session summaries follow in [`Index::catch_up`], after the
+    /// lock is released). Lookups of those keys see them at once.
+    pub fn catch_up_refs(&self, odb: &Odb) -> Result<()> {
+        let guard = self.applying();
+        let from = self.head();
+        let raw = odb.backend().ops_after(from.map_or(0, |f| f.0))?;
+        let Some((first, bytes)) = raw.first() else {
+            return Ok(());
+        };
+        if from.is_some_and(|(_, h)| decode_op(*first, bytes).is_ok_and(|op| op.prev != Some(h))) {
+            // Not a continuation: the full catch-up sorts it out.
+            drop(guard);
+            return self.catch_up(odb).map(|_| ());
+        }
+        let mut effects = Vec::new();
+        let mut last = None;
+        for (seq, bytes) in &raw {
+            let op = decode_op(*seq, bytes)?;
+            effects.extend(apply::ref_effects(&op));
+            last = Some((op.seq, op.hash()));
+        }
+        let mut v = self.view_mut();
+        v.ahead.extend(effects);
+        v.ahead_of = last;
+        Ok(())
+    }
+
     /// Brings the index up to date with the operations: applies those after
     /// the last one applied (the journal tail, normally). When they do not
     /// continue it (the tables were written from another history), every
     /// operation is applied again from the first, over no tables.
     pub fn catch_up(&self, odb: &Odb) -> Result<CatchUp> {
+        self.catch_up_to(odb, u64::MAX)
+    }
+
+    /// [`Index::catch_up`], applying no operation past `last`.
+    pub fn catch_up_to(&self, odb: &Odb, last: u64) -> Result<CatchUp> {
         let _one_at_a_time = self.applying();
         let applied = self.view().applied;
-        let raw = odb.backend().ops_after(applied.map_or(0, |a| a.0))?;
+        let mut raw = odb.backend().ops_after(applied.map_or(0, |a| a.0))?;
+        raw.retain(|(s, _)| *s <= last);
         if let (Some((_, hash)), Some((seq, bytes))) = (applied, raw.first()) {
             let op = decode_op(*seq, bytes)?;
             if op.prev != Some(hash) {
@@ -314,11 +370,7 @@ impl Index {
     fn rebuild_locked(&self, odb: &Odb) -> Result<usize> {
         {
             let mut v = self.view_mut();
-            *v = View {
-                stack: Stack::default(),
-                overlay: BTreeMap::new(),
-                applied: None,
-            };
+            *v = View::default();
         }
         let ops = odb.backend().ops_after(0)?;
         for (seq, bytes) in &ops {
@@ -429,7 +481,7 @@ impl Index {
             view: RwLock::new(View {
                 applied: Some(theirs),
                 stack: newer,
-                overlay: BTreeMap::new(),
+                ..View::default()
             }),
             problem: Default::default(),
             apply_lock: Default::default(),
@@ -453,10 +505,12 @@ impl Index {
         for (seq, bytes) in raw.iter().filter(|(s, _)| *s <= applied.0) {
             fresh.apply(&decode_op(*seq, bytes)?, odb)?;
         }
-        let fresh = fresh.view.into_inner().unwrap_or_else(|p| p.into_inner());
+        let mut fresh = fresh.view.into_inner().unwrap_or_else(|p| p.into_inner());
         let _one_at_a_time = self.applying();
         let mut v = self.view_mut();
         if fresh.applied == v.applied {
+            fresh.ahead = std::mem::take(&mut v.ahead);
+            fresh.ahead_of = v.ahead_of;
             *v = fresh;
         }
         Ok(())

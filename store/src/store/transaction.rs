@@ -115,13 +115,17 @@ impl Store {
             return Err(Error::ReadOnly);
         }
         let mut st = self.state.lock().expect("state lock");
-        // The store's write lock, for the few syscalls from here to the
-        // append: what other processes appended is read first, so the
-        // checks below see the current state. gc replaces files under this
-        // lock too, and rescues what a write made use of before it.
-        let lock = self.odb.backend().write_lock()?;
+        // What others wrote so far is applied before the lock is taken...
+        self.odb.backend().refresh()?;
         self.index.catch_up(&self.odb)?;
-        if let Some((seq, hash)) = self.index.applied()? {
+        // ...then the store's write lock, for the few syscalls from here to
+        // the append: what was appended meanwhile is read, only as far as
+        // refs and run claims go, so the checks below see the current
+        // state. gc replaces files under this lock too, and rescues what a
+        // write made use of before it.
+        let lock = self.odb.backend().write_lock()?;
+        self.index.catch_up_refs(&self.odb)?;
+        if let Some((seq, hash)) = self.index.head() {
             st.seq = seq;
             st.hash = Some(hash);
         }
@@ -254,8 +258,10 @@ impl Store {
         drop(lock);
         st.seq = op.seq;
         st.hash = Some(op.hash());
-        // The operation is in the journal: the index follows it. Should this
-        // fail, the next catch-up applies it from the journal.
+        // The operation is in the journal: the index follows it, after the
+        // others' it came after. Should this fail, the next catch-up applies
+        // it from the journal.
+        self.index.catch_up_to(&self.odb, op.seq - 1)?;
         self.index.apply_with(&op, &self.odb, decoded)?;
         drop(st);
         if durability == Durability::Sync {
