@@ -95,7 +95,10 @@ impl DiskBackend {
         let same = names.len() == current.len()
             && current.iter().all(|p| names.iter().any(|n| n == p.name()));
         if same {
-            return Ok(());
+            // The packs may be the same and segments gone all the same (gc
+            // published its pack while this handle looked): an object that
+            // was only in them must not count as stored.
+            return self.journal.forget_missing();
         }
         let mut next = Vec::with_capacity(names.len());
         for name in &names {
@@ -138,13 +141,15 @@ impl DiskBackend {
         Ok(None)
     }
 
-    /// Removes what a packer that died left behind (`packs/.tmp-*`). The
-    /// caller holds the pack lock, so no one is writing one now.
+    /// Removes what a packer that died left behind (`packs/.tmp-*`,
+    /// `oplog/.tmp-*`). The caller holds the pack lock, so no one is writing
+    /// one now.
     fn clear_leftovers(&self) {
-        let dir = self.root.join("packs");
-        for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
-            if entry.file_name().to_string_lossy().starts_with(".tmp-") {
-                let _ = fs::remove_file(entry.path());
+        for dir in [self.root.join("packs"), self.root.join("oplog")] {
+            for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if entry.file_name().to_string_lossy().starts_with(".tmp-") {
+                    let _ = fs::remove_file(entry.path());
+                }
             }
         }
     }

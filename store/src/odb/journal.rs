@@ -951,6 +951,9 @@ impl Journal {
                         st.len = end;
                         st.synced = st.synced.max((st.seq, end));
                     }
+                    // Segments gone from the directory are in a pack now,
+                    // their operations in the op log.
+                    self.forget_gone_below(later)?;
                     match self.open_segment(later) {
                         Ok(file) => self.adopt(st, later, file, mode)?,
                         // Packed in turn since the listing: look again.
@@ -988,9 +991,15 @@ impl Journal {
     /// process; their objects are in a pack, their operations in the op
     /// log). Call after the pack list is fresh.
     pub fn forget_missing(&self) -> Result<()> {
+        let newest = self.tail.lock().expect("journal tail lock").seq;
+        self.forget_gone_below(newest)
+    }
+
+    /// [`Journal::forget_missing`] for segments below `newest`, for a
+    /// caller that holds the tail's lock.
+    fn forget_gone_below(&self, newest: u64) -> Result<()> {
         let present: std::collections::BTreeSet<u64> =
             list_segments(&self.dir)?.into_iter().collect();
-        let newest = self.tail.lock().expect("journal tail lock").seq;
         let gone: Vec<u64> = self
             .segments
             .read()
@@ -1101,6 +1110,13 @@ impl Journal {
     /// sealed segments; returns the sequence numbers of all sealed
     /// segments. The caller holds the store's write lock.
     pub fn seal(&self, _write_lock: &LockGuard<'_>) -> Result<Vec<u64>> {
+        // A segment header a writer that died was creating: only the write
+        // lock's holder creates one, and it is held.
+        for entry in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with(".tmp-") {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
         let mut st = self.tail()?;
         self.refresh_locked(&mut st)?;
         if st.len > SEGMENT_HEADER_LEN {
@@ -1191,12 +1207,17 @@ impl Journal {
         {
             let body_at = at + FRAME_HEADER_LEN as u64;
             let mut objects = self.objects.write().expect("object map lock");
+            // The newest copy wins: an older one goes first, with its
+            // segment (gc writes an object it rescues again).
             for &(id, off, len) in &frame.objects {
-                objects.entry(id).or_insert(EntryLoc {
-                    seq: st.seq,
-                    offset: body_at + off as u64,
-                    len,
-                });
+                objects.insert(
+                    id,
+                    EntryLoc {
+                        seq: st.seq,
+                        offset: body_at + off as u64,
+                        len,
+                    },
+                );
             }
             drop(objects);
             let mut ops = self.ops.write().expect("op list lock");
@@ -1539,10 +1560,18 @@ fn index_frame(
         let Ok(obj) = parse_object_entry(entry.payload) else {
             continue;
         };
-        objects.entry(obj.id).or_insert(EntryLoc {
+        let at = EntryLoc {
             seq,
             offset: body_at + entry.offset as u64,
             len: entry.payload.len() as u32,
-        });
+        };
+        // The newest copy wins (an older one goes first, with its segment),
+        // but never over a copy from a sound frame when this one's frame
+        // is damaged.
+        if ops.is_some() {
+            objects.insert(obj.id, at);
+        } else {
+            objects.entry(obj.id).or_insert(at);
+        }
     }
 }

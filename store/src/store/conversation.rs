@@ -481,7 +481,7 @@ impl Store {
             ConversationStatus::Active
         };
         record.updated_at = now_ms().max(record.updated_at);
-        let mut edits = vec![
+        let edits = vec![
             RefEdit {
                 name: from,
                 expected: PreviousValue::MustMatch(RefTarget::Session(head)),
@@ -493,9 +493,8 @@ impl Store {
                 new: Some(RefTarget::Session(head)),
             },
         ];
-        if archive {
-            edits.extend(self.detach_head_edit(name, head)?);
-        }
+        // HEAD, if it follows the conversation, is detached under the
+        // write lock (Store::keep_head_on_a_ref).
         self.transact(
             Transaction {
                 reason: if archive { "archive" } else { "unarchive" }.into(),
@@ -510,15 +509,6 @@ impl Store {
             durability,
         )?;
         Ok(head)
-    }
-
-    /// If `HEAD` names the conversation, it is detached at its head.
-    fn detach_head_edit(&self, name: &str, head: ObjectId) -> Result<Option<RefEdit>> {
-        let conv_ref = RefName::conversation(name)?;
-        Ok(match self.index.get_ref(&RefName::Head)? {
-            Some(RefTarget::Symbolic(r)) if r == conv_ref => Some(RefEdit::detach_head(r, head)),
-            _ => None,
-        })
     }
 
     /// Removes a conversation: its ref and record go, its objects stay for
@@ -540,7 +530,8 @@ impl Store {
         let head = head.ok_or_else(|| Error::NoSuchConversation {
             name: name.to_owned(),
         })?;
-        edits.extend(self.detach_head_edit(name, head)?);
+        // HEAD, if it follows the conversation, is detached under the
+        // write lock (Store::keep_head_on_a_ref).
         self.transact(
             Transaction {
                 reason: "delete".into(),

@@ -218,6 +218,7 @@ impl Store {
                 prev: self.index.reflog_head(&e.name)?,
             });
         }
+        self.keep_head_on_a_ref(&mut updates)?;
         let new_objects = tx
             .objects
             .iter()
@@ -269,5 +270,52 @@ impl Store {
         }
         self.upkeep();
         Ok(Committed { op: op.seq })
+    }
+
+    /// The store's rule for `HEAD`, kept under the write lock: it never
+    /// follows a ref that does not exist. A transaction that points it at
+    /// a missing ref fails (`RefOutOfDate`: the conversation was deleted or
+    /// archived meanwhile); one that removes the ref it follows detaches it
+    /// at that ref's last session, in the same operation. Decided here, not
+    /// by the caller, so that `rm` racing `checkout` in another process can
+    /// leave neither a dangling `HEAD` nor a spurious conflict.
+    fn keep_head_on_a_ref(&self, updates: &mut Vec<RefUpdate>) -> Result<()> {
+        let after = |name: &RefName, updates: &[RefUpdate]| -> Result<Option<RefTarget>> {
+            match updates.iter().rev().find(|u| u.name == *name) {
+                Some(u) => Ok(u.new.clone()),
+                None => self.index.get_ref(name),
+            }
+        };
+        let Some(RefTarget::Symbolic(followed)) = after(&RefName::Head, updates)? else {
+            return Ok(());
+        };
+        if after(&followed, updates)?.is_some() {
+            return Ok(());
+        }
+        let head_moved_here = updates.iter().any(|u| u.name == RefName::Head);
+        let removed_here = updates
+            .iter()
+            .find(|u| u.name == followed && u.new.is_none())
+            .map(|u| u.old.clone());
+        match (head_moved_here, removed_here) {
+            // Neither moved here: a HEAD left dangling before is fsck's.
+            (false, None) => Ok(()),
+            (false, Some(Some(RefTarget::Session(last)))) => {
+                let current = self.index.get_ref(&RefName::Head)?;
+                updates.push(RefUpdate {
+                    name: RefName::Head,
+                    old: current,
+                    new: Some(RefTarget::Session(last)),
+                    prev: self.index.reflog_head(&RefName::Head)?,
+                });
+                Ok(())
+            }
+            // HEAD pointed here at a ref that is gone: refused, naming it.
+            _ => Err(Error::ref_out_of_date(
+                &followed,
+                &crate::refs::PreviousValue::MustExist,
+                None,
+            )),
+        }
     }
 }
