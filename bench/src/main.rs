@@ -8,7 +8,8 @@
 //!
 //! The scenarios, numbered as in the table: 1 commit throughput, 2 loading
 //! a history, 3 lineage queries, 4 gc and fsck, 5 bytes on disk, 6 a fresh
-//! process listing the newest conversations.
+//! process listing the newest conversations, 7 N processes committing at
+//! once.
 
 mod anchors;
 mod bulk;
@@ -18,6 +19,7 @@ mod history;
 mod lineage;
 mod list;
 mod maintenance;
+mod procs;
 mod report;
 #[allow(clippy::unwrap_used, missing_debug_implementations)] // the shared test generator; a panic is the report
 #[path = "../../store/tests/support/mod.rs"]
@@ -52,7 +54,7 @@ struct Args {
     /// Also write the table as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Run only these scenarios (1-6, comma-separated) [default: all].
+    /// Run only these scenarios (1-7, comma-separated) [default: all].
     #[arg(long, value_name = "N,...", value_delimiter = ',')]
     only: Vec<u32>,
     /// Where the temporary stores go [default: the system temp dir].
@@ -116,10 +118,24 @@ struct Args {
     /// 6: fresh processes per system [default: 10; quick: 2].
     #[arg(long, value_name = "N")]
     spawns: Option<usize>,
+    /// 7: processes committing at once, each to its own conversation
+    /// (comma-separated) [default: 4,16; quick: 2,4].
+    #[arg(long, value_name = "N,...", value_delimiter = ',')]
+    procs: Vec<usize>,
+    /// 7: durable commits per process [default: 200; quick: 10].
+    #[arg(long, value_name = "N")]
+    proc_commits: Option<usize>,
+    /// 7: no-sync commits per process [default: 1000; quick: 10].
+    #[arg(long, value_name = "N")]
+    proc_turns: Option<usize>,
     /// Internal: list the newest sessions of a SQLite file and exit (the
     /// anchor's fresh process).
     #[arg(long, hide = true, value_name = "DB")]
     sqlite_ls: Option<PathBuf>,
+    /// Internal: be one of scenario 7's committing processes, as the JSON
+    /// spec says.
+    #[arg(long, hide = true, value_name = "JSON")]
+    proc_child: Option<String>,
 }
 
 /// Every size, after defaults.
@@ -142,6 +158,9 @@ pub struct Sizes {
     pub gc_objects: usize,
     pub conversations: usize,
     pub spawns: usize,
+    pub procs: Vec<usize>,
+    pub proc_commits: usize,
+    pub proc_turns: usize,
 }
 
 impl Sizes {
@@ -153,6 +172,10 @@ impl Sizes {
         let mut threads: Vec<usize> = a.threads.iter().map(|&t| t.max(1)).collect();
         if threads.is_empty() {
             threads = vec![16, 64];
+        }
+        let mut procs: Vec<usize> = a.procs.iter().map(|&p| p.max(1)).collect();
+        if procs.is_empty() {
+            procs = if q { vec![2, 4] } else { vec![4, 16] };
         }
         Sizes {
             quick: q,
@@ -172,6 +195,9 @@ impl Sizes {
             gc_objects: pick(a.gc_objects, 1_000_000, 5000),
             conversations: pick(a.conversations, 100_000, 200),
             spawns: pick(a.spawns, 10, 2),
+            procs,
+            proc_commits: pick(a.proc_commits, 200, 10),
+            proc_turns: pick(a.proc_turns, 1000, 10),
         }
     }
 
@@ -184,6 +210,8 @@ impl Sizes {
             "forest": self.forest, "roots": self.roots,
             "lineage_runs": self.lineage_runs, "gc_objects": self.gc_objects,
             "conversations": self.conversations, "spawns": self.spawns,
+            "procs": self.procs, "proc_commits": self.proc_commits,
+            "proc_turns": self.proc_turns,
         })
     }
 }
@@ -195,7 +223,8 @@ pub struct Ctx {
     pub s: Sizes,
     /// The sessctl binary beside this one, when it has been built.
     pub sessctl: Option<PathBuf>,
-    /// This binary (the SQLite anchor's fresh process).
+    /// This binary (the SQLite anchor's fresh process, scenario 7's
+    /// committing processes).
     pub exe: PathBuf,
     /// Whether git runs; its scenarios are skipped with a note when not.
     pub git: bool,
@@ -309,6 +338,9 @@ fn run(args: Args) -> R<()> {
         println!("{}", Value::Array(q.newest(20)?));
         return Ok(());
     }
+    if let Some(spec) = &args.proc_child {
+        return procs::child(spec);
+    }
     let exe = std::env::current_exe()?;
     let bin_dir = exe.parent().ok_or("the bench binary has no directory")?;
     let sessctl = bin_dir.join(format!("sessctl{}", std::env::consts::EXE_SUFFIX));
@@ -325,13 +357,14 @@ fn run(args: Args) -> R<()> {
         git: git_version.is_some(),
     };
     let mut rows: Vec<Row> = Vec::new();
-    let steps: [(u32, &str, Scenario); 6] = [
+    let steps: [(u32, &str, Scenario); 7] = [
         (1, "commit throughput", commit::run),
         (2, "load a history", history::load),
         (3, "lineage", lineage::run),
         (4, "gc and fsck", maintenance::run),
         (5, "bytes on disk", history::disk),
         (6, "list newest", list::run),
+        (7, "processes at once", procs::run),
     ];
     let total = Instant::now();
     for (n, name, step) in steps {

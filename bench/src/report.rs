@@ -90,7 +90,8 @@ impl Group {
                 sessctl = sessctl.or(Some(median));
                 None
             } else {
-                sessctl.map(|s| s / median)
+                // No ratio over a zero (a count of failures, say).
+                sessctl.map(|s| s / median).filter(|r| r.is_finite())
             };
             out.push(Row {
                 scenario: self.scenario.clone(),
@@ -108,7 +109,9 @@ impl Group {
 }
 
 fn number(v: f64) -> String {
-    if v >= 100.0 {
+    if v == 0.0 {
+        "0".into()
+    } else if v >= 100.0 {
         format!("{v:.0}")
     } else if v >= 1.0 {
         format!("{v:.2}")
