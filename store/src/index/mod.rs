@@ -516,12 +516,6 @@ impl Index {
         Ok(())
     }
 
-    /// Nothing to flush: what is not in a table is rebuilt from the journal
-    /// by whoever opens the store next. Kept for callers of the sled index.
-    pub fn flush(&self) -> Result<()> {
-        Ok(())
-    }
-
     /// Whether `e` is about one of this index's table files.
     pub fn is_table_error(&self, e: &Error) -> bool {
         match (e, &self.dir) {
