@@ -80,7 +80,6 @@ fn main() {
             Durability::Sync,
         )
         .unwrap();
-    store.index().flush().unwrap();
     println!(
         "{n} sessions in {}: written in {:.2?}, indexed in {:.2?}; tip {tip}",
         dir.display(),

@@ -56,7 +56,6 @@ fn chain(dir: &Path, n: usize) -> (ObjectId, ObjectId, ObjectId) {
     }
     store.odb().write(&batch, Durability::NoSync).unwrap();
     tag(&store, "tip", ids[n - 1]);
-    store.index().flush().unwrap();
     (ids[0], ids[n / 2], ids[n - 1])
 }
 
@@ -102,7 +101,6 @@ fn forest(dir: &Path, m: usize) -> (ObjectId, ObjectId, ObjectId) {
     for (k, t) in tips.iter().enumerate().step_by(50) {
         tag(&store, &format!("t{k}"), *t);
     }
-    store.index().flush().unwrap();
     (
         tips[tips.len() / 3],
         tips[tips.len() - 2],
