@@ -37,7 +37,7 @@ use crate::odb::Odb;
 use crate::refs::{Hash, Operation};
 
 pub use crate::message::{content_text, user_text};
-pub use stack::TABLE_EVERY;
+pub use stack::{TABLE_EVERY, TABLE_KEYS};
 pub use summary::{ConversationInfo, RunClaim, SessionInfo};
 
 use stack::Stack;
@@ -67,6 +67,11 @@ struct View {
 }
 
 impl View {
+    /// Whether the overlay holds enough to fold into a table.
+    fn overlay_due(&self) -> bool {
+        self.overlay_ops() >= TABLE_EVERY || self.overlay.len() >= TABLE_KEYS
+    }
+
     fn overlay_ops(&self) -> u64 {
         let applied = self.applied.map_or(0, |a| a.0);
         applied.saturating_sub(self.stack.covered().map_or(0, |c| c.0))
@@ -389,7 +394,7 @@ impl Index {
     }
 
     /// Folds the overlay into a new table once it holds [`TABLE_EVERY`]
-    /// operations (or at all, with `force`), so that the next handle to
+    /// operations or [`TABLE_KEYS`] keys (or at all, with `force`), so that the next handle to
     /// open the store applies few operations. Skipped while another process
     /// writes one. The operations it holds are synced first: a table never
     /// describes an operation a crash could still take back.
@@ -403,7 +408,7 @@ impl Index {
         let (Some(dir), Some(lock)) = (&self.dir, &self.lock) else {
             return Ok(false);
         };
-        if !force && self.view().overlay_ops() < TABLE_EVERY {
+        if !force && !self.view().overlay_due() {
             return Ok(false);
         }
         let Some(_one_writer) = lock.try_lock()? else {
@@ -415,7 +420,7 @@ impl Index {
         }
         let (snapshot, applied, base) = {
             let v = self.view();
-            if v.applied == v.stack.covered() || (!force && v.overlay_ops() < TABLE_EVERY) {
+            if v.applied == v.stack.covered() || (!force && !v.overlay_due()) {
                 stack::clear_leftovers(dir, &v.stack, false);
                 return Ok(false);
             }

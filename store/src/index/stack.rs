@@ -19,9 +19,11 @@ use crate::error::{Error, Result};
 use crate::refs::Hash;
 
 /// A writer folds its overlay into a table once it holds this many
-/// operations: a process that opens the store applies at most about this
-/// many from the journal.
+/// operations, or [`TABLE_KEYS`] keys, whichever comes first: a process
+/// that opens the store applies at most about that much from the journal.
 pub const TABLE_EVERY: u64 = 256;
+/// See [`TABLE_EVERY`]: an import's operation may touch thousands of keys.
+pub const TABLE_KEYS: usize = 2048;
 
 /// One mapped table and where it lives.
 #[derive(Debug)]
