@@ -300,7 +300,7 @@ pub struct WriterPlan {
     /// and a kill can tear it.
     pub big_every: Option<u64>,
     /// Seal journal segments past this many bytes (`None`: the default,
-    /// 8 MiB): small segments make this writer rotate and pack as it goes,
+    /// 2 MiB): small segments make this writer rotate and pack as it goes,
     /// under the feet of every other process.
     pub segment_target: Option<u64>,
     /// Starts every message's text: whose it is.

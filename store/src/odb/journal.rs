@@ -59,7 +59,7 @@ pub const CODEC_ZSTD: u8 = 1;
 /// The largest canonical payload (and pack block) a reader will inflate.
 pub const MAX_OBJECT_SIZE: usize = 1 << 30;
 /// A segment is sealed and a new one started once it grows past this.
-pub const DEFAULT_SEGMENT_TARGET: u64 = 8 << 20;
+pub const DEFAULT_SEGMENT_TARGET: u64 = 2 << 20;
 
 /// Payloads shorter than this are stored raw: the journal is packed (and
 /// compressed in blocks) once a segment is sealed, so compressing each
