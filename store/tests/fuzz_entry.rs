@@ -15,7 +15,7 @@ use std::fs;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use mutation::{apply_edit, edit, overwrite, Edit};
+use mutation::{apply_edit, config, edit, overwrite, Edit};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use serde_json::{json, Value};
@@ -410,20 +410,6 @@ fn in_place_mutations() -> impl Strategy<Value = Vec<Mutation>> {
             .prop_map(|(i, v, w)| Mutation::LargeAt(i, v, w)),
     ];
     prop::collection::vec(m, 1..4)
-}
-
-/// Bounded so that the whole file runs in a few seconds in debug mode;
-/// `SESSCTL_FUZZ_SCALE=N` runs N times as many cases, for a longer hunt.
-fn config(cases: u32) -> ProptestConfig {
-    let scale = std::env::var("SESSCTL_FUZZ_SCALE")
-        .ok()
-        .and_then(|s| s.parse::<u32>().ok())
-        .unwrap_or(1);
-    ProptestConfig {
-        cases: cases.saturating_mul(scale),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
 }
 
 fn all(v: &[Vec<u8>]) -> Vec<&[u8]> {

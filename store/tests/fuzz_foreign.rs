@@ -15,7 +15,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use mutation::{apply_edit, edit, overwrite, Edit};
+use mutation::{apply_edit, config, edit, overwrite, Edit};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use serde_json::json;
@@ -405,18 +405,6 @@ fn mutated(seed: &[u8], ms: &[Mutation], others: &[Vec<u8>]) -> Vec<u8> {
         apply_mutation(&mut bytes, m, others);
     }
     bytes
-}
-
-fn config(cases: u32) -> ProptestConfig {
-    let scale = std::env::var("SESSCTL_FUZZ_SCALE")
-        .ok()
-        .and_then(|s| s.parse::<u32>().ok())
-        .unwrap_or(1);
-    ProptestConfig {
-        cases: cases.saturating_mul(scale),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
 }
 
 proptest! {

@@ -11,7 +11,7 @@ use sessctl_store::index::table;
 use std::collections::BTreeMap;
 use std::fs;
 
-use mutation::{apply_edit, edit, overwrite, Edit};
+use mutation::{apply_edit, config, edit, overwrite, Edit};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use table::{
@@ -658,19 +658,6 @@ fn probes(m: &Model, extra: &[Vec<u8>]) -> Vec<Vec<u8>> {
     }
     p.extend_from_slice(extra);
     p
-}
-
-/// `SESSCTL_FUZZ_SCALE=N` runs N times as many cases, as in `fuzz_entry.rs`.
-fn config(cases: u32) -> ProptestConfig {
-    let scale = std::env::var("SESSCTL_FUZZ_SCALE")
-        .ok()
-        .and_then(|s| s.parse::<u32>().ok())
-        .unwrap_or(1);
-    ProptestConfig {
-        cases: cases.saturating_mul(scale),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
 }
 
 /// Everything a reader can do with the table, which must never panic;

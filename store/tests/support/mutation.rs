@@ -1,5 +1,6 @@
 //! Byte edits of valid encodings, shared by the fuzzing oracles' proptests
-//! (`fuzz_entry.rs`, `fuzz_foreign.rs`); each adds edits of its own formats.
+//! (`fuzz_entry.rs`, `fuzz_foreign.rs`, `index_table.rs`); each adds edits
+//! of its own formats. And their configuration.
 
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -74,5 +75,20 @@ pub fn overwrite(bytes: &mut [u8], pos: usize, value: &[u8]) {
         if let Some(slot) = bytes.get_mut(pos + k) {
             *slot = *b;
         }
+    }
+}
+
+/// `cases` proptest cases, bounded so that each file runs in a few seconds
+/// in debug mode; `SESSCTL_FUZZ_SCALE=N` runs N times as many, for a longer
+/// hunt.
+pub fn config(cases: u32) -> ProptestConfig {
+    let scale = std::env::var("SESSCTL_FUZZ_SCALE")
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+        .unwrap_or(1);
+    ProptestConfig {
+        cases: cases.saturating_mul(scale),
+        failure_persistence: None,
+        ..ProptestConfig::default()
     }
 }
