@@ -36,6 +36,9 @@ pub struct DiskBackend {
     pack_lock: Option<LockFile>,
     /// How long a write waits for `LOCK`.
     wait: Option<std::time::Duration>,
+    /// `LOCK`'s counter of pack replacements when this handle last read the
+    /// pack directory (`u64::MAX`: never).
+    packs_seen: std::sync::atomic::AtomicU64,
     auto_pack: bool,
     notes: Mutex<Vec<String>>,
     /// What the journal scan found damaged, kept for fsck.
@@ -74,6 +77,7 @@ impl DiskBackend {
             write_lock,
             pack_lock,
             wait: opts.wait,
+            packs_seen: std::sync::atomic::AtomicU64::new(u64::MAX),
             auto_pack: opts.auto_pack,
             damage: notes
                 .iter()
@@ -262,6 +266,8 @@ impl DiskBackend {
             }
         }
         self.journal.retire(&sealed)?;
+        // Every writer re-reads the pack directory before its next write.
+        guard.bump_counter()?;
         for p in &old {
             if written.as_ref().is_some_and(|w| w.name == p.name()) || keep_packs.contains(p.name())
             {
@@ -430,10 +436,19 @@ impl ObjectBackend for DiskBackend {
         // Catch up under the lock: the journal's tail (a torn one is cut
         // now) and the pack list, so that "already stored" means stored in
         // files that still exist.
-        let caught_up = self
-            .journal
-            .refresh_locked_now(&guard)
-            .and_then(|()| self.refresh_packs());
+        // The pack directory is read again only when a packer replaced
+        // packs since this handle last read it (LOCK's counter, bumped
+        // under this lock): a write then costs no directory listing.
+        let caught_up = self.journal.refresh_locked_now(&guard).and_then(|()| {
+            use std::sync::atomic::Ordering::Relaxed;
+            let replaced = guard.counter();
+            if self.packs_seen.load(Relaxed) == replaced {
+                return Ok(());
+            }
+            self.refresh_packs()?;
+            self.packs_seen.store(replaced, Relaxed);
+            Ok(())
+        });
         self.collect_notes();
         caught_up?;
         Ok(WriteLock(Some(guard)))

@@ -929,15 +929,16 @@ impl Journal {
                 Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                     // Ours may still not be the newest: while this handle
                     // looked elsewhere, it may have been sealed and packed
-                    // away, and its successors too (then its descriptor
-                    // reads a file no longer linked). Only a listing tells.
-                    // The write lock's holder always looks, since it appends
-                    // to the newest; a reader, when its segment is gone.
+                    // away, and its successors too; then its descriptor
+                    // reads a file no longer linked, and a listing finds the
+                    // newest. A linked segment without a successor by name
+                    // is the newest: segments are only ever retired as a
+                    // prefix of those present (`retire`).
                     let retired = match &st.file {
                         Some(f) => f.metadata().at(&self.segment_path(st.seq))?.nlink() == 0,
                         None => true,
                     };
-                    if !(retired || mode == Scan::Repair) {
+                    if !retired {
                         return Ok(());
                     }
                     let Some(later) = list_segments(&self.dir)?.into_iter().find(|s| *s > st.seq)
@@ -1141,13 +1142,23 @@ impl Journal {
             return Vec::new();
         }
         let current = self.tail.lock().expect("journal tail lock").seq;
-        let damaged = self.damaged.lock().expect("damage lock").clone();
+        // Below the first damaged one only: that one stays, and so must
+        // every later one (see `retire`), so packing them would only pack
+        // them again at every write.
+        let below = self
+            .damaged
+            .lock()
+            .expect("damage lock")
+            .first()
+            .copied()
+            .unwrap_or(u64::MAX)
+            .min(current);
         self.segments
             .read()
             .expect("segment map lock")
             .keys()
             .copied()
-            .filter(|s| *s < current && !damaged.contains(s))
+            .filter(|s| *s < below)
             .collect()
     }
 
@@ -1463,10 +1474,15 @@ impl Journal {
     /// from under a reader on Linux).
     pub fn retire(&self, seqs: &[u64]) -> Result<()> {
         let damaged = self.damaged.lock().expect("damage lock").clone();
-        let seqs: Vec<u64> = seqs
+        // Only a prefix of the segments present goes: what is left is then
+        // always a run of consecutive numbers up to the newest, so a handle
+        // whose segment is still linked and has no successor by name knows
+        // it holds the newest without listing the directory.
+        let present = list_segments(&self.dir)?;
+        let seqs: Vec<u64> = present
             .iter()
             .copied()
-            .filter(|s| !damaged.contains(s))
+            .take_while(|s| seqs.contains(s) && !damaged.contains(s))
             .collect();
         if seqs.contains(&self.tail.lock().expect("journal tail lock").seq) {
             return Err(OdbError::ActiveSegment.into());

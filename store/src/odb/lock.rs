@@ -99,6 +99,7 @@ impl LockFile {
         let _ = self
             .file
             .write_all_at(format!("{:<11}\n", std::process::id()).as_bytes(), 0);
+        debug_assert_eq!(PID_LEN, 12);
         Ok(LockGuard {
             lock: self,
             _threads: threads,
@@ -124,9 +125,38 @@ impl LockFile {
 
     /// The pid the current (or last) holder recorded.
     fn holder(&self) -> Option<u32> {
-        let mut buf = [0u8; 32];
+        let mut buf = [0u8; PID_LEN];
         let n = self.file.read_at(&mut buf, 0).ok()?;
         std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
+    }
+}
+
+/// Bytes of the holder's pid, as text, at the start of a lock file.
+const PID_LEN: usize = 12;
+/// Where a lock file keeps its counter (see [`LockGuard::counter`]).
+const COUNTER_AT: u64 = 16;
+
+impl LockGuard<'_> {
+    /// A counter kept in the lock file, read and bumped only by holders of
+    /// the lock: the write lock's counts the times packs were replaced, so
+    /// that a writer re-reads the pack directory only then. 0 when never
+    /// bumped; it is not synced (after a crash every process starts over).
+    pub fn counter(&self) -> u64 {
+        let mut buf = [0u8; 8];
+        match self.lock.file.read_at(&mut buf, COUNTER_AT) {
+            Ok(8) => u64::from_le_bytes(buf),
+            _ => 0,
+        }
+    }
+
+    /// Adds one to [`LockGuard::counter`]; returns the new value.
+    pub fn bump_counter(&self) -> Result<u64> {
+        let next = self.counter().wrapping_add(1);
+        self.lock
+            .file
+            .write_all_at(&next.to_le_bytes(), COUNTER_AT)
+            .at(&self.lock.path)?;
+        Ok(next)
     }
 }
 

@@ -115,14 +115,11 @@ impl Store {
             return Err(Error::ReadOnly);
         }
         let mut st = self.state.lock().expect("state lock");
-        // What others wrote so far is applied before the lock is taken...
-        self.odb.backend().refresh()?;
-        self.index.catch_up(&self.odb)?;
-        // ...then the store's write lock, for the few syscalls from here to
-        // the append: what was appended meanwhile is read, only as far as
-        // refs and run claims go, so the checks below see the current
-        // state. gc replaces files under this lock too, and rescues what a
-        // write made use of before it.
+        // The store's write lock, for the few syscalls from here to the
+        // append: what other processes appended is read, only as far as
+        // refs and run claims go (the rest is applied after the lock), so
+        // the checks below see the current state. gc replaces files under
+        // this lock too, and rescues what a write made use of before it.
         let lock = self.odb.backend().write_lock()?;
         self.index.catch_up_refs(&self.odb)?;
         if let Some((seq, hash)) = self.index.head() {
