@@ -531,7 +531,10 @@ impl Index {
 
     /// Checks every table in full (checksums, order); one line per problem.
     pub fn verify_tables(&self) -> Vec<String> {
-        self.view().stack.verify()
+        match &self.dir {
+            Some(dir) => Stack::verify_dir(dir),
+            None => Vec::new(),
+        }
     }
 
     /// The tables this handle reads: (file name, first and last operation).

@@ -32,13 +32,20 @@ pub(super) struct Loaded {
     path: PathBuf,
 }
 
+/// A table's error as the store's, naming the file once.
+pub(super) fn table_error(path: &Path, e: table::TableError) -> Error {
+    let text = e.to_string();
+    let prefix = format!("index table {} is corrupt: ", path.display());
+    Error::CorruptFile {
+        path: path.to_path_buf(),
+        offset: 0,
+        reason: text.strip_prefix(&prefix).unwrap_or(&text).to_owned(),
+    }
+}
+
 impl Loaded {
     fn corrupt(&self, e: table::TableError) -> Error {
-        Error::CorruptFile {
-            path: self.path.clone(),
-            offset: 0,
-            reason: e.to_string(),
-        }
+        table_error(&self.path, e)
     }
 
     fn meta(&self) -> &TableMeta {
@@ -165,11 +172,7 @@ impl Stack {
             let path = dir.join(meta_name);
             let t = Table::open(&path).map_err(|e| match std::fs::metadata(&path) {
                 Err(io) if io.kind() == std::io::ErrorKind::NotFound => Error::io(&path, io),
-                _ => Error::CorruptFile {
-                    path: path.clone(),
-                    offset: 0,
-                    reason: e.to_string(),
-                },
+                _ => table_error(&path, e),
             })?;
             if t.meta().first != first || t.meta().last != last {
                 return Err(Error::CorruptFile {
@@ -255,15 +258,34 @@ impl Stack {
         Ok(Stack { tables })
     }
 
-    /// Every table checked in full; one line per problem.
-    pub(super) fn verify(&self) -> Vec<String> {
-        self.tables
-            .iter()
-            .filter_map(|t| {
-                t.table
-                    .verify()
-                    .err()
-                    .map(|e| format!("{}: {e}", t.path.display()))
+    /// Every table file in `dir` checked in full, the stack's and any
+    /// other (a damaged file outside the chain may still be chosen by the
+    /// next reader); one line per problem.
+    pub(super) fn verify_dir(dir: &Path) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let mut paths: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(table::parse_table_file_name)
+                    .is_some()
+            })
+            .collect();
+        paths.sort();
+        paths
+            .into_iter()
+            .filter_map(|p| {
+                let checked = Table::open(&p).and_then(|t| t.verify());
+                checked.err().map(|e| {
+                    format!(
+                        "{} (derived: sessctl reindex replaces it)",
+                        table_error(&p, e)
+                    )
+                })
             })
             .collect()
     }
@@ -290,11 +312,7 @@ fn write<'a>(
     meta: &TableMeta,
     entries: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>,
 ) -> Result<Arc<Loaded>> {
-    let corrupt = |e: table::TableError| Error::CorruptFile {
-        path: dir.join(table::table_file_name(meta)),
-        offset: 0,
-        reason: e.to_string(),
-    };
+    let corrupt = |e: table::TableError| table_error(&dir.join(table::table_file_name(meta)), e);
     let bytes = table::encode_table(meta, entries).map_err(corrupt)?;
     let path = table::write_table_file(dir, meta, &bytes).map_err(corrupt)?;
     let t = Table::open(&path).map_err(corrupt)?;
