@@ -1064,8 +1064,8 @@ fn a_blob_gc_wrote_back_survives_the_next_pack_by_a_handle() {
 /// `rm X` and `checkout X` run at once, again and again: HEAD never ends
 /// on a ref that no longer exists. Either the checkout comes first and rm
 /// detaches HEAD at X's head, or rm comes first and the checkout fails; rm
-/// may lose the race on HEAD (exit 1, `HEAD moved: ...`). A race, so
-/// repeated; on a correct store every round passes.
+/// always succeeds (it decides about HEAD under the write lock). A race,
+/// so repeated; on a correct store every round passes.
 #[test]
 fn rm_and_checkout_at_once_never_leave_head_on_a_deleted_ref() {
     let (_dir, path) = new_store();

@@ -7,7 +7,7 @@ mod support;
 use std::fs;
 
 use std::path::{Path, PathBuf};
-use support::{dump, examples, spec};
+use support::{dump, dump_squeezed, examples, spec};
 
 use serde_json::json;
 use sessctl_store::{Durability, ObjectId, Odb, OpenOptions, WriteBatch};
@@ -193,30 +193,6 @@ fn the_operation_example_is_pinned() {
         assert!(spec.contains(h));
     }
     assert_eq!(Operation::decode(&bytes).unwrap(), op);
-}
-
-/// `hexdump -C` with its `*` for repeated lines, and the final offset.
-fn dump_squeezed(b: &[u8]) -> String {
-    let full = dump(b);
-    let mut out = String::new();
-    let mut prev: Option<&str> = None;
-    let mut starred = false;
-    for line in full.lines() {
-        let body = &line[10..];
-        if prev == Some(body) {
-            if !starred {
-                out.push_str("*\n");
-                starred = true;
-            }
-            continue;
-        }
-        starred = false;
-        prev = Some(body);
-        out.push_str(line);
-        out.push('\n');
-    }
-    out.push_str(&format!("{:08x}\n", b.len()));
-    out
 }
 
 /// The lineage index of the two example sessions.

@@ -6,6 +6,7 @@
 
 #[path = "support/mutation.rs"]
 mod mutation;
+mod support;
 use sessctl_store::index::table;
 
 use std::collections::BTreeMap;
@@ -486,39 +487,6 @@ fn merge_takes_the_newest_entry_and_drops_tombstones_on_request() {
     assert_eq!(merge(&[], false).count(), 0);
 }
 
-/// `hexdump -C` as objects-format.md prints it: one space between all
-/// bytes, `*` for lines that repeat the one before, the length last.
-fn hexdump(b: &[u8]) -> String {
-    let mut out = String::new();
-    let mut prev: Option<&[u8]> = None;
-    let mut starred = false;
-    for (i, line) in b.chunks(16).enumerate() {
-        if prev == Some(line) {
-            if !starred {
-                out.push_str("*\n");
-                starred = true;
-            }
-            continue;
-        }
-        starred = false;
-        prev = Some(line);
-        let hex: Vec<String> = line.iter().map(|x| format!("{x:02x}")).collect();
-        let text: String = line
-            .iter()
-            .map(|&x| {
-                if (0x20..0x7f).contains(&x) {
-                    x as char
-                } else {
-                    '.'
-                }
-            })
-            .collect();
-        out.push_str(&format!("{:08x}  {:<48} |{text}|\n", i * 16, hex.join(" ")));
-    }
-    out.push_str(&format!("{:08x}\n", b.len()));
-    out
-}
-
 fn golden() -> Vec<u8> {
     let meta = TableMeta {
         first: 1,
@@ -575,7 +543,7 @@ fn the_golden_table_has_not_changed() {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    let dump = hexdump(&bytes);
+    let dump = support::dump_squeezed(&bytes);
     println!("{} bytes, checksum {sum}\n{dump}", bytes.len());
     assert_eq!(bytes.len(), GOLDEN_LEN);
     assert_eq!(sum, GOLDEN_CHECKSUM);

@@ -313,3 +313,27 @@ pub fn tag(store: &sessctl_store::Store, tags: impl IntoIterator<Item = (usize, 
         )
         .unwrap();
 }
+
+/// `hexdump -C` with its `*` for repeated lines, and the final offset.
+pub fn dump_squeezed(b: &[u8]) -> String {
+    let full = dump(b);
+    let mut out = String::new();
+    let mut prev: Option<&str> = None;
+    let mut starred = false;
+    for line in full.lines() {
+        let body = &line[10..];
+        if prev == Some(body) {
+            if !starred {
+                out.push_str("*\n");
+                starred = true;
+            }
+            continue;
+        }
+        starred = false;
+        prev = Some(body);
+        out.push_str(line);
+        out.push('\n');
+    }
+    out.push_str(&format!("{:08x}\n", b.len()));
+    out
+}
