@@ -8,7 +8,7 @@ use std::fmt::Write;
 use std::path::PathBuf;
 
 use clap::Args;
-use serde_json::{json, Map, Value};
+use serde_json::json;
 use sessctl_store::resume::{self, ResumeSummary, Seed};
 use sessctl_store::time::format_rfc3339_ms;
 use sessctl_store::Durability;
@@ -53,26 +53,6 @@ pub struct ResumeArgs {
     json: bool,
 }
 
-/// The JSON form of a resume summary.
-fn summary_json(s: &ResumeSummary) -> Value {
-    json!({
-        "session": s.session.to_hex(),
-        "conversation": s.conversation.to_hex(),
-        "title": s.title,
-        "created": s.created,
-        "last_activity": s.last_activity,
-        "messages": Value::Object(s.messages.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<Map<_, _>>()),
-        "message_count": s.message_count,
-        "description": s.description,
-        "first_topic": s.first_topic,
-        "compaction": s.compaction.map(|c| json!({
-            "session": c.session.to_hex(),
-            "messages": c.messages,
-            "summary": c.summary.to_hex(),
-        })),
-    })
-}
-
 /// Whitespace runs become one space, so that a field stays one line.
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -107,7 +87,7 @@ pub fn resume(ctx: &Ctx, args: ResumeArgs) -> CmdResult {
     let id = store.resolve_rev(&args.rev)?;
     let r = resume::resume(&store, &id)?;
     if args.json {
-        let v = json!({"history": r.history, "summary": summary_json(&r.summary)});
+        let v = json!({"history": r.history, "summary": r.summary.to_json()});
         print(&format!("{v}\n"))
     } else {
         print(&summary_text(&r.summary))

@@ -10,7 +10,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use clap::{ArgGroup, Args};
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 use sessctl_store::index::ConversationInfo;
 use sessctl_store::refs::{ConversationStatus, RefTarget};
 use sessctl_store::time::format_rfc3339_ms;
@@ -451,38 +451,6 @@ fn or_dash(s: String) -> String {
     }
 }
 
-/// The JSON form of a conversation, as README.md documents it.
-fn conversation_json(c: &ConversationInfo) -> Value {
-    let r = &c.record;
-    let u = &c.usage;
-    json!({
-        "name": c.name,
-        "title": r.title,
-        "status": r.status.as_str(),
-        "conversation_id": r.conversation_id.map(|i| i.to_hex()),
-        "head": c.head.map(|i| i.to_hex()),
-        "sessions": c.sessions,
-        "messages": c.messages,
-        "usage": {
-            "total_tokens": u.total_tokens,
-            "prompt_tokens": u.prompt_tokens,
-            "completion_tokens": u.completion_tokens,
-            "requests": u.requests,
-        },
-        "created_at": r.created_at,
-        "updated_at": r.updated_at,
-        "last_activity": c.last_activity,
-        "default_preset_id": r.default_preset_id,
-        "metadata": Value::Object(r.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Map<_, _>>()),
-        "preview": c.preview,
-        "running": c.running.as_ref().map(|r| json!({
-            "run": r.run,
-            "pid": r.pid,
-            "started_at": r.started_at,
-        })),
-    })
-}
-
 /// Rows of cells as columns two spaces apart; the last column is not padded.
 fn table(rows: &[Vec<String>]) -> String {
     let columns = rows.first().map_or(0, Vec::len);
@@ -512,7 +480,7 @@ pub fn ls(ctx: &Ctx, args: LsArgs) -> CmdResult {
         .open_store_read()?
         .conversations_where(args.limit, wanted)?;
     if args.json {
-        let all: Vec<Value> = list.iter().map(conversation_json).collect();
+        let all: Vec<Value> = list.iter().map(ConversationInfo::to_json).collect();
         return print(&format!("{}\n", Value::Array(all)));
     }
     if list.is_empty() {

@@ -3,7 +3,6 @@
 use std::io::IsTerminal;
 
 use clap::Args;
-use serde_json::json;
 use sessctl_store::fsck::FsckOptions;
 use sessctl_store::gc::{parse_prune, GcOptions};
 
@@ -76,19 +75,7 @@ pub fn fsck(ctx: &Ctx, args: FsckArgs) -> CmdResult {
         eprint!("\r\x1b[K");
     }
     let text = if args.json {
-        format!(
-            "{}\n",
-            json!({
-                "clean": r.is_clean(),
-                "objects": r.objects,
-                "sessions": r.sessions,
-                "blobs": r.blobs,
-                "operations": r.operations,
-                "problems": r.problems,
-                "dangling": r.dangling.iter().map(|d| d.to_hex()).collect::<Vec<_>>(),
-                "notes": r.notes,
-            })
-        )
+        format!("{}\n", r.to_json())
     } else {
         let mut t = String::new();
         for p in &r.problems {

@@ -4,7 +4,6 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use clap::{ArgGroup, Args};
-use serde_json::{json, Map, Value};
 use sessctl_store::odb::{init_layout, RepackOptions};
 use sessctl_store::time::format_rfc3339_ms;
 use sessctl_store::{Blob, Durability, Object, ObjectId, Session};
@@ -100,57 +99,10 @@ pub fn cat_object(ctx: &Ctx, args: CatObjectArgs) -> CmdResult {
             "{}\n",
             serde_json::to_string_pretty(b.value()).expect("a JSON value serializes")
         ),
-        (Object::Session(s), true) => format!("{}\n", session_json(&id, &s)),
+        (Object::Session(s), true) => format!("{}\n", s.to_json(id)),
         (Object::Session(s), false) => session_text(&id, &s),
     };
     print(&text)
-}
-
-fn ids(v: &[ObjectId]) -> Value {
-    Value::Array(v.iter().map(|i| Value::from(i.to_hex())).collect())
-}
-
-fn opt_id(v: &Option<ObjectId>) -> Value {
-    v.map(|i| Value::from(i.to_hex())).unwrap_or(Value::Null)
-}
-
-/// The JSON form of a session (documented in objects-format.md, "JSON form").
-pub fn session_json(id: &ObjectId, s: &Session) -> Value {
-    let m = &s.metadata;
-    json!({
-        "id": id.to_hex(),
-        "kind": "session",
-        "parents": ids(&s.parents),
-        "conversation": s.conversation_id(*id).to_hex(),
-        "status": s.status.as_str(),
-        "created_at": s.created_at,
-        "title": s.title,
-        "run": {
-            "duration_ms": s.run.duration_ms,
-            "usage": {
-                "total_tokens": s.run.usage.total_tokens,
-                "prompt_tokens": s.run.usage.prompt_tokens,
-                "completion_tokens": s.run.usage.completion_tokens,
-                "requests": s.run.usage.requests,
-            },
-        },
-        "messages": {"base": s.messages.base, "added": ids(&s.messages.added)},
-        "display_messages": {"base": s.display_messages.base, "added": ids(&s.display_messages.added)},
-        "context_state": opt_id(&s.context_state),
-        "environment_state": opt_id(&s.environment_state),
-        "metadata": {
-            "session_type": m.session_type.as_str(),
-            "transport": m.transport,
-            "spawned_by": opt_id(&m.spawned_by),
-            "preset_id": m.preset_id,
-            "extra": Value::Object(m.extra.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Map<_, _>>()),
-        },
-        "compaction": s.compaction.map(|c| json!({
-            "session": c.session.to_hex(),
-            "messages": c.messages,
-            "summary": c.summary.to_hex(),
-        })),
-    })
 }
 
 /// The human form of a session, one field a line, in the manner of

@@ -5,7 +5,6 @@
 
 use clap::Args;
 use serde_json::{json, Value};
-use sessctl_store::hash::hex;
 use sessctl_store::refs::{PreviousValue, RefEdit, ReflogEntry};
 use sessctl_store::time::format_rfc3339_ms;
 use sessctl_store::{Error, RefName, RefTarget, Store, Transaction};
@@ -50,20 +49,6 @@ fn short_target(t: &Option<RefTarget>) -> String {
     }
 }
 
-fn reflog_json(e: &ReflogEntry) -> Value {
-    json!({
-        "op": e.op,
-        "ref": e.name.to_string(),
-        "old": e.old.as_ref().map(|t| t.to_string()),
-        "new": e.new.as_ref().map(|t| t.to_string()),
-        "time": e.time,
-        "actor": e.actor,
-        "reason": e.reason,
-        "prev": e.prev.map(|p| hex(&p)),
-        "hash": hex(&e.hash()),
-    })
-}
-
 pub fn reflog(ctx: &Ctx, args: ReflogArgs) -> CmdResult {
     let wanted = args.name.as_deref().map(parse_ref).transpose()?;
     let store = ctx.open_store_read()?;
@@ -77,7 +62,7 @@ pub fn reflog(ctx: &Ctx, args: ReflogArgs) -> CmdResult {
     }
     entries.reverse();
     if args.json {
-        let all: Vec<Value> = entries.iter().map(reflog_json).collect();
+        let all: Vec<Value> = entries.iter().map(ReflogEntry::to_json).collect();
         return print(&format!("{}\n", Value::Array(all)));
     }
     let mut out = String::new();

@@ -44,6 +44,20 @@ impl FsckReport {
     pub fn is_clean(&self) -> bool {
         self.problems.is_empty()
     }
+
+    /// The JSON form of the report (`sessctl fsck --json`).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "clean": self.is_clean(),
+            "objects": self.objects,
+            "sessions": self.sessions,
+            "blobs": self.blobs,
+            "operations": self.operations,
+            "problems": self.problems,
+            "dangling": self.dangling.iter().map(|d| d.to_hex()).collect::<Vec<_>>(),
+            "notes": self.notes,
+        })
+    }
 }
 
 impl Store {

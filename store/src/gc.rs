@@ -83,6 +83,25 @@ pub struct GcReport {
     pub bytes_after: u64,
 }
 
+impl GcReport {
+    /// The JSON form of the report (the Python binding's `gc()`).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "objects": self.objects,
+            "reachable": self.reachable,
+            "unreachable": self.unreachable,
+            "kept_young": self.kept_young,
+            "pruned": self.pruned,
+            "pruned_bytes": self.pruned_bytes,
+            "by_conversation": self.by_conversation.iter()
+                .map(|(c, (n, b))| (c.clone(), serde_json::json!({"objects": n, "bytes": b})))
+                .collect::<serde_json::Map<_, _>>(),
+            "bytes_before": self.bytes_before,
+            "bytes_after": self.bytes_after,
+        })
+    }
+}
+
 /// The sessions gc keeps alive: every ref (HEAD included) and the old and
 /// new values of ref-log entries younger than `expiry_ms`.
 pub(crate) fn roots(store: &Store, expiry_ms: Option<i64>) -> Result<Vec<ObjectId>> {

@@ -140,4 +140,7 @@ pub use odb::{
     RepackStats, WriteBatch, STORE_FORMAT_VERSION,
 };
 pub use refs::{RefName, RefTarget};
-pub use store::{Committed, Cut, ForkOptions, Messages, Run, Store, Transaction, Turn};
+pub use store::{
+    Committed, Cut, Expect, ForkOptions, Messages, Put, PutConversation, Run, Store, Transaction,
+    Turn,
+};

@@ -145,6 +145,16 @@ pub fn tool_results(v: &Value) -> Vec<ToolResult> {
     out
 }
 
+/// The first non-blank line of `text`, without trailing blanks.
+pub fn first_line(text: &str) -> String {
+    text.trim()
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim_end()
+        .to_owned()
+}
+
 /// The text of a user message in the shapes agents write: OpenAI chat
 /// (`role`, `content` string or parts), Claude Code lines (`message`
 /// inside, `type: "user"`), Codex items.

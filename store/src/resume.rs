@@ -306,3 +306,26 @@ pub fn resume(store: &Store, id: &ObjectId) -> Result<Resume> {
         history,
     })
 }
+
+impl ResumeSummary {
+    /// The JSON form of a resume summary (`sessctl resume --json`).
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::{json, Map, Value};
+        json!({
+            "session": self.session.to_hex(),
+            "conversation": self.conversation.to_hex(),
+            "title": self.title,
+            "created": self.created,
+            "last_activity": self.last_activity,
+            "messages": Value::Object(self.messages.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<Map<_, _>>()),
+            "message_count": self.message_count,
+            "description": self.description,
+            "first_topic": self.first_topic,
+            "compaction": self.compaction.map(|c| json!({
+                "session": c.session.to_hex(),
+                "messages": c.messages,
+                "summary": c.summary.to_hex(),
+            })),
+        })
+    }
+}

@@ -165,20 +165,7 @@ fn entry_lines(store: &Store, deco: &Decorations, id: &ObjectId) -> CmdResult<Ve
 }
 
 fn entry_json(store: &Store, deco: &Decorations, id: &ObjectId) -> CmdResult<Value> {
-    let i = info(store, id)?;
-    Ok(json!({
-        "id": id.to_hex(),
-        "parents": hexes(&i.parents),
-        "conversation": i.conversation.to_hex(),
-        "conversation_name": conversation_name(store, &i)?,
-        "status": i.status.as_str(),
-        "created_at": i.created_at,
-        "messages": i.messages,
-        "usage": usage_json(&i.usage),
-        "title": i.title,
-        "summary": summary(store, &i)?,
-        "refs": deco.refs(id),
-    }))
+    Ok(store.log_entry_json(id, deco.refs(id))?)
 }
 
 // ---- graph ----

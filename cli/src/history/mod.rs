@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 use sessctl_store::diff::{json_diff, Change, ChangeOp};
 use sessctl_store::graph::{self, Follow, Lanes, Node, SessionGraph, TopoWalk};
 use sessctl_store::index::SessionInfo;
-use sessctl_store::message::{content_text, inner, role_of, user_text};
+use sessctl_store::message::{content_text, first_line, inner, role_of};
 use sessctl_store::rev::RevSpec;
 use sessctl_store::time::format_rfc3339_ms;
 use sessctl_store::{Error, ObjectId, RefName, RefTarget, Session, Store, Usage};
@@ -210,52 +210,12 @@ impl Decorations {
     }
 }
 
-/// What the index knows of a session; for one it has not seen, the same
-/// figures from the object (no preview).
 fn info(store: &Store, id: &ObjectId) -> CmdResult<SessionInfo> {
-    if let Some(i) = store.session_info(id)? {
-        return Ok(i);
-    }
-    let s = store.odb().session(id)?;
-    Ok(SessionInfo {
-        id: *id,
-        conversation: s.conversation_id(*id),
-        parents: s.parents.clone(),
-        status: s.status,
-        created_at: s.created_at,
-        messages: store.odb().history(id)?.len() as u64,
-        display_messages: store.odb().display_history(id)?.len() as u64,
-        usage: s.run.usage,
-        duration_ms: s.run.duration_ms,
-        preview: String::new(),
-        preview_at: None,
-        title: s.title.clone(),
-        session_type: s.metadata.session_type,
-    })
+    Ok(store.describe_session(id)?)
 }
 
-fn first_line(text: &str) -> String {
-    text.trim()
-        .lines()
-        .next()
-        .unwrap_or("")
-        .trim_end()
-        .to_owned()
-}
-
-/// The line a log entry shows: the title, else the first line of the last
-/// user message the session added, else of its history's first one.
 fn summary(store: &Store, info: &SessionInfo) -> CmdResult<String> {
-    if let Some(t) = &info.title {
-        return Ok(first_line(t));
-    }
-    let s = store.odb().session(&info.id)?;
-    for m in s.messages.added.iter().rev() {
-        if let Some(text) = user_text(&store.odb().blob(m)?) {
-            return Ok(first_line(&text));
-        }
-    }
-    Ok(first_line(&info.preview))
+    Ok(store.summary_line(info)?)
 }
 
 fn conversation_name(store: &Store, info: &SessionInfo) -> CmdResult<Option<String>> {
@@ -278,11 +238,6 @@ fn usage_text(u: &Usage) -> String {
         u.completion_tokens,
         plural(u.requests, "request", "requests")
     )
-}
-
-fn usage_json(u: &Usage) -> Value {
-    json!({"total_tokens": u.total_tokens, "prompt_tokens": u.prompt_tokens,
-           "completion_tokens": u.completion_tokens, "requests": u.requests})
 }
 
 fn hexes(ids: &[ObjectId]) -> Vec<String> {

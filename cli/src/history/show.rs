@@ -54,7 +54,7 @@ pub fn show(ctx: &Ctx, args: ShowArgs) -> CmdResult {
     let deco = Decorations::load(&store)?;
     let name = store.index().conversation_name(&s.conversation_id(id))?;
     if args.json {
-        let mut v = crate::plumbing::session_json(&id, &s);
+        let mut v = s.to_json(id);
         v["conversation_name"] = json!(name);
         v["refs"] = json!(deco.refs(&id));
         v["history_length"] = json!(history.len());

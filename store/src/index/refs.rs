@@ -53,6 +53,21 @@ impl Index {
         Ok(out)
     }
 
+    /// Every ref whose full name starts with `prefix`, sorted by name.
+    pub fn refs_with_prefix(&self, prefix: &str) -> Result<Vec<(RefName, RefTarget)>> {
+        let mut out = Vec::new();
+        for (k, v) in self.scan(&key("r:", prefix.as_bytes()))? {
+            let name = std::str::from_utf8(&k[2..])
+                .ok()
+                .and_then(|n| RefName::parse(n).ok());
+            if let (Some(n), Some(t)) = (name, target_from(&v)) {
+                out.push((n, t));
+            }
+        }
+        out.sort_by_key(|a| a.0.to_string());
+        Ok(out)
+    }
+
     /// The hash of a ref's newest reflog entry.
     pub fn reflog_head(&self, name: &RefName) -> Result<Option<Hash>> {
         Ok(self

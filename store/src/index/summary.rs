@@ -67,3 +67,37 @@ impl ConversationInfo {
         }
     }
 }
+
+impl ConversationInfo {
+    /// The JSON form of a conversation (`sessctl ls --json`, README.md).
+    pub fn to_json(&self) -> serde_json::Value {
+        let r = &self.record;
+        let u = &self.usage;
+        serde_json::json!({
+            "name": self.name,
+            "title": r.title,
+            "status": r.status.as_str(),
+            "conversation_id": r.conversation_id.map(|i| i.to_hex()),
+            "head": self.head.map(|i| i.to_hex()),
+            "sessions": self.sessions,
+            "messages": self.messages,
+            "usage": {
+                "total_tokens": u.total_tokens,
+                "prompt_tokens": u.prompt_tokens,
+                "completion_tokens": u.completion_tokens,
+                "requests": u.requests,
+            },
+            "created_at": r.created_at,
+            "updated_at": r.updated_at,
+            "last_activity": self.last_activity,
+            "default_preset_id": r.default_preset_id,
+            "metadata": serde_json::Value::Object(r.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<serde_json::Map<_, _>>()),
+            "preview": self.preview,
+            "running": self.running.as_ref().map(|r| serde_json::json!({
+                "run": r.run,
+                "pid": r.pid,
+                "started_at": r.started_at,
+            })),
+        })
+    }
+}

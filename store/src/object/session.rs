@@ -299,6 +299,52 @@ pub const MAX_TITLE_BYTES: usize = 4096;
 
 mod wire;
 
+impl Session {
+    /// The JSON form of a session with its id (objects-format.md, "JSON form").
+    pub fn to_json(&self, id: ObjectId) -> serde_json::Value {
+        use serde_json::{json, Map, Value};
+        let ids =
+            |v: &[ObjectId]| Value::Array(v.iter().map(|i| Value::from(i.to_hex())).collect());
+        let opt_id =
+            |v: &Option<ObjectId>| v.map(|i| Value::from(i.to_hex())).unwrap_or(Value::Null);
+        let m = &self.metadata;
+        json!({
+            "id": id.to_hex(),
+            "kind": "session",
+            "parents": ids(&self.parents),
+            "conversation": self.conversation_id(id).to_hex(),
+            "status": self.status.as_str(),
+            "created_at": self.created_at,
+            "title": self.title,
+            "run": {
+                "duration_ms": self.run.duration_ms,
+                "usage": {
+                    "total_tokens": self.run.usage.total_tokens,
+                    "prompt_tokens": self.run.usage.prompt_tokens,
+                    "completion_tokens": self.run.usage.completion_tokens,
+                    "requests": self.run.usage.requests,
+                },
+            },
+            "messages": {"base": self.messages.base, "added": ids(&self.messages.added)},
+            "display_messages": {"base": self.display_messages.base, "added": ids(&self.display_messages.added)},
+            "context_state": opt_id(&self.context_state),
+            "environment_state": opt_id(&self.environment_state),
+            "metadata": {
+                "session_type": m.session_type.as_str(),
+                "transport": m.transport,
+                "spawned_by": opt_id(&m.spawned_by),
+                "preset_id": m.preset_id,
+                "extra": Value::Object(m.extra.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Map<_, _>>()),
+            },
+            "compaction": self.compaction.map(|c| json!({
+                "session": c.session.to_hex(),
+                "messages": c.messages,
+                "summary": c.summary.to_hex(),
+            })),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::wire::*;

@@ -618,6 +618,24 @@ impl ReflogEntry {
     }
 }
 
+impl ReflogEntry {
+    /// The JSON form of a ref-log entry (`sessctl reflog --json`).
+    pub fn to_json(&self) -> serde_json::Value {
+        use crate::hash::hex;
+        serde_json::json!({
+            "op": self.op,
+            "ref": self.name.to_string(),
+            "old": self.old.as_ref().map(|t| t.to_string()),
+            "new": self.new.as_ref().map(|t| t.to_string()),
+            "time": self.time,
+            "actor": self.actor,
+            "reason": self.reason,
+            "prev": self.prev.map(|p| hex(&p)),
+            "hash": hex(&self.hash()),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -127,6 +127,67 @@ impl Store {
         self.index.session(id)
     }
 
+    /// What the index knows of a session; for one it has not seen (not yet
+    /// applied, or written by hand), the same figures read from the object,
+    /// without a preview.
+    pub fn describe_session(&self, id: &ObjectId) -> Result<SessionInfo> {
+        if let Some(i) = self.index.session(id)? {
+            return Ok(i);
+        }
+        let s = self.odb.session(id)?;
+        Ok(SessionInfo {
+            id: *id,
+            conversation: s.conversation_id(*id),
+            parents: s.parents.clone(),
+            status: s.status,
+            created_at: s.created_at,
+            messages: self.odb.history(id)?.len() as u64,
+            display_messages: self.odb.display_history(id)?.len() as u64,
+            usage: s.run.usage,
+            duration_ms: s.run.duration_ms,
+            preview: String::new(),
+            preview_at: None,
+            title: s.title.clone(),
+            session_type: s.metadata.session_type,
+        })
+    }
+
+    /// The line a log entry shows: the title, else the first line of the
+    /// last user message the session added, else of its history's first one.
+    pub fn summary_line(&self, info: &SessionInfo) -> Result<String> {
+        if let Some(t) = &info.title {
+            return Ok(crate::message::first_line(t));
+        }
+        let s = self.odb.session(&info.id)?;
+        for m in s.messages.added.iter().rev() {
+            if let Some(text) = crate::message::user_text(&self.odb.blob(m)?) {
+                return Ok(crate::message::first_line(&text));
+            }
+        }
+        Ok(crate::message::first_line(&info.preview))
+    }
+
+    /// One `sessctl log --json` entry; `refs` are the full names of the refs
+    /// at the session (`HEAD` first).
+    pub fn log_entry_json(&self, id: &ObjectId, refs: Vec<String>) -> Result<Value> {
+        let i = self.describe_session(id)?;
+        let u = &i.usage;
+        Ok(serde_json::json!({
+            "id": id.to_hex(),
+            "parents": i.parents.iter().map(ObjectId::to_hex).collect::<Vec<_>>(),
+            "conversation": i.conversation.to_hex(),
+            "conversation_name": self.index.conversation_name(&i.conversation)?,
+            "status": i.status.as_str(),
+            "created_at": i.created_at,
+            "messages": i.messages,
+            "usage": {"total_tokens": u.total_tokens, "prompt_tokens": u.prompt_tokens,
+                      "completion_tokens": u.completion_tokens, "requests": u.requests},
+            "title": i.title,
+            "summary": self.summary_line(&i)?,
+            "refs": refs,
+        }))
+    }
+
     /// The conversation `HEAD` names, if it names one.
     pub fn head_conversation(&self) -> Result<Option<String>> {
         self.catch_up()?;

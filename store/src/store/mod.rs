@@ -18,6 +18,7 @@
 mod builder;
 mod conversation;
 mod hook;
+mod put;
 mod run;
 mod transaction;
 
@@ -34,6 +35,7 @@ use crate::refs::{Hash, Operation, RefName, RefTarget, ReflogEntry};
 
 pub use conversation::{Cut, ForkOptions, Messages, Turn};
 pub use hook::{AfterCommit, AfterCommitError};
+pub use put::{Expect, Put, PutConversation};
 pub use run::Run;
 pub use transaction::{Committed, Transaction};
 
