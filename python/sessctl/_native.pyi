@@ -20,6 +20,7 @@ ANY: Final[str]
 
 __version__: Final[str]
 FORMAT_VERSION: Final[int]
+"""The store format version this build writes (``FORMAT`` in a store's directory)."""
 
 class SessctlError(Exception):
     """Every error the store raises. ``exit_code`` is the CLI's for it."""
@@ -46,6 +47,8 @@ class LogIterator(Iterator[dict[str, Json]]):
 
     def __iter__(self) -> LogIterator: ...
     def __next__(self) -> dict[str, Json]: ...
+    def __len__(self) -> int:
+        """How many entries are left."""
 
 class Store:
     """A sessctl store: a directory any number of processes open at once.
@@ -116,8 +119,9 @@ class Store:
         """Conversations by latest activity (``sessctl ls --json``); ``archived=True`` lists the archived ones."""
     def conversation(self, name: str) -> dict[str, Json] | None:
         """One conversation as :meth:`conversations` lists it, or ``None``."""
-    def show(self, rev: str) -> dict[str, Json]:
-        """``sessctl show --json``: the session's fields, its conversation and its whole message list."""
+    def show(self, rev: str, *, messages: bool = False) -> dict[str, Json]:
+        """``sessctl show --json``: the session's fields, its conversation name, the refs at it,
+        and the messages it added (``messages=True``: its whole history) under ``shown_messages``."""
     def archive(self, name: str) -> str:
         """Moves ``name`` to the archive; returns its tip."""
     def unarchive(self, name: str) -> str:
@@ -193,5 +197,5 @@ class Store:
         """``(full ref name, target id)`` of every ref whose full name starts with ``prefix``, sorted by name."""
     def session(self, id: str) -> dict[str, Json]:
         """One session's own fields: ``id``, ``parents``, ``conversation``, ``created_at``,
-        ``title``, ``status``, ``messages`` (history length), ``metadata`` (its free
-        metadata) and ``state`` (its context state, or ``None``)."""
+        ``title``, ``status``, ``messages`` (history length), ``added`` (how many it
+        added), ``metadata`` (its free metadata) and ``state`` (its context state, or ``None``)."""

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The README's test command: the Rust workspace's tests, then the Python
+# package's (python/test.sh sets up its own virtualenv from PyPI).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo test --workspace --locked
+bash python/test.sh
