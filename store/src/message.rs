@@ -4,7 +4,9 @@
 //! `tool`), Anthropic / Claude (`tool_use` and `tool_result` content parts),
 //! Claude Code lines (`type`, `uuid` and the message inside `message`), and
 //! Codex items (`type` `function_call`, `function_call_output`,
-//! `reasoning`). Everything that asks "whose message is this, what does it
+//! `reasoning`), and LangChain's serialized messages (`type` `human`, `ai`,
+//! `system`, `tool` with the message in `data`, as LangGraph checkpoints
+//! store them through `sessctl.langgraph`). Everything that asks "whose message is this, what does it
 //! say, which tools did it call" asks here: the index's previews, replay,
 //! compaction's cut, resume, export and the CLI's views.
 //!
@@ -13,14 +15,36 @@
 
 use serde_json::Value;
 
-/// The message object itself (Claude Code lines wrap it in `message`).
+/// A LangChain message (`message_to_dict`): its role and the message.
+fn langchain(v: &Value) -> Option<(&str, &Value)> {
+    let data = v.get("data").filter(|d| d.is_object())?;
+    let role = match v.get("type")?.as_str()? {
+        "human" | "HumanMessageChunk" => "user",
+        "ai" | "AIMessageChunk" => "assistant",
+        "system" | "SystemMessageChunk" => "system",
+        "tool" | "ToolMessageChunk" => "tool",
+        "function" | "FunctionMessageChunk" => "function",
+        "chat" | "ChatMessageChunk" => data.get("role")?.as_str()?,
+        _ => return None,
+    };
+    Some((role, data))
+}
+
+/// The message object itself (Claude Code lines wrap it in `message`,
+/// LangChain's in `data`).
 pub fn inner(v: &Value) -> &Value {
-    v.get("message").filter(|m| m.is_object()).unwrap_or(v)
+    if let Some(m) = v.get("message").filter(|m| m.is_object()) {
+        return m;
+    }
+    langchain(v).map_or(v, |(_, data)| data)
 }
 
 /// A message's role: `role` (of the wrapped message, then of the line), else
-/// its `type`.
+/// its `type` (LangChain's `human` and `ai` read as `user` and `assistant`).
 pub fn role_of(v: &Value) -> Option<&str> {
+    if let Some((role, _)) = langchain(v) {
+        return Some(role);
+    }
     inner(v)
         .get("role")
         .or_else(|| v.get("role"))
@@ -92,7 +116,12 @@ pub fn tool_calls(v: &Value) -> Vec<ToolCall> {
             out.push(ToolCall {
                 id: text(c, "id"),
                 name: text(f, "name").unwrap_or_default(),
-                arguments: f.get("arguments").cloned().unwrap_or(Value::Null),
+                // OpenAI's `arguments`, LangChain's `args`.
+                arguments: f
+                    .get("arguments")
+                    .or_else(|| f.get("args"))
+                    .cloned()
+                    .unwrap_or(Value::Null),
             });
         }
     }
@@ -205,6 +234,29 @@ pub fn is_openai_chat(v: &Value) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn langchain_messages_read_as_chat_messages() {
+        let human = json!({"type": "human", "data": {"content": "hi there", "type": "human"}});
+        let ai = json!({"type": "ai", "data": {"content": "", "tool_calls": [
+            {"name": "ls", "args": {"path": "."}, "id": "c1", "type": "tool_call"}]}});
+        let tool = json!({"type": "tool", "data": {"content": "a b", "tool_call_id": "c1"}});
+        assert_eq!(role_of(&human), Some("user"));
+        assert_eq!(user_text(&human).as_deref(), Some("hi there"));
+        assert_eq!(role_of(&ai), Some("assistant"));
+        assert!(is_model_output(&ai));
+        let calls = tool_calls(&ai);
+        assert_eq!(
+            (calls[0].name.as_str(), &calls[0].arguments),
+            ("ls", &json!({"path": "."}))
+        );
+        assert!(is_tool_result(&tool));
+        assert_eq!(tool_results(&tool)[0].call_id.as_deref(), Some("c1"));
+        // A `type`/`data` pair that is not LangChain's stays what it was.
+        let other = json!({"type": "event", "data": {"content": "x"}});
+        assert_eq!(role_of(&other), Some("event"));
+        assert_eq!(inner(&other), &other);
+    }
 
     #[test]
     fn roles_and_texts_in_every_shape() {

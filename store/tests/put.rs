@@ -1,0 +1,147 @@
+//! `Store::put`: a session under any parent with its refs moved atomically
+//! (what checkpointers build on).
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+use sessctl_store::{
+    Durability, Error, Expect, Messages, Put, PutConversation, RefName, RefTarget, Store, Turn,
+};
+
+fn turn(msgs: Vec<serde_json::Value>) -> Turn {
+    Turn {
+        messages: Messages::Added(msgs),
+        ..Turn::default()
+    }
+}
+
+fn put(parent: Option<sessctl_store::ObjectId>, keep: Option<u64>, text: &str) -> Put {
+    Put {
+        reason: "test".into(),
+        parent,
+        keep,
+        turn: turn(vec![json!({"role": "user", "content": text})]),
+        ..Put::default()
+    }
+}
+
+#[test]
+fn put_forks_inside_a_conversation_and_moves_tags_with_compare_and_swap() -> Result<(), Error> {
+    let store = Store::in_memory()?;
+    let d = Durability::Sync;
+    let conv = |expected| {
+        Some(PutConversation {
+            name: "lg.t".into(),
+            expected,
+            metadata: BTreeMap::from([("thread_id".into(), json!("t"))]),
+        })
+    };
+    let root = store.put(
+        Put {
+            conversation: conv(Expect::Missing),
+            tags: vec![("lg.t.1".into(), Expect::Missing)],
+            ..put(None, None, "one")
+        },
+        d,
+    )?;
+    let two = store.put(
+        Put {
+            conversation: conv(Expect::Is(root)),
+            tags: vec![("lg.t.2".into(), Expect::Missing)],
+            ..put(Some(root), None, "two")
+        },
+        d,
+    )?;
+    assert_eq!(store.odb().load_messages(&two)?.len(), 2);
+    // A sibling that keeps nothing of the parent: a fork; the head follows it.
+    let other = store.put(
+        Put {
+            conversation: conv(Expect::Any),
+            ..put(Some(root), Some(0), "other")
+        },
+        d,
+    )?;
+    assert_eq!(store.odb().session(&other)?.parents, vec![root]);
+    assert_eq!(
+        store.odb().load_messages(&other)?,
+        vec![json!({"role": "user", "content": "other"})]
+    );
+    assert_eq!(store.resolve_rev("lg.t")?, other);
+    let info = store.conversation("lg.t")?.expect("created");
+    assert_eq!(info.record.metadata["thread_id"], json!("t"));
+
+    // Lost races change nothing.
+    let stale = store.put(
+        Put {
+            conversation: conv(Expect::Is(two)),
+            ..put(Some(two), None, "late")
+        },
+        d,
+    );
+    assert!(
+        matches!(stale, Err(Error::RefOutOfDate { .. })),
+        "{stale:?}"
+    );
+    let taken = store.put(
+        Put {
+            tags: vec![("lg.t.1".into(), Expect::Missing)],
+            ..put(Some(two), None, "again")
+        },
+        d,
+    );
+    assert!(
+        matches!(taken, Err(Error::RefOutOfDate { .. })),
+        "{taken:?}"
+    );
+    assert_eq!(store.resolve_rev("lg.t")?, other);
+    let tags = store.refs_with_prefix("refs/tags/lg.t.")?;
+    assert_eq!(
+        tags,
+        vec![
+            (RefName::tag("lg.t.1")?, RefTarget::Session(root)),
+            (RefName::tag("lg.t.2")?, RefTarget::Session(two)),
+        ]
+    );
+    assert!(store.refs_with_prefix("refs/tags/lg.u.")?.is_empty());
+
+    // Bad input: one clear error, nothing written.
+    for bad in [put(None, Some(1), "x"), put(Some(root), Some(2), "x")] {
+        assert!(matches!(store.put(bad, d), Err(Error::Invalid(_))));
+    }
+    let whole = Put {
+        turn: Turn {
+            messages: Messages::History(vec![]),
+            ..Turn::default()
+        },
+        ..put(None, None, "x")
+    };
+    assert!(matches!(store.put(whole, d), Err(Error::Invalid(_))));
+    store.archive("lg.t", d)?;
+    let archived = store.put(
+        Put {
+            conversation: conv(Expect::Any),
+            ..put(Some(root), None, "x")
+        },
+        d,
+    );
+    assert!(matches!(archived, Err(Error::ConversationArchived { .. })));
+    Ok(())
+}
+
+#[test]
+fn set_conversation_metadata_merges_and_removes_keys() -> Result<(), Error> {
+    let store = Store::in_memory()?;
+    let d = Durability::Sync;
+    store.create(Some("c"), turn(vec![json!("hi")]), d)?;
+    store.set_conversation_metadata(
+        "c",
+        BTreeMap::from([("a".into(), Some(json!(1))), ("b".into(), Some(json!([2])))]),
+        d,
+    )?;
+    store.set_conversation_metadata("c", BTreeMap::from([("a".into(), None)]), d)?;
+    let meta = store.conversation("c")?.expect("there").record.metadata;
+    assert_eq!(meta, BTreeMap::from([("b".into(), json!([2]))]));
+    let missing = store.set_conversation_metadata("nope", BTreeMap::new(), d);
+    assert!(matches!(missing, Err(Error::NoSuchConversation { .. })));
+    Ok(())
+}
