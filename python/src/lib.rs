@@ -30,37 +30,37 @@ use sessctl_store::{
 };
 
 create_exception!(
-    _native,
+    sessctl,
     SessctlError,
     PyException,
     "Every error the store raises; `exit_code` is the CLI's for it."
 );
 create_exception!(
-    _native,
+    sessctl,
     RefOutOfDate,
     SessctlError,
     "A compare-and-swap lost: a ref was not at the expected value."
 );
 create_exception!(
-    _native,
+    sessctl,
     NotFound,
     SessctlError,
     "No such conversation, ref, revision or object."
 );
 create_exception!(
-    _native,
+    sessctl,
     Corrupt,
     SessctlError,
     "Stored bytes fail their hash or do not decode; names the object."
 );
 create_exception!(
-    _native,
+    sessctl,
     StoreBusy,
     SessctlError,
     "Another process held the store's write lock for longer than `wait`."
 );
 create_exception!(
-    _native,
+    sessctl,
     InvalidInput,
     SessctlError,
     "A bad name, revision, argument or message (nothing was written)."
@@ -114,8 +114,91 @@ fn invalid(msg: impl Into<String>) -> PyErr {
 
 /// A Python value as JSON; anything JSON cannot hold is `InvalidInput`.
 fn json_of(what: &str, v: &Bound<'_, PyAny>) -> PyResult<Value> {
-    pythonize::depythonize::<Value>(v)
+    pythonize::depythonize::<Strict>(v)
+        .map(|s| s.0)
         .map_err(|e| invalid(format!("{what} is not a JSON value: {e}")))
+}
+
+/// A JSON value read from Python that refuses what JSON cannot hold: NaN
+/// and the infinities (which would silently become `null`), bytes, and
+/// dict keys that are not `str`.
+struct Strict(Value);
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value (dict with str keys, list, str, int, finite float, bool, None)")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Value, E> {
+        serde_json::Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom(format!("{v} is not a JSON number")))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_bytes<E: serde::de::Error>(self, _: &[u8]) -> Result<Value, E> {
+        Err(E::custom(
+            "bytes are not JSON (decode or base64 them first)",
+        ))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(StrictVisitor)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(Strict(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(k) = map.next_key::<String>()? {
+            let Strict(v) = map.next_value()?;
+            out.insert(k, v);
+        }
+        Ok(Value::Object(out))
+    }
 }
 
 fn py_of<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
@@ -419,14 +502,12 @@ impl Store {
     ) -> PyResult<Bound<'py, PyAny>> {
         let msgs = self.run(py, move |s, _| {
             let id = s.resolve_rev(&rev)?;
-            let ids = s.odb().history(&id)?;
-            let len = ids.len() as i64;
-            let at = |i: i64| (if i < 0 { len + i } else { i }).clamp(0, len) as usize;
-            let (a, b) = (at(start), at(end.unwrap_or(len)));
-            if a >= b {
-                return Ok(Vec::new());
-            }
-            s.odb().blobs(&ids[a..b])
+            let len = s.odb().session(&id)?.messages.len() as i64;
+            let at = |i: i64| (if i < 0 { len + i } else { i }).clamp(0, len) as u64;
+            let ids = s
+                .odb()
+                .history_range(&id, at(start), at(end.unwrap_or(len)))?;
+            s.odb().blobs(&ids)
         })?;
         py_of(py, &Value::Array(msgs))
     }

@@ -145,3 +145,60 @@ fn set_conversation_metadata_merges_and_removes_keys() -> Result<(), Error> {
     assert!(matches!(missing, Err(Error::NoSuchConversation { .. })));
     Ok(())
 }
+
+#[test]
+fn history_range_is_a_slice_of_history_read_from_the_newest_sessions() -> Result<(), Error> {
+    let store = Store::in_memory()?;
+    let d = Durability::Sync;
+    // A chain with cuts and forks: each session keeps some of its parent's
+    // messages (all, a few, none) and adds 0..3.
+    let mut sessions = Vec::new();
+    let mut parent = None;
+    for i in 0..60u64 {
+        let len = match parent {
+            Some(p) => store.odb().session(&p)?.messages.len(),
+            None => 0,
+        };
+        let keep = parent.map(|_| match i % 7 {
+            0 => 0,
+            3 => len / 2,
+            _ => len,
+        });
+        let msgs = (0..i % 4).map(|k| json!(format!("m{i}.{k}"))).collect();
+        let id = store.put(
+            Put {
+                parent,
+                keep,
+                turn: turn(msgs),
+                ..put(None, None, "")
+            },
+            d,
+        )?;
+        sessions.push(id);
+        // Sometimes fork from an older session instead of the newest.
+        parent = Some(if i % 5 == 4 {
+            sessions[(i / 2) as usize]
+        } else {
+            id
+        });
+    }
+    for id in &sessions {
+        let whole = store.odb().history(id)?;
+        let n = whole.len() as u64;
+        for start in 0..=n + 1 {
+            for end in [start, start + 1, n / 2, n, n + 3] {
+                let want: Vec<_> = if start < end.min(n) {
+                    whole[start as usize..end.min(n) as usize].to_vec()
+                } else {
+                    Vec::new()
+                };
+                assert_eq!(
+                    store.odb().history_range(id, start, end)?,
+                    want,
+                    "{start}..{end} of {n}"
+                );
+            }
+        }
+    }
+    Ok(())
+}

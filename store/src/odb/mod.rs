@@ -411,6 +411,45 @@ impl Odb {
         self.resolve_deltas(id, |s| &s.messages)
     }
 
+    /// The ids at positions `start..end` of a session's message history
+    /// (clamped to its length), reading only the sessions that added them:
+    /// the walk back from `id` stops once every wanted position is found, so
+    /// the newest 50 of a 10,000-session chain cost about 50 reads.
+    pub fn history_range(&self, id: &ObjectId, start: u64, end: u64) -> Result<Vec<ObjectId>> {
+        let mut s = self.session(id)?;
+        let mut at = *id;
+        let mut hi = end.min(s.messages.len());
+        // Collected newest first, one session's run at a time.
+        let mut runs: Vec<Vec<ObjectId>> = Vec::new();
+        while start < hi {
+            let d = &s.messages;
+            let lo = start.max(d.base);
+            if lo < hi {
+                runs.push(d.added[(lo - d.base) as usize..(hi - d.base) as usize].to_vec());
+            }
+            hi = hi.min(d.base);
+            if start >= hi {
+                break;
+            }
+            let parent = s.first_parent().ok_or_else(|| {
+                Error::corrupt(at, "keeps messages of a parent it does not name".to_owned())
+            })?;
+            let p = self.session(&parent)?;
+            if d.base > p.messages.len() {
+                return Err(Error::corrupt(
+                    at,
+                    format!(
+                        "keeps {} messages of its parent, which has only {}",
+                        d.base,
+                        p.messages.len()
+                    ),
+                ));
+            }
+            (at, s) = (parent, p);
+        }
+        Ok(runs.into_iter().rev().flatten().collect())
+    }
+
     /// The ids of a session's full display-message history.
     pub fn display_history(&self, id: &ObjectId) -> Result<Vec<ObjectId>> {
         self.resolve_deltas(id, |s| &s.display_messages)
