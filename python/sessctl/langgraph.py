@@ -842,10 +842,21 @@ class SessctlSaver(BaseCheckpointSaver[int]):
                         at_head = [f for f in found if f[2] == head]
                         latest = max(at_head or found)
                         kept.add((*group, latest[1]))
+                        # The kept checkpoint becomes a root holding its whole
+                        # history (its blobs are shared, so only one session
+                        # object is written): nothing then names the pruned
+                        # sessions, and gc frees them once the ref log lets go.
+                        root = self._squash(latest[2])
+                        if root != latest[2]:
+                            tag = f"{_TAGS}lg.{group[0]}.{group[1]}.{latest[1]}"
+                            edits.append((tag, latest[2], root))
+                            w = wtags.get((*group, latest[1]))
+                            if w is not None:
+                                edits.append((w[0], w[1], self._squash_writes(w[1], root)))
                         if head is not None:
-                            moved[group] = latest[2]
-                            if head != latest[2]:
-                                edits.append((_HEADS + _conversation(*group), head, latest[2]))
+                            moved[group] = root
+                            if head != root:
+                                edits.append((_HEADS + _conversation(*group), head, root))
                 for ref, sid in tags:
                     parts = _split_tag(ref)
                     if parts is not None and parts not in kept:
@@ -875,6 +886,31 @@ class SessctlSaver(BaseCheckpointSaver[int]):
                 self._heads[group] = head
             return
         raise RefOutOfDate("the threads kept changing while being deleted")
+
+    def _squash(self, sid: str) -> str:
+        """A root session with ``sid``'s whole history, state and metadata (``sid`` itself
+        when it is a root already)."""
+        s = self._session(sid)
+        if not s["parents"]:
+            return sid
+        return self.store.put(
+            reason="langgraph prune",
+            messages=self.store.history(sid),
+            state=s["state"],
+            metadata=s["metadata"],
+            created_at=s["created_at"],
+        )
+
+    def _squash_writes(self, wsid: str, root: str) -> str:
+        """The pending-writes session ``wsid`` again, on top of the squashed ``root``."""
+        w = self._session(wsid)
+        return self.store.put(
+            reason="langgraph prune",
+            parent=root,
+            state=w["state"],
+            metadata=w["metadata"],
+            created_at=w["created_at"],
+        )
 
     def _checkpoint_id(self, c: str, sid: str) -> str:
         cid = _decode_key(c)
@@ -990,9 +1026,11 @@ class SessctlSaver(BaseCheckpointSaver[int]):
         """``"keep_latest"``: keeps only each namespace's latest checkpoint (the
         conversation's head) and its writes; ``"delete"``: removes the threads.
 
-        Only tags go: the kept checkpoint's session still names its ancestors
-        (its messages are a delta on theirs), so ``gc`` frees only what no kept
-        checkpoint reaches."""
+        The kept checkpoint is rewritten as a root session holding its whole
+        history (one new session object; the messages are shared), so nothing
+        names the pruned checkpoints any more: ``gc`` frees them once the ref
+        log's entries that still name them expire (90 days by default, as
+        git's reflog)."""
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(
                 f"unknown prune strategy {strategy!r}: expected 'keep_latest' or 'delete'"

@@ -621,6 +621,19 @@ def test_prune_keep_latest_keeps_the_head(saver: SessctlSaver) -> None:
     listed = list(saver.list(thread("p")))
     assert [t.checkpoint["id"] for t in listed] == [latest.checkpoint["id"]]  # type: ignore[union-attr]
     assert len(listed[0].checkpoint["channel_values"]["messages"]) == 6
+    assert listed[0].checkpoint == latest.checkpoint  # type: ignore[union-attr]
+    assert listed[0].metadata == latest.metadata  # type: ignore[union-attr]
+    assert listed[0].pending_writes == latest.pending_writes  # type: ignore[union-attr]
+    # The kept checkpoint is a root now: no ref reaches a pruned session.
+    store = saver.store
+    kept = session_of(saver, "p", latest.checkpoint["id"])  # type: ignore[union-attr]
+    assert store.session(kept)["parents"] == []
+    reachable = {e["id"] for e in store.log(all=True)}
+    thread_sessions = {
+        sid for ref, sid in store.refs() if ref.startswith(("refs/heads/lg.", "refs/tags/lg"))
+    }
+    assert reachable >= thread_sessions
+    assert len(reachable) <= 2, "the kept root and its pending writes, nothing pruned"
     graph.invoke({"messages": [HumanMessage("after prune")]}, thread("p"))
     assert len(graph.get_state(thread("p")).values["messages"]) == 8
     with pytest.raises(ValueError):
