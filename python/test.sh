@@ -23,10 +23,12 @@ CARGO_TARGET_DIR=$root/target "$venv/bin/pip" install -q --disable-pip-version-c
   --force-reinstall --no-deps ./python
 
 echo "== pytest python/tests"
-cd python
-"$venv/bin/python" -m pytest -q tests "$@"
+# Run from outside python/: there its uncompiled sources would shadow the
+# installed package, for pytest and for the processes the tests start.
+(cd "$root/target" && "$venv/bin/pytest" -q -c "$root/python/pyproject.toml" \
+  --rootdir "$root/python" "$root/python/tests" "$@")
 
 echo "== the Python benchmarks, quick sizes (their correctness, never their timings)"
-for b in bench/*.py; do
+for b in python/bench/*.py; do
   "$venv/bin/python" "$b" --quick >/dev/null
 done
