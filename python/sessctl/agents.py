@@ -318,6 +318,10 @@ class SessctlSession:
         # The head each conversation had when this object last wrote it: the
         # next append compare-and-swaps on it (a stale one costs a retry).
         self._heads: dict[str, str] = {}
+        # Each conversation's record ``created_at`` when this object first
+        # wrote it: a branch deleted and created again under the same id is
+        # another conversation, which an append must not land in.
+        self._born: dict[str, int] = {}
 
     def __repr__(self) -> str:
         """The session id, the branch and the store's path."""
@@ -374,6 +378,23 @@ class SessctlSession:
                 )
         self._verified.add(name)
         return name
+
+    def _forget_conversation(self, name: str) -> None:
+        """Drops what this object remembers of conversation ``name`` (it removed it)."""
+        self._heads.pop(name, None)
+        self._born.pop(name, None)
+
+    def _check_same_branch(self, name: str, branch: str) -> None:
+        """Raises ``ValueError`` when conversation ``name`` is not the one this
+        object last wrote (removed, or created again since: its record's
+        ``created_at`` changed)."""
+        seen = self._born.get(name)
+        record = self.store.conversation(name)
+        born = None if record is None else record.get("created_at")
+        if seen is not None and born != seen:
+            raise ValueError(
+                f"Branch '{branch}' was deleted (and perhaps created again) by another writer"
+            )
 
     def _head(self, name: str) -> str | None:
         """The session conversation ``name`` points at, or ``None`` when it does not exist."""
@@ -452,12 +473,19 @@ class SessctlSession:
                             expected_head=head,
                         )
                     self._heads[name] = new
+                    if name not in self._born:
+                        record = self.store.conversation(name)
+                        if record is not None:
+                            self._born[name] = record["created_at"]
                     return
                 except (RefOutOfDate, NotFound):
                     # Another writer moved (or removed) the conversation
-                    # between our read of its head and our write.
+                    # between our read of its head and our write. Appending to
+                    # the new head is right unless the branch itself was
+                    # replaced (deleted and created again under its id).
                     self._heads.pop(name, None)
                     head = None
+                    self._check_same_branch(name, branch)
                     _backoff(attempt)
             raise RuntimeError(
                 f"{name}: lost the race to append {_CAS_ATTEMPTS} times in a row; giving up"
@@ -548,6 +576,7 @@ class SessctlSession:
             for ref, _tip in self.store.refs(f"refs/heads/{main}."):
                 try:
                     self.store.delete(ref[len("refs/heads/") :])
+                    self._forget_conversation(ref[len("refs/heads/") :])
                 except NotFound:
                     pass  # another object deleted it first
             for attempt in range(_CAS_ATTEMPTS):
@@ -690,6 +719,7 @@ class SessctlSession:
         def delete() -> None:
             try:
                 self.store.delete(self._checked_name(branch_id))
+                self._forget_conversation(self._checked_name(branch_id))
             except NotFound:
                 raise ValueError(f"Branch '{branch_id}' does not exist") from None
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::PyMapping;
 use serde_json::Value;
 use sessctl_store::fsck::FsckOptions;
 use sessctl_store::gc::{parse_prune, GcOptions};
@@ -240,6 +240,38 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
+/// An optional int argument that must fit `T` (a count, an index, a time):
+/// anything else is `InvalidInput`, never a bare `OverflowError`.
+fn int_of<'a, 'py, T: FromPyObject<'a, 'py>>(
+    what: &str,
+    v: Option<&'a Bound<'py, PyAny>>,
+    ok: impl Fn(&T) -> bool,
+    expected: &str,
+) -> PyResult<Option<T>> {
+    match v {
+        None => Ok(None),
+        Some(v) if v.is_none() => Ok(None),
+        Some(v) => match v.extract::<T>() {
+            Ok(n) if ok(&n) => Ok(Some(n)),
+            _ => Err(invalid(format!("{what} must be {expected}, not {v}"))),
+        },
+    }
+}
+
+/// The items of a mapping argument (a dict or any `collections.abc.Mapping`).
+fn items_of<'py>(
+    what: &str,
+    v: &Bound<'py, PyAny>,
+) -> PyResult<Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
+    let m = v
+        .cast::<PyMapping>()
+        .map_err(|_| invalid(format!("{what} must be a mapping, not {}", v.get_type())))?;
+    m.items()?
+        .iter()
+        .map(|kv| kv.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>())
+        .collect()
+}
+
 fn id_of(text: &str) -> PyResult<ObjectId> {
     ObjectId::from_hex(text).map_err(|e| invalid(format!("'{text}' is not a session id: {e}")))
 }
@@ -364,8 +396,10 @@ impl Store {
                 "wait must be a non-negative number of seconds, not {wait}"
             )));
         }
+        let wait = Duration::try_from_secs_f64(wait)
+            .map_err(|_| invalid(format!("wait={wait} seconds is out of range")))?;
         let opts = OpenOptions {
-            wait: Some(Duration::from_secs_f64(wait)),
+            wait: Some(wait),
             ..OpenOptions::default()
         };
         let p = path.clone();
@@ -466,9 +500,10 @@ impl Store {
         &self,
         py: Python<'_>,
         rev: String,
-        at_message: Option<u64>,
+        at_message: Option<&Bound<'_, PyAny>>,
         name: Option<String>,
     ) -> PyResult<(String, String)> {
+        let at_message = int_of::<u64>("at_message", at_message, |_| true, "a non-negative int")?;
         let (name, id) = self.run(py, move |s, d| {
             let from = s.resolve_rev(&rev)?;
             s.fork(
@@ -492,14 +527,16 @@ impl Store {
         py_of(py, &Value::Array(msgs))
     }
 
-    #[pyo3(signature = (rev, start = 0, end = None))]
+    #[pyo3(signature = (rev, start = None, end = None))]
     fn messages<'py>(
         &self,
         py: Python<'py>,
         rev: String,
-        start: i64,
-        end: Option<i64>,
+        start: Option<&Bound<'py, PyAny>>,
+        end: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let start = int_of::<i64>("start", start, |_| true, "an int")?.unwrap_or(0);
+        let end = int_of::<i64>("end", end, |_| true, "an int or None")?;
         let msgs = self.run(py, move |s, _| {
             let id = s.resolve_rev(&rev)?;
             let len = s.odb().session(&id)?.messages.len() as i64;
@@ -528,8 +565,9 @@ impl Store {
         py: Python<'_>,
         rev: Option<String>,
         all: bool,
-        limit: Option<usize>,
+        limit: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<LogIterator> {
+        let limit = int_of::<usize>("limit", limit, |_| true, "a non-negative int or None")?;
         let (ids, refs) = self.run(py, move |s, _| {
             let mut starts = Vec::new();
             if let Some(r) = &rev {
@@ -568,9 +606,10 @@ impl Store {
     fn conversations<'py>(
         &self,
         py: Python<'py>,
-        limit: Option<usize>,
+        limit: Option<&Bound<'py, PyAny>>,
         archived: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let limit = int_of::<usize>("limit", limit, |_| true, "a non-negative int or None")?;
         use sessctl_store::refs::ConversationStatus;
         let list = self.run(py, move |s, _| {
             s.conversations_where(limit, |c| {
@@ -759,17 +798,24 @@ impl Store {
         py: Python<'_>,
         reason: String,
         parent: Option<String>,
-        keep: Option<u64>,
+        keep: Option<&Bound<'_, PyAny>>,
         messages: Option<&Bound<'_, PyAny>>,
         state: Option<&Bound<'_, PyAny>>,
         title: Option<String>,
         metadata: Option<&Bound<'_, PyAny>>,
-        created_at: Option<i64>,
+        created_at: Option<&Bound<'_, PyAny>>,
         conversation: Option<String>,
         expected_head: Option<String>,
-        tags: Option<&Bound<'_, PyDict>>,
+        tags: Option<&Bound<'_, PyAny>>,
         conversation_metadata: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<String> {
+        let keep = int_of::<u64>("keep", keep, |_| true, "a non-negative int or None")?;
+        let created_at = int_of::<i64>(
+            "created_at",
+            created_at,
+            |t| *t >= 0,
+            "milliseconds since 1970 (a non-negative int)",
+        )?;
         let messages = match messages {
             Some(m) if !m.is_none() => messages_of(m)?,
             _ => Vec::new(),
@@ -779,8 +825,8 @@ impl Store {
             _ => None,
         };
         let mut tag_edits = Vec::new();
-        if let Some(t) = tags {
-            for (k, v) in t.iter() {
+        if let Some(t) = tags.filter(|t| !t.is_none()) {
+            for (k, v) in items_of("tags", t)? {
                 let name: String = k.extract().map_err(|_| invalid("tag names must be str"))?;
                 let expected: Option<String> = v
                     .extract()
@@ -920,11 +966,11 @@ impl Store {
         &self,
         py: Python<'_>,
         name: String,
-        metadata: &Bound<'_, PyDict>,
+        metadata: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         validate_name(&name).map_err(|e| to_py(e.into()))?;
         let mut changes = BTreeMap::new();
-        for (k, v) in metadata.iter() {
+        for (k, v) in items_of("metadata", metadata)? {
             let k: String = k
                 .extract()
                 .map_err(|_| invalid("metadata keys must be str"))?;

@@ -740,3 +740,34 @@ async def test_two_processes_append_to_one_session(store_path: Path) -> None:
     # Each add_items stayed whole: an answer always follows its question.
     for question, answer in zip(items[::2], items[1::2]):
         assert answer["content"] == question["content"] + "!"
+
+
+async def test_an_append_never_lands_in_a_branch_deleted_and_created_again(
+    store: sessctl.Store,
+) -> None:
+    """Another object replaced branch ``x`` under the same id: this object's
+    next append is refused, not written into the other conversation."""
+    a = SessctlSession("s", store)
+    b = SessctlSession("s", store)
+    await a.add_items(
+        [
+            {"role": "user", "content": "u1"},
+            {"role": "assistant", "content": "a1"},
+            {"role": "user", "content": "u2"},
+        ]
+    )
+    await a.create_branch_from_turn(2, "x")
+    await a.add_items([{"role": "user", "content": "A's u2'"}])
+    await b.switch_to_branch("main")
+    await b.delete_branch("x")
+    await b.create_branch_from_turn(1, "x")
+    await b.add_items([{"role": "user", "content": "B's fresh start"}])
+    with pytest.raises(ValueError, match="deleted"):
+        await a.add_items([{"role": "assistant", "content": "A's answer"}])
+    assert [i["content"] for i in await b.get_items(branch_id="x")] == ["B's fresh start"]
+    # The object that deleted a branch may create it again and append to it.
+    await b.switch_to_branch("main")
+    await b.delete_branch("x")
+    await b.create_branch_from_turn(1, "x")
+    await b.add_items([{"role": "user", "content": "again"}])
+    assert [i["content"] for i in await b.get_items(branch_id="x")] == ["again"]

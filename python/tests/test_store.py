@@ -64,6 +64,8 @@ def test_open_create_and_reopen(tmp_path):
         Store(tmp_path / "file")
     with pytest.raises(InvalidInput):
         Store(tmp_path / "s", wait=-1)
+    with pytest.raises(InvalidInput):
+        Store(tmp_path / "s", wait=1e20)
 
 
 def test_commit_history_and_compare_and_swap(store):
@@ -123,6 +125,19 @@ def test_bad_input_is_one_clear_error_and_writes_nothing(store):
         lambda: store.update_refs("x", [("refs/heads/fix", "*", None)]),
         lambda: store.put(reason="x", keep=1),
         lambda: store.put(reason="x", parent=before, keep=2),
+        lambda: store.put(reason="x", keep=-1),
+        lambda: store.put(reason="x", created_at=2**70),
+        lambda: store.put(reason="x", tags=[("t", None)]),
+        lambda: store.fork("fix", at_message=-1),
+        lambda: store.log(limit=-1),
+        lambda: store.conversations(limit=-1),
+        lambda: store.messages("fix", 2**70),
+        lambda: store.commit("fix", [{"n": float("nan")}]),
+        lambda: store.commit("fix", [{"n": float("inf")}]),
+        lambda: store.commit("fix", [{1: "int key"}]),
+        lambda: store.commit("fix", [b"bytes"]),
+        lambda: store.commit("fix", [2**64]),
+        lambda: store.set_metadata("fix", [("k", 1)]),
     ):
         with pytest.raises(InvalidInput) as e:
             bad()
@@ -280,7 +295,9 @@ def test_put_refs_tags_and_sessions(store):
         store.update_refs("x", [("refs/tags/lg.t.c2", root, None)])
     with pytest.raises(NotFound):
         store.update_refs("x", [("refs/heads/nope", "*", child)])
-    store.set_metadata("lg.t", {"thread_id": None, "extra": [1]})
+    from types import MappingProxyType
+
+    store.set_metadata("lg.t", MappingProxyType({"thread_id": None, "extra": [1]}))
     assert store.conversation("lg.t")["metadata"] == {"extra": [1]}
     assert ("refs/heads/lg.t", child) in store.refs()
     assert store.fsck()["clean"]
