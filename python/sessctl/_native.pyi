@@ -137,7 +137,11 @@ class Store:
     def is_ancestor(self, a: str, b: str) -> bool:
         """Whether ``a`` is ``b`` or one of its ancestors."""
     def reflog(self, name: str | None = None) -> list[dict[str, Json]]:
-        """The hash-chained ref log, newest first; ``name`` keeps one ref's entries (``fix`` or ``refs/tags/x``)."""
+        """The hash-chained ref log, newest first; ``name`` keeps one ref's entries (``fix`` or ``refs/tags/x``).
+
+        Each entry is ``sessctl reflog --json``'s: ``op`` (the operation's number), ``ref``,
+        ``old`` and ``new`` (ids, ``ref: NAME`` or ``None``), ``time`` (ms), ``actor``,
+        ``reason``, ``prev`` (the previous entry's hash) and ``hash``."""
     def gc(self, dry_run: bool = False, *, prune: str | None = None) -> dict[str, Json]:
         """Removes what no ref reaches past the grace period (``prune``: ``"now"``, ``"2.weeks.ago"``)."""
     def fsck(self, *, full: bool = False) -> dict[str, Json]:
