@@ -8,21 +8,33 @@
 * a checkpoint is a **session** whose parent is the session of its parent
   checkpoint, so ``update_state`` and time travel make real forks in the DAG.
   The messages channel (``"messages"`` by default) is the session's message
-  history, stored as a delta on the parent's; every other channel value goes
-  to the session's state (identical states are stored once); the checkpoint's
-  own fields and metadata go to the session's metadata under ``"langgraph"``;
+  history, stored as a delta on the parent's. Every other channel goes to the
+  session's state, keyed by channel: a value that changed since the parent
+  checkpoint (a channel in ``new_versions``, or one whose version differs from
+  the parent's) as ``[type, base64]`` from ``serde``; an unchanged one as
+  ``{"at": <session id>}``, naming the ancestor session (through first
+  parents, so it stays reachable as long as this one is) whose state holds
+  the value itself, so an unchanged value is stored once. A root session
+  (the first checkpoint, or one ``prune`` rewrote) holds every value. The
+  checkpoint's own fields and metadata go to the session's metadata under
+  ``"langgraph"`` (record format 2; format 1, every value inline, still reads);
 * tag ``lg.<tkey>.<nkey>.<ckey>`` names each checkpoint's session, and tag
-  ``lgw.<tkey>.<nkey>.<ckey>`` the session holding its pending writes, which
-  is replaced (compare-and-swapped) when writes are added;
+  ``lgw.<tkey>.<nkey>.<ckey>`` the newest of its pending-writes sessions: each
+  ``put_writes`` that adds anything writes one session holding only its own
+  entries, whose parent is the previous writes session of that checkpoint (the
+  first one's is the checkpoint's session), and moves the tag to it
+  (compare-and-swapped);
 * every ``put`` moves the conversation's ref compare-and-swapped against the
-  head this saver last observed for the thread (its own last ``put``, or what
-  ``get_tuple`` / ``list`` read), so two processes that continue one thread
-  at once do not fork it silently: the second gets
+  head this saver observed when it last read or wrote the *parent*
+  checkpoint (``get_tuple`` returning it, or the ``put`` that wrote it), so
+  two writers that continue one thread from the same checkpoint, in one
+  saver or in two processes, never fork it silently: the second gets
   :class:`sessctl.RefOutOfDate`.
 
-LangChain messages are stored as ``message_to_dict`` JSON (what ``sessctl
-show`` reads); values JSON cannot carry exactly go through the saver's
-``serde`` as ``{"__sessctl_serde__": [type, base64]}``.
+LangChain messages are stored as ``message_to_dict`` JSON, and plain dict
+messages (OpenAI style) as themselves when JSON carries them exactly (what
+``sessctl show`` reads); values JSON cannot carry exactly go through the
+saver's ``serde`` as ``{"__sessctl_serde__": [type, base64]}``.
 """
 
 from __future__ import annotations
@@ -68,13 +80,22 @@ SERDE_KEY = "__sessctl_serde__"
 RECORD_KEY = "langgraph"
 """The key under which sessions and conversation records carry LangGraph's fields."""
 
-RECORD_FORMAT = 1
-"""Version of the ``"langgraph"`` record written into each checkpoint session."""
+RECORD_FORMAT = 2
+"""Version of the ``"langgraph"`` record written into each checkpoint session: 2 lets
+the state name the ancestor holding an unchanged channel value (``{"at": id}``)."""
+
+_READABLE_FORMATS = frozenset({1, RECORD_FORMAT})
+"""Record formats this module reads: 1 keeps every channel value inline."""
+
+WRITES_KEY = RECORD_KEY + "_writes"
+"""The metadata key that marks a pending-writes session."""
 
 _KEY_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
 _MAX_KEY = 40
 _HEX = frozenset("0123456789abcdef")
 _MISSING: Any = object()
+_NO_CHECKPOINT = ""
+"""The checkpoint key standing for "no checkpoint" (an empty thread); no real key is empty."""
 _CAS_RETRIES = 8
 _WRITES_PATIENCE = 10.0
 """Seconds ``put_writes`` keeps merging with other writers of one checkpoint."""
@@ -205,6 +226,15 @@ def _is_serde(v: Any) -> bool:
     return type(v) is dict and len(v) == 1 and SERDE_KEY in v
 
 
+def _is_plain_message(m: dict[str, Any]) -> bool:
+    """Whether a dict message can be stored as itself: JSON carries it exactly and
+    reading it back cannot mistake it for something else (a serde value or a
+    ``message_to_dict`` form)."""
+    if _is_serde(m) or ("type" in m and type(m.get("data")) is dict):
+        return False
+    return _is_json(m)
+
+
 def _created_at(ts: Any) -> int | None:
     if not isinstance(ts, str):
         return None
@@ -228,12 +258,18 @@ class _Lru(Generic[K, V]):
         self._items: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: K) -> V | None:
+    def get(self, key: K, default: Any = None) -> Any:
+        """The value under ``key`` (which may be ``None``), else ``default``."""
         with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
+            value = self._items.get(key, _MISSING)
+            if value is _MISSING:
+                return default
+            self._items.move_to_end(key)
             return value
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
 
     def put(self, key: K, value: V) -> None:
         with self._lock:
@@ -285,10 +321,15 @@ class SessctlSaver(BaseCheckpointSaver[int]):
     ``JsonPlusSerializer`` by default).
 
     Any number of savers, in any number of processes, may share one store.
-    ``put`` raises :class:`sessctl.RefOutOfDate` when another writer moved the
-    thread since this saver last saw it; read the thread again (``get_tuple``)
-    to continue from there. The async methods run the sync ones in a worker
-    thread (the store releases the GIL).
+    ``put`` raises :class:`sessctl.RefOutOfDate` when another writer (another
+    run through this saver, or another saver) moved the thread since this
+    saver read or wrote the parent checkpoint; read the thread again
+    (``get_tuple``) to continue from there. When this saver has no such
+    observation (it never read the parent, or forgot it: it keeps the last
+    ``expectations`` of them), ``put`` reads the thread's head just before
+    writing: the compare-and-swap then only catches a writer that moves the
+    thread between that read and the write. The async methods run the sync
+    ones in a worker thread (the store releases the GIL).
 
     Caveat: the messages channel's common prefix with the parent checkpoint is
     found by object identity (then equality), checked against each message's
@@ -305,12 +346,17 @@ class SessctlSaver(BaseCheckpointSaver[int]):
         *,
         messages_channel: str = "messages",
         serde: SerializerProtocol | None = None,
+        expectations: int = 8192,
     ) -> None:
         super().__init__(serde=serde)
         self.store = store if isinstance(store, Store) else Store(store)
         self.messages_channel = messages_channel
-        # (tkey, nkey) -> the head this saver last observed (None: absent).
-        self._heads: dict[tuple[str, str], str | None] = {}
+        # (tkey, nkey, ckey) -> the thread's head when this saver last read or
+        # wrote that checkpoint (None: no head), which a put continuing from
+        # it expects; ckey _NO_CHECKPOINT: when it found the thread empty.
+        self._expect: _Lru[tuple[str, str, str], str | None] = _Lru(expectations)
+        # writes session id -> every write of its chain, by (task_id, idx).
+        self._write_sets: _Lru[str, dict[tuple[str, int], list[Any]]] = _Lru(256)
         self._written: _Lru[tuple[str, str], _Written] = _Lru(256)
         self._sessions: _Lru[str, dict[str, Any]] = _Lru(1024)
         # session id -> its message history as stored (lists share their dicts).
@@ -338,7 +384,7 @@ class SessctlSaver(BaseCheckpointSaver[int]):
 
     def _record(self, sid: str) -> dict[str, Any] | None:
         rec = (self._session(sid).get("metadata") or {}).get(RECORD_KEY)
-        if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:
+        if not isinstance(rec, dict) or rec.get("format") not in _READABLE_FORMATS:
             return None
         return rec
 
@@ -361,6 +407,8 @@ class SessctlSaver(BaseCheckpointSaver[int]):
         return _copy_json(value)
 
     def _enc_message(self, m: Any) -> Any:
+        if type(m) is dict and _is_plain_message(m):
+            return m
         if isinstance(m, BaseMessage):
             try:
                 d = message_to_dict(m)
@@ -393,6 +441,19 @@ class SessctlSaver(BaseCheckpointSaver[int]):
                 type(m),
                 m.id,
                 hash(content) if type(content) is str else len(content),
+            )
+        if type(m) is dict:
+            content = m.get("content")
+            mid = m.get("id")
+            return (
+                dict,
+                tuple(m),
+                mid if type(mid) is str else None,
+                hash(content)
+                if type(content) is str
+                else len(content)
+                if type(content) in (list, dict)
+                else None,
             )
         return self._enc_message(m)
 
@@ -437,12 +498,55 @@ class SessctlSaver(BaseCheckpointSaver[int]):
     def _messages(self, sid: str) -> list[Any]:
         return [self._dec_message(d) for d in self._history(sid)]
 
-    def _writes(self, wsid: str | None) -> list[PendingWrite]:
+    def _write_entries(self, wsid: str | None) -> dict[tuple[str, int], list[Any]]:
+        """Every write of the chain of writes sessions ending at ``wsid``, by
+        ``(task_id, idx)``: the oldest entry of a key wins, except for the special
+        channels' negative ``idx``, where the newest does (as InMemorySaver).
+        Entries are ``[task_id, idx, channel, [type, base64], task_path]``.
+        Callers must not change what it returns."""
         if wsid is None:
-            return []
-        entries = ((self._session(wsid).get("state") or {}).get("writes")) or []
-        entries = sorted(entries, key=lambda e: writes_sort_key(e[4], e[0], e[1]))
+            return {}
+        found = self._write_sets.get(wsid)
+        if found is not None:
+            return found
+        chain: list[list[Any]] = []
+        base: dict[tuple[str, int], list[Any]] = {}
+        sid = wsid
+        while True:
+            s = self._session(sid)
+            if WRITES_KEY not in (s.get("metadata") or {}):
+                break  # the checkpoint's own session: the chain's start
+            chain.append((s.get("state") or {}).get("writes") or [])
+            parents = s.get("parents") or []
+            if not parents:
+                break
+            sid = parents[0]
+            cached = self._write_sets.get(sid)
+            if cached is not None:
+                base = cached
+                break
+        merged = dict(base)
+        for entries in reversed(chain):
+            for e in entries:
+                k = (e[0], e[1])
+                if k[1] >= 0 and k in merged:
+                    continue
+                merged[k] = e
+        self._write_sets.put(wsid, merged)
+        return merged
+
+    def _writes(self, wsid: str | None) -> list[PendingWrite]:
+        entries = sorted(
+            self._write_entries(wsid).values(), key=lambda e: writes_sort_key(e[4], e[0], e[1])
+        )
         return [(e[0], e[2], self._load(e[3])) for e in entries]
+
+    def _held(self, channel: str, stored: Any) -> Any:
+        """A channel's ``[type, base64]`` from a state entry: itself, or, for a
+        reference ``{"at": id}``, the value session ``id``'s state holds."""
+        if type(stored) is dict and "at" in stored:
+            return (self._session(stored["at"]).get("state") or {})[channel]
+        return stored
 
     def _tuple(
         self, thread_id: str, ns: str, sid: str, wsid: str | None
@@ -452,7 +556,7 @@ class SessctlSaver(BaseCheckpointSaver[int]):
             return None
         checkpoint: dict[str, Any] = {k: self._dec(v) for k, v in rec["checkpoint"].items()}
         state = self._session(sid).get("state") or {}
-        values = {k: self._load(v) for k, v in state.items()}
+        values = {k: self._load(self._held(k, v)) for k, v in state.items()}
         messages = None
         if rec.get("messages") is not None:
             messages = self._messages(sid)
@@ -529,16 +633,18 @@ class SessctlSaver(BaseCheckpointSaver[int]):
         """The checkpoint ``config`` names (its ``checkpoint_id``, else the thread's
         latest), with its pending writes; ``None`` when there is none.
 
-        Records the thread's current head as the one the next ``put`` expects.
+        Records the thread's current head as the one a ``put`` continuing from
+        the returned checkpoint expects (for an empty thread: one continuing
+        from no checkpoint), so that reading an old checkpoint lets a run
+        continue from it (time travel), while a read of the latest leaves alone
+        what this saver expects for the checkpoints its runs are at.
         """
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "") or ""
         t, n = thread_key(thread_id), namespace_key(ns)
         key = (t, n)
-        with self._lock(t, n):
-            head = self._ref(_HEADS + _conversation(t, n))
-            self._heads[key] = head
+        head = self._ref(_HEADS + _conversation(t, n))
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id:
             c = checkpoint_key(checkpoint_id)
@@ -546,13 +652,16 @@ class SessctlSaver(BaseCheckpointSaver[int]):
         else:
             sid = head
             rec = self._record(sid) if sid is not None else None
-            c = checkpoint_key(rec["checkpoint"]["id"]) if rec else ""
+            c = checkpoint_key(rec["checkpoint"]["id"]) if rec else _NO_CHECKPOINT
+            if sid is None:
+                self._expect.put((t, n, _NO_CHECKPOINT), None)
         if sid is None:
             return None
         found = self._tuple(thread_id, ns, sid, self._ref(_writes_tag(t, n, c)))
         if found is None:
             return None
         tup, messages = found
+        self._expect.put((t, n, c), head)
         self._remember(key, sid, messages)
         return tup
 
@@ -578,12 +687,6 @@ class SessctlSaver(BaseCheckpointSaver[int]):
             parts = _split_tag(ref)
             if parts is not None:
                 writes[parts] = wsid
-        if config is not None:
-            for ref, head in self.store.refs(_HEADS + prefix):
-                hp = _split_head(ref)
-                if hp is not None and (ns is None or hp[1] == namespace_key(ns)):
-                    with self._lock(*hp):
-                        self._heads[hp] = head
         before_id = get_checkpoint_id(before) if before else None
         entries = []
         for ref, sid in self.store.refs(_TAGS + prefix):
@@ -639,7 +742,7 @@ class SessctlSaver(BaseCheckpointSaver[int]):
         """Checkpoints newest first (by checkpoint id): of ``config``'s thread (and
         namespace, when it names one), or of every thread when ``config`` is
         ``None``; only those whose metadata has every ``filter`` item, older than
-        ``before``, at most ``limit``."""
+        ``before``, at most ``limit``. Records nothing a ``put`` expects."""
         entries, thread_id, ns = self._candidates(config, before)
         left = limit
         for entry in entries:
@@ -660,10 +763,14 @@ class SessctlSaver(BaseCheckpointSaver[int]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Writes ``checkpoint`` as a session under its parent's and moves the
-        thread's conversation to it.
+        thread's conversation to it. Channels neither in ``new_versions`` nor at
+        a version other than the parent's are stored as references to the
+        ancestor session holding their value.
 
         Raises :class:`sessctl.RefOutOfDate` when the thread's head is no longer
-        the one this saver last observed (another writer moved it).
+        the one this saver observed when it read or wrote the parent checkpoint
+        (another writer moved it); see the class docstring for a parent this
+        saver never saw.
         """
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
@@ -672,17 +779,17 @@ class SessctlSaver(BaseCheckpointSaver[int]):
         t, n = thread_key(thread_id), namespace_key(ns)
         key = (t, n)
         name = _conversation(t, n)
-        tag = _checkpoint_tag(t, n, checkpoint_key(checkpoint["id"]))
+        c = checkpoint_key(checkpoint["id"])
+        tag = _checkpoint_tag(t, n, c)
+        pc = checkpoint_key(parent_id) if parent_id else _NO_CHECKPOINT
 
         values = dict(checkpoint["channel_values"])
         messages = values.pop(self.messages_channel, _MISSING)
         if messages is not _MISSING and type(messages) is not list:
             values[self.messages_channel] = messages
             messages = _MISSING
-        # Always a state, even {}: a session without one inherits its parent's.
-        state = {k: self._dump(v) for k, v in values.items()}
         record = {
-            "format": RECORD_FORMAT,
+            "format": RECORD_FORMAT,  # what the state's entries may be
             "checkpoint": {k: self._enc(v) for k, v in checkpoint.items() if k != "channel_values"},
             "metadata": {
                 k: self._enc(v) for k, v in get_checkpoint_metadata(config, metadata).items()
@@ -702,7 +809,12 @@ class SessctlSaver(BaseCheckpointSaver[int]):
                 keep, added, prints = (None if parent is None else 0), [], None
             else:
                 keep, added, prints = self._delta(key, parent, messages)
-            expected = self._heads[key] if key in self._heads else self._ref(_HEADS + name)
+            # Always a state, even {}: a session without one inherits its parent's.
+            state = self._state(parent, values, checkpoint, new_versions)
+            expected = self._expect.get((t, n, pc), _MISSING)
+            if expected is _MISSING:
+                # Never saw the parent (or forgot it): the head as it is now.
+                expected = self._ref(_HEADS + name)
             tags: dict[str, str | None] = {tag[len(_TAGS) :]: None}
             for attempt in range(2):
                 try:
@@ -736,13 +848,47 @@ class SessctlSaver(BaseCheckpointSaver[int]):
                             f"{_HEADS}{name} moved: expected {expected}, found nothing"
                         ) from e
                     raise
-            self._heads[key] = sid
+            self._expect.put((t, n, c), sid)
             self._remember(key, sid, None if messages is _MISSING else messages, prints)
             if messages is not _MISSING:
                 base = self._histories.get(parent) if parent is not None else []
                 if base is not None and len(base) >= (keep or 0):
                     self._histories.put(sid, base[: keep or 0] + added)
         return self._config(thread_id, ns, checkpoint["id"])
+
+    def _state(
+        self,
+        parent: str | None,
+        values: dict[str, Any],
+        checkpoint: Checkpoint,
+        new_versions: ChannelVersions,
+    ) -> dict[str, Any]:
+        """The session state of a checkpoint with these channel ``values``: each
+        changed value itself, each unchanged one a reference to its holder."""
+        prec = self._record(parent) if parent is not None else None
+        pversions = prec["checkpoint"].get("channel_versions") if prec else None
+        pstate = (self._session(parent).get("state") or {}) if prec and parent else {}
+        versions = checkpoint.get("channel_versions") or {}
+        state: dict[str, Any] = {}
+        for k, v in values.items():
+            held = pstate.get(k)
+            if (
+                held is not None
+                and k not in new_versions
+                and type(pversions) is dict
+                and versions.get(k) is not None
+                and pversions.get(k) == versions.get(k)
+            ):
+                # Unchanged since the parent: name whoever holds the value
+                # (never a reference to a reference).
+                if type(held) is list:
+                    state[k] = {"at": parent}
+                    continue
+                if type(held) is dict and "at" in held:
+                    state[k] = {"at": held["at"]}
+                    continue
+            state[k] = self._dump(v)
+        return state
 
     def put_writes(
         self,
@@ -751,7 +897,9 @@ class SessctlSaver(BaseCheckpointSaver[int]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """Adds a task's writes to the checkpoint ``config`` names.
+        """Adds a task's writes to the checkpoint ``config`` names, as one
+        session holding only the entries it adds, on top of the checkpoint's
+        previous writes session.
 
         Idempotent per ``(task_id, index)``; writes to the special channels
         (errors, interrupts, ...) replace the earlier one. Another process
@@ -768,29 +916,24 @@ class SessctlSaver(BaseCheckpointSaver[int]):
             tries = 0
             while True:
                 current = self._ref(tag)
-                stored = (
-                    (self._session(current).get("state") or {}).get("writes") or []
-                    if current
-                    else []
-                )
-                entries = {(e[0], e[1]): e for e in stored}
-                changed = False
+                stored = self._write_entries(current)
+                fresh: dict[tuple[str, int], list[Any]] = {}
                 for idx, (channel, value) in enumerate(writes):
                     k = (task_id, WRITES_IDX_MAP.get(channel, idx))
-                    if k[1] >= 0 and k in entries:
+                    if k[1] >= 0 and (k in stored or k in fresh):
                         continue
-                    entry = [task_id, k[1], channel, self._dump(value), task_path]
-                    if entries.get(k) != entry:
-                        entries[k] = entry
-                        changed = True
-                if not changed:
+                    fresh[k] = [task_id, k[1], channel, self._dump(value), task_path]
+                added = [e for k, e in fresh.items() if stored.get(k) != e]
+                if not added:
                     return
                 try:
                     self.store.put(
                         reason="langgraph put_writes",
-                        parent=self._ref(_checkpoint_tag(t, n, c)),
-                        state={"writes": list(entries.values())},
-                        metadata={RECORD_KEY + "_writes": {"checkpoint_id": checkpoint_id}},
+                        parent=current if current is not None else self._ref(
+                            _checkpoint_tag(t, n, c)
+                        ),
+                        state={"writes": added},
+                        metadata={WRITES_KEY: {"checkpoint_id": checkpoint_id}},
                         tags={tag[len(_TAGS) :]: current},
                     )
                     return
@@ -803,10 +946,10 @@ class SessctlSaver(BaseCheckpointSaver[int]):
 
     # ---- deletes and copies ----------------------------------------------------
 
-    def _forget(self, t: str) -> None:
-        for key in [k for k in self._heads if k[0] == t]:
-            del self._heads[key]
-        self._written.pop_where(lambda k: k[0] == t)
+    def _forget(self, t: str, n: str | None = None) -> None:
+        """Drops what this saver observed of thread ``t`` (in namespace ``n``, or all)."""
+        self._expect.pop_where(lambda k: k[0] == t and (n is None or k[1] == n))
+        self._written.pop_where(lambda k: k[0] == t and (n is None or k[1] == n))
 
     def _remove(self, thread_ids: Sequence[str], keep_latest: bool) -> None:
         """Removes the threads' checkpoints (all, or all but each namespace's latest)."""
@@ -814,8 +957,9 @@ class SessctlSaver(BaseCheckpointSaver[int]):
         for _ in range(_CAS_RETRIES):
             edits: list[tuple[str, str | None, str | None]] = []
             gone: list[str] = []
-            # Each kept conversation's head after this, as the next put expects.
-            moved: dict[tuple[str, str], str | None] = {}
+            # Each kept conversation's (checkpoint key, head) after this, as a
+            # put continuing from the kept checkpoint expects.
+            moved: dict[tuple[str, str], tuple[str, str]] = {}
             for t in tkeys:
                 heads = {
                     hp: h
@@ -850,11 +994,12 @@ class SessctlSaver(BaseCheckpointSaver[int]):
                         if root != latest[2]:
                             tag = f"{_TAGS}lg.{group[0]}.{group[1]}.{latest[1]}"
                             edits.append((tag, latest[2], root))
-                            w = wtags.get((*group, latest[1]))
-                            if w is not None:
-                                edits.append((w[0], w[1], self._squash_writes(w[1], root)))
+                        # Its pending writes become one session on the root.
+                        w = wtags.get((*group, latest[1]))
+                        if w is not None and self._session(w[1])["parents"] != [root]:
+                            edits.append((w[0], w[1], self._squash_writes(w[1], root)))
                         if head is not None:
-                            moved[group] = root
+                            moved[group] = (latest[1], root)
                             if head != root:
                                 edits.append((_HEADS + _conversation(*group), head, root))
                 for ref, sid in tags:
@@ -882,32 +1027,42 @@ class SessctlSaver(BaseCheckpointSaver[int]):
                 continue
             for t in tkeys:
                 self._forget(t)
-            for group, head in moved.items():
-                self._heads[group] = head
+            for (t, n), (c, head) in moved.items():
+                self._expect.put((t, n, c), head)
             return
         raise RefOutOfDate("the threads kept changing while being deleted")
 
     def _squash(self, sid: str) -> str:
-        """A root session with ``sid``'s whole history, state and metadata (``sid`` itself
-        when it is a root already)."""
+        """A root session with ``sid``'s whole history, metadata and state, every
+        channel value inline (a root has no ancestor to name), and no parent
+        checkpoint (``sid`` itself when it is a root already)."""
         s = self._session(sid)
         if not s["parents"]:
             return sid
+        state = s["state"]
+        if isinstance(state, dict):
+            state = {k: self._held(k, v) for k, v in state.items()}
+        metadata = dict(s["metadata"] or {})
+        rec = metadata.get(RECORD_KEY)
+        if isinstance(rec, dict):
+            # Its parent checkpoint is pruned: parent_config becomes None.
+            metadata[RECORD_KEY] = {**rec, "parent": None}
         return self.store.put(
             reason="langgraph prune",
             messages=self.store.history(sid),
-            state=s["state"],
-            metadata=s["metadata"],
+            state=state,
+            metadata=metadata,
             created_at=s["created_at"],
         )
 
     def _squash_writes(self, wsid: str, root: str) -> str:
-        """The pending-writes session ``wsid`` again, on top of the squashed ``root``."""
+        """The chain of pending-writes sessions ending at ``wsid`` as one session
+        holding every entry, on top of the squashed ``root``."""
         w = self._session(wsid)
         return self.store.put(
             reason="langgraph prune",
             parent=root,
-            state=w["state"],
+            state={"writes": list(self._write_entries(wsid).values())},
             metadata=w["metadata"],
             created_at=w["created_at"],
         )
@@ -954,7 +1109,7 @@ class SessctlSaver(BaseCheckpointSaver[int]):
                 groups.setdefault(parts[:2], []).append((rec["checkpoint"]["id"], ref, sid, doomed))
             edits: list[tuple[str, str | None, str | None]] = []
             gone: list[str] = []
-            moved: dict[tuple[str, str], str] = {}
+            moved: dict[tuple[str, str], tuple[str, str]] = {}
             for group, found in groups.items():
                 if not any(f[3] for f in found):
                     continue
@@ -970,9 +1125,9 @@ class SessctlSaver(BaseCheckpointSaver[int]):
                     if head is not None:
                         gone.append(_conversation(*group))
                 elif head is not None and head not in {f[2] for f in left}:
-                    newest = max(left)[2]
+                    newest_id, _, newest, _ = max(left)
                     edits.append((_HEADS + _conversation(*group), head, newest))
-                    moved[group] = newest
+                    moved[group] = (checkpoint_key(newest_id), newest)
             for name in gone:
                 try:
                     self.store.delete(name)
@@ -984,8 +1139,9 @@ class SessctlSaver(BaseCheckpointSaver[int]):
             except RefOutOfDate:
                 continue
             for name in gone:
-                self._heads.pop(tuple(name.split(".")[1:]), None)  # type: ignore[arg-type]
-            self._heads.update(moved)
+                self._forget(*name.split(".")[1:])
+            for (t, n), (c, newest) in moved.items():
+                self._expect.put((t, n, c), newest)
             for group in groups:
                 self._written.pop(group)
             return
@@ -1017,8 +1173,10 @@ class SessctlSaver(BaseCheckpointSaver[int]):
                 elif current != head:
                     edits.append((_HEADS + name, current, head))
                 self.store.set_metadata(name, {RECORD_KEY: {"thread_id": dst, "checkpoint_ns": ns}})
-                self._heads[(td, n)] = head
-                self._written.pop((td, n))
+                self._forget(td, n)
+                rec = self._record(head)
+                if rec is not None:
+                    self._expect.put((td, n, checkpoint_key(rec["checkpoint"]["id"])), head)
         if edits:
             self.store.update_refs("langgraph copy_thread", edits)
 
@@ -1027,10 +1185,11 @@ class SessctlSaver(BaseCheckpointSaver[int]):
         conversation's head) and its writes; ``"delete"``: removes the threads.
 
         The kept checkpoint is rewritten as a root session holding its whole
-        history (one new session object; the messages are shared), so nothing
-        names the pruned checkpoints any more: ``gc`` frees them once the ref
-        log's entries that still name them expire (90 days by default, as
-        git's reflog)."""
+        history (the messages are shared) and every channel value itself, with
+        no parent checkpoint (``parent_config`` is ``None``), and its pending
+        writes as one session on top of it, so nothing names the pruned
+        checkpoints any more: ``gc`` frees them once the ref log's entries that
+        still name them expire (90 days by default, as git's reflog)."""
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(
                 f"unknown prune strategy {strategy!r}: expected 'keep_latest' or 'delete'"

@@ -7,7 +7,9 @@ and ends with the store passing fsck.
 from __future__ import annotations
 
 import asyncio
+import base64
 import operator
+import os
 import subprocess
 import sys
 import textwrap
@@ -229,7 +231,8 @@ def test_messages_round_trip_and_are_readable(saver: SessctlSaver) -> None:
     # What `sessctl show` reads: LangChain's own dict form.
     history = saver.store.history(session_of(saver, "m", cfg["configurable"]["checkpoint_id"]))
     assert history[:3] == [message_to_dict(m) for m in messages[:3]]
-    assert all(list(h) == ["__sessctl_serde__"] for h in history[3:])
+    assert history[4] == {"role": "user", "content": "a dict"}  # a plain dict is itself
+    assert [list(h) for h in (history[3], history[5])] == [["__sessctl_serde__"]] * 2
 
 
 def test_messages_are_stored_as_a_delta(saver: SessctlSaver, store_dir: Path) -> None:
@@ -255,7 +258,11 @@ def test_messages_are_stored_as_a_delta(saver: SessctlSaver, store_dir: Path) ->
     assert (s3["messages"], s3["added"]) == (5, 1)
 
     # A message replaced in the middle: kept up to it, the rest added again.
-    saver.get_tuple(thread("d"))  # `other` moved the thread: look again first
+    # `other` continued from c2 already: continuing from c2 again is a fork,
+    # which takes reading c2 first (time travel), not just the latest.
+    with pytest.raises(RefOutOfDate):
+        put(saver, "d", {"messages": msgs2}, c2["configurable"]["checkpoint_id"])
+    saver.get_tuple(c2)
     msgs3 = [msgs2[0], AIMessage("edited", id="m1"), *msgs2[2:]]
     c4 = put(saver, "d", {"messages": msgs3}, c2["configurable"]["checkpoint_id"])
     s4 = saver.store.session(session_of(saver, "d", c4["configurable"]["checkpoint_id"]))
@@ -461,6 +468,103 @@ def test_second_saver_on_a_moved_thread_gets_ref_out_of_date(store_dir: Path) ->
     put(a, "t", {"x": 5})
 
 
+def test_one_saver_two_runs_from_one_checkpoint_do_not_fork(saver: SessctlSaver) -> None:
+    root = put(saver, "t", {"x": 0})
+    root_id = root["configurable"]["checkpoint_id"]
+    assert saver.get_tuple(thread("t")) is not None  # both runs start here
+    put(saver, "t", {"x": 1}, root_id)
+    with pytest.raises(RefOutOfDate):
+        put(saver, "t", {"x": 2}, root_id)
+    latest = saver.get_tuple(thread("t"))
+    assert latest is not None and latest.checkpoint["channel_values"] == {"x": 1}
+
+
+def test_reading_the_latest_does_not_let_a_run_overwrite_another(store_dir: Path) -> None:
+    a = SessctlSaver(Store(store_dir))
+    b = SessctlSaver(Store(store_dir))
+    assert a.get_tuple(thread("t")) is None
+    a1 = put(a, "t", {"by": "a1"})["configurable"]["checkpoint_id"]  # a's run, step 0
+    assert b.get_tuple(thread("t")) is not None
+    put(b, "t", {"by": "b2"}, a1)  # b continues the thread
+    assert a.get_tuple(thread("t")) is not None  # a status poll in a's process
+    assert len(list(a.list(thread("t")))) == 2
+    with pytest.raises(RefOutOfDate):
+        put(a, "t", {"by": "a2"}, a1)  # a's run goes on from its own a1
+    # Reading a1 itself (time travel) makes continuing from it a deliberate fork.
+    assert a.get_tuple(thread("t", a1)) is not None
+    put(a, "t", {"by": "a2"}, a1)
+    latest = b.get_tuple(thread("t"))
+    assert latest is not None and latest.checkpoint["channel_values"] == {"by": "a2"}
+
+
+def test_concurrent_runs_through_one_saver_lose_no_turn(saver: SessctlSaver) -> None:
+    async def slow(state: MessagesState) -> dict[str, list[AnyMessage]]:
+        await asyncio.sleep(0.05)
+        return {"messages": [AIMessage(f"re: {state['messages'][-1].content}")]}
+
+    g = StateGraph(MessagesState)
+    g.add_node("agent", slow)
+    g.add_edge(START, "agent")
+    g.add_edge("agent", END)
+    graph = g.compile(checkpointer=saver)
+    cfg = thread("double-send")
+    turns = ["first", "second", "third"]
+
+    async def run() -> tuple[list[Any], Any]:
+        await graph.ainvoke({"messages": [HumanMessage("hello")]}, cfg)
+        results = await asyncio.gather(
+            *(graph.ainvoke({"messages": [HumanMessage(w)]}, cfg) for w in turns),
+            return_exceptions=True,
+        )
+        return results, await graph.aget_state(cfg)
+
+    results, state = asyncio.run(run())
+    assert all(not isinstance(r, BaseException) or isinstance(r, RefOutOfDate) for r in results)
+    landed = [w for w, r in zip(turns, results) if not isinstance(r, BaseException)]
+    assert landed
+    contents = [m.content for m in state.values["messages"]]
+    for w in landed:
+        assert w in contents and f"re: {w}" in contents, (landed, contents)
+
+
+def test_expectations_are_bounded_and_safe_to_forget_under_threads(store_dir: Path) -> None:
+    saver = SessctlSaver(Store(store_dir), expectations=2000)
+    for i in range(3000):
+        saver.get_tuple(thread(f"empty-{i}"))
+    assert len(saver._expect) == 2000
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def reader(k: int) -> None:
+        i = 0
+        try:
+            while not stop.is_set():
+                saver.get_tuple(thread(f"r{k}-{i}"))
+                i += 1
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        for j in range(30):
+            saver.delete_thread(f"gone-{j}")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors
+    assert len(saver._expect) <= 2000
+    # A forgotten expectation means "read the head now": the put still lands.
+    root = put(saver, "t", {"x": 0})
+    for i in range(2000):
+        saver.get_tuple(thread(f"evict-{i}"))
+    put(saver, "t", {"x": 1}, root["configurable"]["checkpoint_id"])
+    latest = saver.get_tuple(thread("t"))
+    assert latest is not None and latest.checkpoint["channel_values"] == {"x": 1}
+
+
 _RACER = textwrap.dedent(
     """
     import sys, time
@@ -574,6 +678,219 @@ def test_put_writes_from_many_writers_all_land(store_dir: Path) -> None:
     assert tup is not None and len(tup.pending_writes or []) == 30
 
 
+def writes_stored(saver: SessctlSaver, tag: str) -> list[int]:
+    """How many entries each writes session of the chain behind ``tag`` holds, newest first."""
+    store = saver.store
+    sid: str | None = dict(store.refs(tag))[tag]
+    counts = []
+    while sid is not None:
+        s = store.session(sid)
+        if "langgraph_writes" not in s["metadata"]:
+            break
+        counts.append(len(s["state"]["writes"]))
+        sid = s["parents"][0] if s["parents"] else None
+    return counts
+
+
+def test_fan_out_writes_store_each_value_once(saver: SessctlSaver, store_dir: Path) -> None:
+    tasks = 80
+    payload = 4000
+    cfg = put(saver, "fan", {"results": []})
+    before = dir_bytes(store_dir)
+    for i in range(tasks):
+        value = base64.b64encode(os.urandom(payload)).decode()
+        saver.put_writes(cfg, [("results", value)], f"task-{i}")
+    tag = f"refs/tags/lgw.fan._.{checkpoint_key(cfg['configurable']['checkpoint_id'])}"
+    counts = writes_stored(saver, tag)
+    assert counts == [1] * tasks  # each session holds its own entry only
+    grew = dir_bytes(store_dir) - before
+    assert grew < 3 * tasks * payload, grew  # O(tasks); the whole list each time was ~tasks/2 x
+    tup = saver.get_tuple(cfg)
+    assert tup is not None and len(tup.pending_writes or []) == tasks
+    # A fresh saver (no cache) reads the same chain.
+    other = SessctlSaver(Store(store_dir))
+    assert other.get_tuple(cfg).pending_writes == tup.pending_writes  # type: ignore[union-attr]
+    # prune flattens the chain into one session on the kept root.
+    saver.prune(["fan"])
+    assert writes_stored(saver, tag) == [tasks]
+    kept = saver.get_tuple(cfg)
+    assert kept is not None and kept.pending_writes == tup.pending_writes
+    wsid = dict(saver.store.refs(tag))[tag]
+    root = session_of(saver, "fan", cfg["configurable"]["checkpoint_id"])
+    assert saver.store.session(wsid)["parents"] == [root]
+    assert saver.store.session(root)["parents"] == []
+
+
+def test_put_writes_match_in_memory(saver: SessctlSaver) -> None:
+    calls: list[tuple[list[tuple[str, Any]], str]] = [
+        ([("a", 1), ("b", 2)], "t1"),
+        ([("a", 9), ("b", 8), ("c", 7)], "t1"),  # idx 0, 1 kept; idx 2 is new
+        ([(ERROR, "e1")], "t2"),
+        ([(ERROR, "e2"), ("c", 3)], "t2"),  # the newer error wins
+        ([(INTERRUPT, 1), (INTERRUPT, 2)], "t3"),  # within one call, too
+        ([("a", 1)], "t4"),
+        ([(ERROR, "e2")], "t2"),  # nothing new
+    ]
+    results = []
+    mine = put(saver, "w", {"x": 1})
+    for cp in (saver, InMemorySaver()):
+        cfg = mine if cp is saver else put(cp, "w", {"x": 1})  # type: ignore[arg-type]
+        for writes, task in calls:
+            cp.put_writes(cfg, writes, task)
+        tup = cp.get_tuple(cfg)
+        assert tup is not None
+        results.append(sorted(tup.pending_writes or [], key=repr))
+    assert results[0] == results[1]
+    tag = f"refs/tags/lgw.w._.{checkpoint_key(mine['configurable']['checkpoint_id'])}"
+    assert writes_stored(saver, tag) == [1, 1, 2, 1, 1, 2]  # newest first
+
+
+# ---- channel values -----------------------------------------------------------------------
+
+
+class Docs(TypedDict):
+    """A big channel nothing changes, and a counter."""
+
+    docs: str
+    n: int
+
+
+def count_up(state: Docs) -> dict[str, Any]:
+    """Touches only ``n``."""
+    return {"n": state["n"] + 1}
+
+
+def test_unchanged_channels_are_stored_once(saver: SessctlSaver, store_dir: Path) -> None:
+    g = StateGraph(Docs)
+    g.add_node("step", count_up)
+    g.add_edge(START, "step")
+    g.add_edge("step", END)
+    graph = g.compile(checkpointer=saver)
+    big = base64.b64encode(os.urandom(150_000)).decode()
+    cfg = thread("docs")
+    graph.invoke({"docs": big, "n": 0}, cfg)
+    before = dir_bytes(store_dir)
+    for i in range(10):
+        graph.invoke({"n": i}, cfg)
+    grew = dir_bytes(store_dir) - before
+    assert grew < 0.5 * len(big), grew  # every step rewrote it: ~30 x len(big)
+
+    store = saver.store
+    holders = set()
+    for _, sid in store.refs("refs/tags/lg.docs."):
+        held = (store.session(sid)["state"] or {}).get("docs")
+        if held is None:
+            continue
+        holders.add(held["at"] if isinstance(held, dict) else sid)
+    assert len(holders) == 1  # one session holds it, every other names that one
+    (holder,) = holders
+    assert isinstance(store.session(holder)["state"]["docs"], list)
+    listed = list(saver.list(cfg))
+    assert len(listed) == 33
+    assert all(t.checkpoint["channel_values"].get("docs") in (None, big) for t in listed)
+    assert graph.get_state(cfg).values == {"docs": big, "n": 10}
+
+    # A copy shares the sessions and reads the same.
+    saver.copy_thread("docs", "docs2")
+    graph.invoke({"n": 100}, thread("docs2"))
+    assert graph.get_state(thread("docs2")).values == {"docs": big, "n": 101}
+
+    # prune's kept root holds every value itself, and survives gc.
+    saver.prune(["docs"])
+    (kept,) = store.refs("refs/tags/lg.docs.")
+    assert all(isinstance(v, list) for v in store.session(kept[1])["state"].values())
+    store.gc(prune="now")
+    assert graph.get_state(cfg).values == {"docs": big, "n": 10}
+    assert graph.get_state(thread("docs2")).values == {"docs": big, "n": 101}
+
+
+def test_unchanged_channel_of_a_deleted_run_still_reads(saver: SessctlSaver) -> None:
+    cp1 = empty_checkpoint()
+    cp1["channel_values"] = {"x": "big", "y": 1}
+    cp1["channel_versions"] = {"x": 1, "y": 1}
+    c1 = saver.put(thread("r"), cp1, {"source": "loop", "step": 0, "run_id": "r1"}, {"x": 1, "y": 1})
+    cp2 = empty_checkpoint()
+    cp2["channel_values"] = {"x": "big", "y": 2}
+    cp2["channel_versions"] = {"x": 1, "y": 2}
+    saver.put(c1, cp2, {"source": "loop", "step": 1, "run_id": "r2"}, {"y": 2})
+    s2 = session_of(saver, "r", cp2["id"])
+    assert saver.store.session(s2)["state"]["x"] == {"at": session_of(saver, "r", cp1["id"])}
+    # A channel whose version moved is stored again even if new_versions omits it.
+    cp3 = empty_checkpoint()
+    cp3["channel_values"] = {"x": "other", "y": 2}
+    cp3["channel_versions"] = {"x": 2, "y": 2}
+    saver.put(thread("r", cp2["id"]), cp3, {"source": "loop", "step": 2, "run_id": "r2"}, {})
+    assert saver.store.session(session_of(saver, "r", cp3["id"]))["state"]["x"][0] != "at"
+    saver.delete_for_runs(["r1"])
+    tup = saver.get_tuple(thread("r", cp2["id"]))
+    assert tup is not None and tup.checkpoint["channel_values"] == {"x": "big", "y": 2}
+    latest = SessctlSaver(saver.store).get_tuple(thread("r"))
+    assert latest is not None and latest.checkpoint["channel_values"] == {"x": "other", "y": 2}
+
+
+def test_format_1_records_still_read(saver: SessctlSaver) -> None:
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"x": 1}
+    cp["channel_versions"] = {"x": 1}
+    record = {
+        "format": 1,
+        "checkpoint": {k: v for k, v in cp.items() if k != "channel_values"},
+        "metadata": {"source": "input", "step": -1},
+        "parent": None,
+        "messages": None,
+    }
+    old = saver.store.put(
+        reason="format 1",
+        state={"x": saver._dump(1)},
+        metadata={"langgraph": record},
+        conversation="lg.old._",
+        expected_head=None,
+        tags={f"lg.old._.{checkpoint_key(cp['id'])}": None},
+        conversation_metadata={"langgraph": {"thread_id": "old", "checkpoint_ns": ""}},
+    )
+    tup = saver.get_tuple(thread("old"))
+    assert tup is not None and tup.checkpoint["channel_values"] == {"x": 1}
+    cp2 = empty_checkpoint()
+    cp2["channel_values"] = {"x": 1}
+    cp2["channel_versions"] = {"x": 1}
+    saver.put(tup.config, cp2, {"source": "loop", "step": 0}, {})
+    assert saver.store.session(session_of(saver, "old", cp2["id"]))["state"] == {"x": {"at": old}}
+    again = saver.get_tuple(thread("old"))
+    assert again is not None and again.checkpoint["channel_values"] == {"x": 1}
+
+
+def test_dict_messages_are_stored_as_themselves(saver: SessctlSaver) -> None:
+    plain = [{"role": "user" if i % 2 else "assistant", "content": f"m{i}"} for i in range(20)]
+    odd: list[Any] = [
+        {"type": "human", "data": {"content": "looks like message_to_dict"}},
+        {"role": "user", "content": "raw", "raw": b"\x00"},
+        {"__sessctl_serde__": ["x", "y"]},
+    ]
+    dumps = 0
+    real = saver.serde.dumps_typed
+
+    def counting(value: Any) -> tuple[str, bytes]:
+        nonlocal dumps
+        dumps += 1
+        return real(value)
+
+    saver.serde.dumps_typed = counting  # type: ignore[method-assign]
+    c1 = put(saver, "dm", {"messages": list(plain)})
+    c2 = put(saver, "dm", {"messages": [*plain, {"role": "user", "content": "m20"}]}, c1["configurable"]["checkpoint_id"])
+    assert dumps == 0  # neither stored nor fingerprinted through serde
+    c3 = put(saver, "dm", {"messages": [*plain, *odd]}, c2["configurable"]["checkpoint_id"])
+    sid = session_of(saver, "dm", c3["configurable"]["checkpoint_id"])
+    history = saver.store.history(sid)
+    assert history[:20] == plain
+    assert all(list(h) == ["__sessctl_serde__"] for h in history[20:])
+    shown = saver.store.show(session_of(saver, "dm", c2["configurable"]["checkpoint_id"]))
+    assert [m["value"] for m in shown["shown_messages"]] == [{"role": "user", "content": "m20"}]
+    tup = SessctlSaver(saver.store).get_tuple(c3)
+    assert tup is not None and tup.checkpoint["channel_values"]["messages"] == [*plain, *odd]
+    s2 = saver.store.session(session_of(saver, "dm", c2["configurable"]["checkpoint_id"]))
+    assert (s2["messages"], s2["added"]) == (21, 1)
+
+
 # ---- deletes and copies -----------------------------------------------------------------------
 
 
@@ -624,6 +941,7 @@ def test_prune_keep_latest_keeps_the_head(saver: SessctlSaver) -> None:
     assert listed[0].checkpoint == latest.checkpoint  # type: ignore[union-attr]
     assert listed[0].metadata == latest.metadata  # type: ignore[union-attr]
     assert listed[0].pending_writes == latest.pending_writes  # type: ignore[union-attr]
+    assert listed[0].parent_config is None  # its parent was pruned
     # The kept checkpoint is a root now: no ref reaches a pruned session.
     store = saver.store
     kept = session_of(saver, "p", latest.checkpoint["id"])  # type: ignore[union-attr]
