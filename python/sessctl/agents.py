@@ -318,10 +318,11 @@ class SessctlSession:
         # The head each conversation had when this object last wrote it: the
         # next append compare-and-swaps on it (a stale one costs a retry).
         self._heads: dict[str, str] = {}
-        # Each conversation's record ``created_at`` when this object first
-        # wrote it: a branch deleted and created again under the same id is
-        # another conversation, which an append must not land in.
-        self._born: dict[str, int] = {}
+        # Each conversation's ``conversation_id`` (its first session's id) when
+        # this object first wrote it: a branch deleted and created again under
+        # the same name is another conversation, which an append must not
+        # land in.
+        self._born: dict[str, str] = {}
 
     def __repr__(self) -> str:
         """The session id, the branch and the store's path."""
@@ -387,10 +388,10 @@ class SessctlSession:
     def _check_same_branch(self, name: str, branch: str) -> None:
         """Raises ``ValueError`` when conversation ``name`` is not the one this
         object last wrote (removed, or created again since: its record's
-        ``created_at`` changed)."""
+        ``conversation_id`` changed)."""
         seen = self._born.get(name)
         record = self.store.conversation(name)
-        born = None if record is None else record.get("created_at")
+        born = None if record is None else record.get("conversation_id")
         if seen is not None and born != seen:
             raise ValueError(
                 f"Branch '{branch}' was deleted (and perhaps created again) by another writer"
@@ -475,8 +476,8 @@ class SessctlSession:
                     self._heads[name] = new
                     if name not in self._born:
                         record = self.store.conversation(name)
-                        if record is not None:
-                            self._born[name] = record["created_at"]
+                        if record is not None and record.get("conversation_id"):
+                            self._born[name] = record["conversation_id"]
                     return
                 except (RefOutOfDate, NotFound):
                     # Another writer moved (or removed) the conversation
