@@ -54,7 +54,18 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
-from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    ChatMessage,
+    FunctionMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    message_to_dict,
+    messages_from_dict,
+)
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -76,6 +87,17 @@ __all__ = ["SessctlSaver", "thread_key", "namespace_key", "checkpoint_key"]
 
 SERDE_KEY = "__sessctl_serde__"
 """The key of a value stored through the saver's serde: ``{SERDE_KEY: [type, base64]}``."""
+
+_MESSAGE_CLASSES: dict[str, type[BaseMessage]] = {
+    "human": HumanMessage,
+    "ai": AIMessage,
+    "AIMessageChunk": AIMessageChunk,
+    "system": SystemMessage,
+    "tool": ToolMessage,
+    "function": FunctionMessage,
+    "chat": ChatMessage,
+}
+"""``message_to_dict`` types read back without re-validating (see ``_dec_message``)."""
 
 RECORD_KEY = "langgraph"
 """The key under which sessions and conversation records carry LangGraph's fields."""
@@ -430,6 +452,12 @@ class SessctlSaver(BaseCheckpointSaver[int]):
                 k: _copy_json(v) if type(v) in (dict, list) and v else v
                 for k, v in d["data"].items()
             }
+            cls = _MESSAGE_CLASSES.get(d["type"])
+            if cls is not None:
+                # The dict is a valid message's own dump (put checked that it
+                # reads back equal), so validation is skipped: most of a
+                # get_tuple is building these objects.
+                return cls.model_construct(**data)
             return messages_from_dict([{"type": d["type"], "data": data}])[0]
         return _copy_json(d)
 
