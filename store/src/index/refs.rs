@@ -40,17 +40,7 @@ impl Index {
 
     /// Every ref, sorted by name.
     pub fn refs(&self) -> Result<Vec<(RefName, RefTarget)>> {
-        let mut out = Vec::new();
-        for (k, v) in self.scan(b"r:")? {
-            let name = std::str::from_utf8(&k[2..])
-                .ok()
-                .and_then(|n| RefName::parse(n).ok());
-            if let (Some(n), Some(t)) = (name, target_from(&v)) {
-                out.push((n, t));
-            }
-        }
-        out.sort_by_key(|a| a.0.to_string());
-        Ok(out)
+        self.refs_with_prefix("")
     }
 
     /// Every ref whose full name starts with `prefix`, sorted by name.
