@@ -58,6 +58,7 @@ while empty; a deleted branch's id may be used again; turns carry no
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -268,6 +269,24 @@ async def _settle(work: Awaitable[_T]) -> _T:
     return task.result()
 
 
+_TAIL: Final = 256
+"""How many of a conversation's newest items a session object keeps in memory."""
+
+
+@dataclasses.dataclass
+class _Tail:
+    """The newest items of a conversation at one head, as canonical JSON text."""
+
+    head: str
+    count: int
+    items: list[str]
+
+
+def _text(item: Any) -> str:
+    """An item as canonical JSON text (keys sorted as the store returns them)."""
+    return json.dumps(item, sort_keys=True, ensure_ascii=False, allow_nan=False)
+
+
 class SessctlSession:
     """An OpenAI Agents SDK session (``agents.memory.Session``) kept in a sessctl store.
 
@@ -323,6 +342,9 @@ class SessctlSession:
         # the same name is another conversation, which an append must not
         # land in.
         self._born: dict[str, str] = {}
+        # The newest items of each conversation this object read or wrote, at
+        # the head it saw (see ``_tail_items``).
+        self._tails: dict[str, _Tail] = {}
 
     def __repr__(self) -> str:
         """The session id, the branch and the store's path."""
@@ -380,6 +402,36 @@ class SessctlSession:
         self._verified.add(name)
         return name
 
+    def _tail_items(self, name: str, head: str, want: int | None) -> list[Any] | None:
+        """The last ``want`` items (``None``: all) of conversation ``name`` at
+        ``head`` from this object's cache, or ``None`` when it does not hold them.
+
+        A session id fixes its whole history, so what was read (verified) or
+        written at ``head`` is what the store would return for it; the cache
+        holds canonical JSON text, and each call gets fresh objects."""
+        tail = self._tails.get(name)
+        if tail is None or tail.head != head:
+            return None
+        whole = len(tail.items) == tail.count
+        if want is None:
+            return [json.loads(t) for t in tail.items] if whole else None
+        if want <= len(tail.items) or whole:
+            return [json.loads(t) for t in tail.items[-want:]]
+        return None
+
+    def _extend_tail(self, name: str, parent: str | None, head: str, added: int) -> None:
+        """After this object appended ``added`` items moving ``name`` from
+        ``parent`` to ``head``: the cache follows, with the items as the store
+        now returns them (read back from the new session alone)."""
+        tail = self._tails.get(name)
+        if parent is None:
+            tail = _Tail(parent or "", 0, [])
+        elif tail is None or tail.head != parent:
+            self._tails.pop(name, None)
+            return
+        back = [_text(i) for i in self.store.messages(head, -added)] if added else []
+        self._tails[name] = _Tail(head, tail.count + added, (tail.items + back)[-_TAIL:])
+
     def _forget_conversation(self, name: str) -> None:
         """Drops what this object remembers of conversation ``name`` (it removed it)."""
         self._heads.pop(name, None)
@@ -424,12 +476,17 @@ class SessctlSession:
                 return []
             name = self._checked_name(branch)
             try:
-                if session_limit is None or session_limit < 0:
-                    items = self.store.messages(name)
-                else:
-                    items = self.store.messages(name, -session_limit)
+                head = self.store.resolve(name)
             except NotFound:
                 return []
+            want = None if session_limit is None or session_limit < 0 else session_limit
+            cached = self._tail_items(name, head, want)
+            if cached is not None:
+                return cached
+            # Read at the id just resolved: one consistent history.
+            items = self.store.messages(head) if want is None else self.store.messages(head, -want)
+            count = len(items) if want is None else self.store.message_count(head)
+            self._tails[name] = _Tail(head, count, [_text(i) for i in items[-_TAIL:]])
             return cast(list[TResponseInputItem], items)
 
         return await asyncio.to_thread(read)
@@ -474,6 +531,7 @@ class SessctlSession:
                             expected_head=head,
                         )
                     self._heads[name] = new
+                    self._extend_tail(name, head, new, len(batch))
                     if name not in self._born:
                         record = self.store.conversation(name)
                         if record is not None and record.get("conversation_id"):

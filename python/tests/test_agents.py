@@ -771,3 +771,32 @@ async def test_an_append_never_lands_in_a_branch_deleted_and_created_again(
     await b.create_branch_from_turn(1, "x")
     await b.add_items([{"role": "user", "content": "again"}])
     assert [i["content"] for i in await b.get_items(branch_id="x")] == ["again"]
+
+
+async def test_the_tail_cache_answers_what_the_store_would(store_path: Path) -> None:
+    """A session object keeps the newest items it read or wrote; every answer
+    it gives from them equals a fresh object's answer from the store."""
+    a = SessctlSession("cache", sessctl.Store(store_path))
+    b = SessctlSession("cache", sessctl.Store(store_path))
+    # More items than the object keeps (256), in batches, some numbers the
+    # store writes canonically (1.0 comes back as the store returns it).
+    for k in range(0, 300, 3):
+        await a.add_items([user(f"u{k}"), assistant(f"a{k}"), {"role": "user", "content": [1.0, k]}])
+
+    def fresh() -> SessctlSession:
+        return SessctlSession("cache", sessctl.Store(store_path))
+
+    for limit in (None, 1, 50, 255, 256, 257, 299, 300, 301, -1):
+        assert await a.get_items(limit) == await fresh().get_items(limit), limit
+    # The returned lists are the caller's own: changing one changes no later answer.
+    got = await a.get_items(2)
+    got[0]["content"] = "changed"
+    assert await a.get_items(2) == await fresh().get_items(2)
+
+    # Another object moves the head (append, then pop two): the cache follows.
+    await b.add_items([user("from b")])
+    assert (await a.get_items(1)) == [user("from b")]
+    await b.pop_item()
+    await b.pop_item()
+    for limit in (None, 3, 256):
+        assert await a.get_items(limit) == await fresh().get_items(limit), limit
