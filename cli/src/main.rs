@@ -12,6 +12,7 @@ mod import;
 mod maintenance;
 mod output;
 mod plumbing;
+mod purge;
 mod refs;
 mod remote;
 mod replay;
@@ -127,6 +128,9 @@ enum Command {
     Push(remote::RemoteArgs),
     /// Fetch conversations from another store, as push does the other way.
     Pull(remote::RemoteArgs),
+    /// Rewrite every session whose text matches PATTERN, and all that descend
+    /// from them, as new sessions; move the refs (recorded in the ref log).
+    Redact(purge::RedactArgs),
 }
 
 /// A command's failure: what to print and how to exit.
@@ -291,6 +295,7 @@ fn main() -> ExitCode {
         Command::Clone(args) => remote::clone(&ctx, args),
         Command::Push(args) => remote::push(&ctx, args),
         Command::Pull(args) => remote::pull(&ctx, args),
+        Command::Redact(args) => purge::redact(&ctx, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -19,6 +19,15 @@ pub struct GcArgs {
     /// 2.weeks.ago.
     #[arg(long, value_name = "WHEN")]
     prune: Option<String>,
+    /// First expire every ref's log entries older than WHEN (as reflog
+    /// expire --all --expire=WHEN), so that they keep nothing alive.
+    /// Default: entries older than 90 days keep nothing, and stay listed.
+    #[arg(long, value_name = "WHEN")]
+    expire_reflog: Option<String>,
+    /// With --dry-run: explain why the object ID is kept (the path from a
+    /// ref or ref-log entry to it), and do nothing else.
+    #[arg(long, value_name = "ID", requires = "dry_run")]
+    why: Option<String>,
 }
 
 pub fn gc(ctx: &Ctx, args: GcArgs) -> CmdResult {
@@ -29,7 +38,16 @@ pub fn gc(ctx: &Ctx, args: GcArgs) -> CmdResult {
     if let Some(p) = &args.prune {
         opts.prune = parse_prune(p).map_err(|e| CommandError::Usage(crate::message(&e)))?;
     }
+    if let Some(w) = &args.expire_reflog {
+        crate::purge::check_expire_reflog(w)?;
+    }
     let store = ctx.open_store()?;
+    if let Some(w) = &args.expire_reflog {
+        crate::purge::gc_expire_reflog(&store, w, args.dry_run, &mut opts)?;
+    }
+    if let Some(id) = &args.why {
+        return crate::purge::gc_why(&store, id, &opts);
+    }
     crate::output::progress("gc: marking and sweeping...");
     let r = store.gc(&opts);
     crate::output::progress_done();

@@ -31,7 +31,10 @@ fn parse_full_ref(text: &str) -> CmdResult<RefName> {
 // ---- reflog ----
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct ReflogArgs {
+    #[command(subcommand)]
+    action: Option<crate::purge::ReflogAction>,
     /// HEAD, a full ref name or a conversation name (default: every ref).
     #[arg(value_name = "REF")]
     name: Option<String>,
@@ -50,10 +53,13 @@ fn short_target(t: &Option<RefTarget>) -> String {
 }
 
 pub fn reflog(ctx: &Ctx, args: ReflogArgs) -> CmdResult {
+    if let Some(action) = args.action {
+        return crate::purge::reflog_action(ctx, action);
+    }
     let wanted = args.name.as_deref().map(parse_ref).transpose()?;
     let store = ctx.open_store_read()?;
     let mut entries: Vec<ReflogEntry> = store
-        .reflog_entries()?
+        .live_reflog_entries()?
         .into_iter()
         .filter(|e| wanted.as_ref().is_none_or(|w| e.name == *w))
         .collect();

@@ -326,6 +326,7 @@ impl Store {
         let mut prev_op: Option<Hash> = None;
         let mut expect_seq = 1;
         let mut heads: BTreeMap<String, Hash> = BTreeMap::new();
+        let mut seen: HashMap<String, HashSet<Hash>> = HashMap::new();
         for (seq, bytes) in self.odb().backend().ops_after(0)? {
             let op = match Operation::decode(&bytes) {
                 Ok(op) => op,
@@ -346,8 +347,18 @@ impl Store {
                     "operation {seq}: names a previous operation that is not the one before it"
                 ));
             }
+            // An expiry names an entry its ref's chain holds already.
+            for x in &op.expire {
+                let name = x.name.to_string();
+                if !seen.get(&name).is_some_and(|h| h.contains(&x.through)) {
+                    problems.push(format!(
+                        "{name}: operation {seq} expires its ref log through an entry it does not have"
+                    ));
+                }
+            }
             for entry in op.reflog_entries() {
                 let name = entry.name.to_string();
+                seen.entry(name.clone()).or_default().insert(entry.hash());
                 let expected = heads.get(&name).copied();
                 if entry.prev != expected {
                     problems.push(format!(

@@ -116,7 +116,7 @@ pub(crate) fn roots(store: &Store, expiry_ms: Option<i64>) -> Result<Vec<ObjectI
     }
     if let Some(expiry) = expiry_ms {
         let now = now_ms();
-        for e in store.reflog_entries()? {
+        for e in store.live_reflog_entries()? {
             // Younger than the expiry, strictly: an expiry of 0 keeps none.
             if now.saturating_sub(e.time) < expiry {
                 for t in [&e.old, &e.new].into_iter().flatten() {
@@ -299,6 +299,9 @@ impl Store {
             report.bytes_after = report.bytes_before;
             return Ok(report);
         }
+        let prunes_sessions = doomed
+            .iter()
+            .any(|id| matches!(odb.read(id), Ok(o) if o.kind() == ObjectKind::Session));
         let keep = |id: &ObjectId| !doomed.contains(id);
         let known: HashSet<ObjectId> = all.iter().copied().collect();
         let rescue = || rescued(self, marked_at, &known, &live, &doomed);
@@ -316,7 +319,15 @@ impl Store {
         }
         self.refresh_lineage_from(repacked.sessions)?;
         self.catch_up()?;
-        self.index().write_tables(self.odb(), true)?;
+        if prunes_sessions {
+            // The index tables hold each session's title and preview (text
+            // of its first user message): rebuilt without the dropped
+            // sessions, so that no table keeps what gc removed
+            // (objects-format.md, "Garbage collection").
+            self.index().rebuild(self.odb())?;
+        } else {
+            self.index().write_tables(self.odb(), true)?;
+        }
         report.bytes_after = odb.stats()?.disk_bytes();
         Ok(report)
     }

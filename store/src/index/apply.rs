@@ -198,7 +198,13 @@ fn index_sessions(
             }
             let s = match fresh.iter().find(|(f, _)| *f == cur) {
                 Some((_, s)) => Some(s.clone()),
-                None => odb.session(&cur).ok(),
+                None => match odb.session(&cur) {
+                    Ok(s) => Some(s),
+                    // Gone, not damaged: gc pruned it (a ref-log entry
+                    // that named it expired). Nothing to list or count.
+                    Err(crate::error::Error::NotFound { .. }) => break,
+                    Err(_) => None,
+                },
             };
             at = s.as_ref().and_then(|s| s.first_parent());
             chain.push((cur, s));

@@ -12,7 +12,7 @@ pub mod op;
 pub use name::{validate_name, NameError, RefName, MAX_NAME_LEN};
 pub use op::{
     ConversationRecord, ConversationStatus, ConversationUpdate, Hash, Operation, RefTarget,
-    RefUpdate, ReflogEntry, RunEvent, RunEventKind,
+    RefUpdate, ReflogEntry, ReflogExpiry, RunEvent, RunEventKind,
 };
 
 /// What a ref must hold for an edit to apply (a compare-and-swap).

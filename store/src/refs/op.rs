@@ -132,6 +132,21 @@ pub struct Operation {
     pub refs: Vec<RefUpdate>,
     pub conversations: Vec<ConversationUpdate>,
     pub runs: Vec<RunEvent>,
+    /// Ref-log expiries this operation records (`reflog expire`); empty in
+    /// every other operation, and then absent from its bytes.
+    pub expire: Vec<ReflogExpiry>,
+}
+
+/// An expiry of the oldest entries of one ref's log: every entry of `name`
+/// up to and including the one whose hash is `through` no longer counts
+/// (objects-format.md, "Expiring the ref log"). The entries stay in their
+/// operations, so every chain still verifies; they no longer keep objects
+/// alive, and the ref log no longer shows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReflogExpiry {
+    pub name: RefName,
+    /// The hash of the newest entry expired.
+    pub through: Hash,
 }
 
 fn hash_with_header(kind: &str, payload: &[u8]) -> Hash {
@@ -196,7 +211,11 @@ impl Operation {
     /// The canonical bytes (objects-format.md, "Operations").
     pub fn encode(&self) -> Vec<u8> {
         let mut e = Encoder::with_capacity(256);
-        e.map(6 + self.prev.is_some() as usize + !self.conversations.is_empty() as usize);
+        e.map(
+            6 + self.prev.is_some() as usize
+                + !self.conversations.is_empty() as usize
+                + !self.expire.is_empty() as usize,
+        );
         e.text("seq");
         e.uint(self.seq);
         if let Some(p) = &self.prev {
@@ -252,6 +271,17 @@ impl Operation {
         e.int(self.time);
         e.text("actor");
         e.text(&self.actor);
+        if !self.expire.is_empty() {
+            e.text("expire");
+            e.array(self.expire.len());
+            for x in &self.expire {
+                e.map(2);
+                e.text("name");
+                e.text(&x.name.to_string());
+                e.text("through");
+                e.bytes(&x.through);
+            }
+        }
         e.text("reason");
         e.text(&self.reason);
         if !self.conversations.is_empty() {
@@ -288,6 +318,7 @@ impl Operation {
             refs: Vec::new(),
             conversations: Vec::new(),
             runs: Vec::new(),
+            expire: Vec::new(),
         };
         let mut seen = 0u32;
         map(&mut d, "operation", &OP_KEYS, |d, k| {
@@ -322,6 +353,29 @@ impl Operation {
                 "reason" => {
                     seen |= 32;
                     op.reason = d.text()?.to_owned();
+                }
+                "expire" => {
+                    let n = d.array()?;
+                    if n == 0 {
+                        return Err(d.error("an empty expire list must be absent"));
+                    }
+                    for _ in 0..n {
+                        let (mut name, mut through) = (None, None);
+                        map(d, "reflog expiry", &["name", "through"], |d, k| {
+                            if k == "name" {
+                                name = Some(ref_name(d)?);
+                            } else {
+                                through = Some(hash32(d)?);
+                            }
+                            Ok(())
+                        })?;
+                        match (name, through) {
+                            (Some(name), Some(through)) => {
+                                op.expire.push(ReflogExpiry { name, through })
+                            }
+                            _ => return Err(d.error("a reflog expiry needs name and through")),
+                        }
+                    }
                 }
                 _ => {
                     let n = d.array()?;
@@ -378,13 +432,14 @@ impl Operation {
     }
 }
 
-const OP_KEYS: [&str; 8] = [
+const OP_KEYS: [&str; 9] = [
     "seq",
     "prev",
     "refs",
     "runs",
     "time",
     "actor",
+    "expire",
     "reason",
     "conversations",
 ];
@@ -702,6 +757,10 @@ mod tests {
                     },
                 },
             ],
+            expire: vec![ReflogExpiry {
+                name: RefName::conversation("c0").unwrap(),
+                through: [5; 32],
+            }],
         }
     }
 
@@ -730,6 +789,7 @@ mod tests {
             conversations: vec![],
             runs: vec![],
             refs: vec![],
+            expire: vec![],
             ..sample()
         };
         assert_eq!(Operation::decode(&minimal.encode()).unwrap(), minimal);

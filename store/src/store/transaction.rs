@@ -10,7 +10,7 @@ use crate::hash::ObjectId;
 use crate::object::{EncodedObject, ObjectKind, Session};
 use crate::odb::Durability;
 use crate::refs::{
-    ConversationUpdate, Operation, RefEdit, RefName, RefTarget, RefUpdate, RunEvent,
+    ConversationUpdate, Operation, RefEdit, RefName, RefTarget, RefUpdate, ReflogExpiry, RunEvent,
 };
 use crate::time::now_ms;
 
@@ -82,7 +82,7 @@ impl Store {
                 decoded.push((o.id(), s));
             }
         }
-        self.transact_locked(tx, &decoded, under_lock, durability)
+        self.transact_locked(tx, &decoded, under_lock, Vec::new(), durability)
     }
 
     /// [`Store::transact`] for a caller that built the transaction's
@@ -94,7 +94,18 @@ impl Store {
         decoded: &[(ObjectId, Session)],
         durability: Durability,
     ) -> Result<Committed> {
-        self.transact_locked(tx, decoded, None, durability)
+        self.transact_locked(tx, decoded, None, Vec::new(), durability)
+    }
+
+    /// [`Store::transact`] recording ref-log expiries in its operation
+    /// (`reflog expire`).
+    pub(crate) fn transact_expiring(
+        &self,
+        tx: Transaction,
+        expire: Vec<ReflogExpiry>,
+        durability: Durability,
+    ) -> Result<Committed> {
+        self.transact_locked(tx, &[], None, expire, durability)
     }
 
     fn transact_locked(
@@ -102,6 +113,7 @@ impl Store {
         mut tx: Transaction,
         decoded: &[(ObjectId, Session)],
         under_lock: Option<UnderLock>,
+        expire: Vec<ReflogExpiry>,
         durability: Durability,
     ) -> Result<Committed> {
         debug_assert_eq!(
@@ -223,7 +235,12 @@ impl Store {
             .collect::<Result<Vec<bool>>>()?
             .into_iter()
             .any(|new| new);
-        if updates.is_empty() && tx.conversations.is_empty() && tx.runs.is_empty() && !new_objects {
+        if updates.is_empty()
+            && tx.conversations.is_empty()
+            && tx.runs.is_empty()
+            && expire.is_empty()
+            && !new_objects
+        {
             // Nothing would change: no operation, nothing to sync.
             return Ok(Committed { op: st.seq });
         }
@@ -242,6 +259,7 @@ impl Store {
             refs: updates,
             conversations: tx.conversations,
             runs: tx.runs,
+            expire,
         };
         let bytes = op.encode();
         let (_, ticket) =

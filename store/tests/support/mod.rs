@@ -252,6 +252,7 @@ pub fn example_operation() -> sessctl_store::refs::Operation {
             }),
         }],
         runs: vec![],
+        expire: vec![],
     }
 }
 

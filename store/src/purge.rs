@@ -1,0 +1,716 @@
+//! Purging: expiring the ref log, redacting sessions, and explaining why
+//! gc keeps an object (objects-format.md, "Expiring the ref log" and
+//! "Redaction").
+//!
+//! Nothing here deletes bytes: an expiry is an operation that says which
+//! ref-log entries no longer count, and a redaction writes new sessions and
+//! moves refs to them. The bytes go when gc, which no longer finds them
+//! reachable, sweeps them. This module never rewrites an operation: the
+//! operation and ref-log chains stay verifiable.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::gc::{Prune, DEFAULT_REFLOG_EXPIRY_MS};
+use crate::hash::ObjectId;
+use crate::object::{Blob, EncodedObject, ObjectKind, Session};
+use crate::odb::Durability;
+use crate::refs::{
+    ConversationUpdate, Operation, PreviousValue, RefEdit, RefName, RefTarget, ReflogEntry,
+    ReflogExpiry,
+};
+use crate::store::{Store, Transaction};
+use crate::time::now_ms;
+
+/// The reason recorded by the operation that expires ref-log entries.
+pub const EXPIRE_REASON: &str = "reflog-expire";
+
+/// Every ref-log entry with whether an expiry recorded before it was read
+/// covers it, oldest first.
+fn entries_with_expiry(store: &Store) -> Result<Vec<(ReflogEntry, bool)>> {
+    let backend = store.odb().backend();
+    backend.refresh()?;
+    let mut out: Vec<(ReflogEntry, bool)> = Vec::new();
+    // Per ref, the positions in `out` of its entries, oldest first.
+    let mut by_ref: HashMap<RefName, Vec<usize>> = HashMap::new();
+    for (seq, bytes) in backend.ops_after(0)? {
+        let op = Operation::decode(&bytes).map_err(|e| Error::CorruptOperation {
+            seq,
+            reason: e.to_string(),
+        })?;
+        for x in &op.expire {
+            let Some(list) = by_ref.get(&x.name) else {
+                continue;
+            };
+            // Hashes are computed only for refs an expiry names.
+            if let Some(at) = list.iter().rposition(|&i| out[i].0.hash() == x.through) {
+                for &i in &list[..=at] {
+                    out[i].1 = true;
+                }
+            }
+        }
+        for e in op.reflog_entries() {
+            by_ref.entry(e.name.clone()).or_default().push(out.len());
+            out.push((e, false));
+        }
+    }
+    Ok(out)
+}
+
+/// The time before which [`Store::expire_reflog`] expires entries (an
+/// entry expires when its time is below it), from a `--expire` value.
+pub fn expiry_cutoff(when: Prune) -> i64 {
+    match when {
+        Prune::Now => i64::MAX,
+        Prune::Before(t) => t,
+        Prune::OlderThan(age) => now_ms().saturating_sub(age).saturating_add(1),
+    }
+}
+
+/// The default `--expire` of `reflog expire`: entries older than gc's
+/// ref-log expiry (90 days).
+pub fn default_expiry() -> Prune {
+    Prune::OlderThan(DEFAULT_REFLOG_EXPIRY_MS)
+}
+
+/// What [`Store::expire_reflog`] expired.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExpireReport {
+    /// Per ref, how many of its entries were expired, and how many remain.
+    pub refs: BTreeMap<String, (usize, usize)>,
+    /// The operation that recorded it (none in a dry run or when nothing
+    /// expired).
+    pub op: Option<u64>,
+}
+
+impl ExpireReport {
+    /// How many entries were expired in all.
+    pub fn expired(&self) -> usize {
+        self.refs.values().map(|(e, _)| e).sum()
+    }
+
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "expired": self.expired(),
+            "op": self.op,
+            "refs": self.refs.iter()
+                .map(|(n, (e, k))| (n.clone(), serde_json::json!({"expired": e, "kept": k})))
+                .collect::<serde_json::Map<_, _>>(),
+        })
+    }
+}
+
+impl Store {
+    /// The ref log without the entries an expiry covers, oldest first: what
+    /// `reflog` shows and what keeps objects alive.
+    pub fn live_reflog_entries(&self) -> Result<Vec<ReflogEntry>> {
+        Ok(entries_with_expiry(self)?
+            .into_iter()
+            .filter(|(_, expired)| !expired)
+            .map(|(e, _)| e)
+            .collect())
+    }
+
+    /// Expires the entries of `refs` (every ref with a log, deleted refs
+    /// included, when `None`) whose time is below `cutoff` (see
+    /// [`expiry_cutoff`]): of each ref's live entries, the longest run from
+    /// the oldest on that is all older than the cutoff, so that each ref's
+    /// log still starts at an entry of its chain. One operation records it
+    /// (reason [`EXPIRE_REASON`]); with `dry_run` nothing is written.
+    pub fn expire_reflog(
+        &self,
+        refs: Option<&[RefName]>,
+        cutoff: i64,
+        dry_run: bool,
+        durability: Durability,
+    ) -> Result<ExpireReport> {
+        let mut live: BTreeMap<String, (RefName, Vec<ReflogEntry>)> = BTreeMap::new();
+        for (e, expired) in entries_with_expiry(self)? {
+            if !expired {
+                live.entry(e.name.to_string())
+                    .or_insert_with(|| (e.name.clone(), Vec::new()))
+                    .1
+                    .push(e);
+            }
+        }
+        let mut report = ExpireReport::default();
+        let mut expire = Vec::new();
+        let wanted: Option<BTreeSet<String>> =
+            refs.map(|r| r.iter().map(ToString::to_string).collect());
+        for (full, (name, entries)) in &live {
+            if wanted.as_ref().is_some_and(|w| !w.contains(full)) {
+                continue;
+            }
+            let n = entries.iter().take_while(|e| e.time < cutoff).count();
+            report
+                .refs
+                .insert(full.clone(), (n, entries.len().saturating_sub(n)));
+            if n > 0 {
+                expire.push(ReflogExpiry {
+                    name: name.clone(),
+                    through: entries[n - 1].hash(),
+                });
+            }
+        }
+        if let Some(w) = &wanted {
+            for full in w {
+                report.refs.entry(full.clone()).or_insert((0, 0));
+            }
+        }
+        if dry_run || expire.is_empty() {
+            return Ok(report);
+        }
+        let committed = self.transact_expiring(
+            Transaction {
+                reason: EXPIRE_REASON.into(),
+                ..Transaction::default()
+            },
+            expire,
+            durability,
+        )?;
+        report.op = Some(committed.op);
+        Ok(report)
+    }
+}
+
+// ---- redaction ----
+
+/// Rewrites text: `Some((new text, matches))` when it matched, `None` when
+/// it did not. The library knows no pattern syntax; the caller brings it.
+pub type Redactor<'a> = dyn Fn(&str) -> Option<(String, usize)> + 'a;
+
+/// How to redact.
+#[derive(Debug, Clone)]
+pub struct RedactOptions {
+    /// Why, in the ref log (never the secret: the caller's words).
+    pub reason: String,
+    /// Find and report only.
+    pub dry_run: bool,
+    pub durability: Durability,
+}
+
+/// One session rewritten.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewritten {
+    pub old: ObjectId,
+    pub new: ObjectId,
+    /// Matches in this session's own text (its title, metadata and the
+    /// blobs it adds); 0 for a session rewritten only because a session it
+    /// names was.
+    pub matches: usize,
+}
+
+/// What [`Store::redact`] did (or, in a dry run, would do).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RedactReport {
+    /// Sessions rewritten, parents before children.
+    pub sessions: Vec<Rewritten>,
+    /// Blobs rewritten: (old, new, matches).
+    pub blobs: Vec<(ObjectId, ObjectId, usize)>,
+    /// Refs moved: (ref, old, new).
+    pub refs: Vec<(RefName, ObjectId, ObjectId)>,
+    /// Conversation records whose title or metadata were redacted.
+    pub records: Vec<String>,
+    /// Matches found in all.
+    pub matches: usize,
+    /// Refs not selected that still reach a rewritten session.
+    pub still_reachable_from: Vec<RefName>,
+    /// The operation that moved the refs.
+    pub op: Option<u64>,
+}
+
+impl RedactReport {
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "matches": self.matches,
+            "sessions": self.sessions.iter().map(|r| serde_json::json!({
+                "old": r.old.to_string(), "new": r.new.to_string(), "matches": r.matches,
+            })).collect::<Vec<_>>(),
+            "blobs": self.blobs.iter().map(|(o, n, m)| serde_json::json!({
+                "old": o.to_string(), "new": n.to_string(), "matches": m,
+            })).collect::<Vec<_>>(),
+            "refs": self.refs.iter().map(|(r, o, n)| serde_json::json!({
+                "ref": r.to_string(), "old": o.to_string(), "new": n.to_string(),
+            })).collect::<Vec<_>>(),
+            "records": self.records,
+            "still_reachable_from": self.still_reachable_from.iter()
+                .map(ToString::to_string).collect::<Vec<_>>(),
+            "op": self.op,
+        })
+    }
+}
+
+/// Redacts every string in a JSON value (object keys included); returns
+/// the matches.
+fn redact_json(v: &mut Value, redact: &Redactor<'_>) -> usize {
+    match v {
+        Value::String(s) => match redact(s) {
+            Some((t, n)) => {
+                *s = t;
+                n
+            }
+            None => 0,
+        },
+        Value::Array(items) => items.iter_mut().map(|i| redact_json(i, redact)).sum(),
+        Value::Object(map) => {
+            let mut n = 0;
+            let old = std::mem::take(map);
+            for (k, mut val) in old {
+                n += redact_json(&mut val, redact);
+                let k = match redact(&k) {
+                    Some((t, m)) => {
+                        n += m;
+                        t
+                    }
+                    None => k,
+                };
+                map.insert(k, val);
+            }
+            n
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+    }
+}
+
+fn redact_opt(s: &mut Option<String>, redact: &Redactor<'_>) -> usize {
+    match s.as_deref().and_then(redact) {
+        Some((t, n)) => {
+            *s = Some(t);
+            n
+        }
+        None => 0,
+    }
+}
+
+/// The rewriting state: what each session and blob became.
+struct Rewriter<'s, 'r> {
+    store: &'s Store,
+    redact: &'r Redactor<'r>,
+    sessions: HashMap<ObjectId, ObjectId>,
+    blobs: HashMap<ObjectId, ObjectId>,
+    objects: Vec<EncodedObject>,
+    report: RedactReport,
+}
+
+impl Rewriter<'_, '_> {
+    fn blob(&mut self, id: ObjectId) -> Result<(ObjectId, usize)> {
+        if let Some(n) = self.blobs.get(&id) {
+            return Ok((*n, 0));
+        }
+        let mut v = self.store.odb().blob(&id)?;
+        let n = redact_json(&mut v, self.redact);
+        let new = if n == 0 {
+            id
+        } else {
+            let enc = Blob::new(v)?.encode();
+            let new = enc.id();
+            self.objects.push(enc);
+            self.report.blobs.push((id, new, n));
+            new
+        };
+        self.blobs.insert(id, new);
+        Ok((new, n))
+    }
+
+    fn blobs(&mut self, ids: &mut [ObjectId]) -> Result<usize> {
+        let mut n = 0;
+        for id in ids {
+            let (new, m) = self.blob(*id)?;
+            *id = new;
+            n += m;
+        }
+        Ok(n)
+    }
+
+    /// Rewrites the sessions `roots` reach, each after every session it
+    /// names.
+    fn run(&mut self, roots: &[ObjectId]) -> Result<()> {
+        let mut stack: Vec<(ObjectId, bool)> = roots.iter().map(|r| (*r, false)).collect();
+        let mut decoded: HashMap<ObjectId, Session> = HashMap::new();
+        while let Some((id, named_done)) = stack.pop() {
+            if self.sessions.contains_key(&id) {
+                continue;
+            }
+            if !named_done {
+                let s = match decoded.get(&id) {
+                    Some(s) => s.clone(),
+                    None => {
+                        let s = self.store.odb().session(&id)?;
+                        decoded.insert(id, s.clone());
+                        s
+                    }
+                };
+                stack.push((id, true));
+                for n in s.sessions() {
+                    if !self.sessions.contains_key(&n) {
+                        stack.push((n, false));
+                    }
+                }
+                continue;
+            }
+            let Some(old) = decoded.remove(&id) else {
+                continue;
+            };
+            let mut s = old.clone();
+            let map = |x: &ObjectId, m: &HashMap<ObjectId, ObjectId>| *m.get(x).unwrap_or(x);
+            for p in &mut s.parents {
+                *p = map(p, &self.sessions);
+            }
+            if let Some(c) = &mut s.compaction {
+                c.session = map(&c.session, &self.sessions);
+            }
+            if let Some(sp) = &mut s.metadata.spawned_by {
+                *sp = map(sp, &self.sessions);
+            }
+            let mut n = 0;
+            n += self.blobs(&mut s.messages.added)?;
+            n += self.blobs(&mut s.display_messages.added)?;
+            for b in [&mut s.context_state, &mut s.environment_state]
+                .into_iter()
+                .flatten()
+            {
+                let (new, m) = self.blob(*b)?;
+                *b = new;
+                n += m;
+            }
+            if let Some(c) = &mut s.compaction {
+                let (new, m) = self.blob(c.summary)?;
+                c.summary = new;
+                n += m;
+            }
+            n += redact_opt(&mut s.title, self.redact);
+            n += redact_opt(&mut s.metadata.transport, self.redact);
+            n += redact_opt(&mut s.metadata.preset_id, self.redact);
+            for v in s.metadata.extra.values_mut() {
+                n += redact_json(v, self.redact);
+            }
+            if s.metadata.extra.keys().any(|k| (self.redact)(k).is_some()) {
+                let old_extra = std::mem::take(&mut s.metadata.extra);
+                for (k, v) in old_extra {
+                    match (self.redact)(&k) {
+                        Some((t, m)) => {
+                            n += m;
+                            s.metadata.extra.insert(t, v);
+                        }
+                        None => {
+                            s.metadata.extra.insert(k, v);
+                        }
+                    }
+                }
+            }
+            let new = if s == old {
+                id
+            } else {
+                // The rewritten session stays in its conversation, whose
+                // id (its root's id) is kept: records and the index name
+                // conversations by it.
+                s.conversation = Some(old.conversation_id(id));
+                let enc = s.encode()?;
+                let new = enc.id();
+                self.objects.push(enc);
+                self.report.sessions.push(Rewritten {
+                    old: id,
+                    new,
+                    matches: n,
+                });
+                new
+            };
+            self.report.matches += n;
+            self.sessions.insert(id, new);
+        }
+        Ok(())
+    }
+}
+
+impl Store {
+    /// Rewrites every session that `refs` (every ref, HEAD included, when
+    /// `None`) reach whose text `redact` changes (messages, display
+    /// messages, states, compaction summaries, title, metadata), and every
+    /// session that names one of them (children, forks, compactions of
+    /// it), as new sessions; then moves the refs with compare-and-swap and
+    /// redacts the conversations' records, in one operation whose reason
+    /// says why and how much (never what). The old sessions stay until the
+    /// ref log that names them expires and gc prunes them.
+    pub fn redact(
+        &self,
+        refs: Option<&[RefName]>,
+        redact: &Redactor<'_>,
+        opts: &RedactOptions,
+    ) -> Result<RedactReport> {
+        self.catch_up()?;
+        let mut all = self.refs()?;
+        if !all.iter().any(|(n, _)| *n == RefName::Head) {
+            if let Some(t) = self.get_ref(&RefName::Head)? {
+                all.push((RefName::Head, t));
+            }
+        }
+        let selected: Vec<(RefName, ObjectId)> = all
+            .iter()
+            .filter(|(n, _)| refs.is_none_or(|w| w.contains(n)))
+            .filter_map(|(n, t)| match t {
+                RefTarget::Session(id) => Some((n.clone(), *id)),
+                RefTarget::Symbolic(_) => None,
+            })
+            .collect();
+        if let Some(w) = refs {
+            for r in w {
+                if !all.iter().any(|(n, _)| n == r) {
+                    return Err(Error::Invalid(format!("{r} does not exist")));
+                }
+            }
+        }
+        let mut rw = Rewriter {
+            store: self,
+            redact,
+            sessions: HashMap::new(),
+            blobs: HashMap::new(),
+            objects: Vec::new(),
+            report: RedactReport::default(),
+        };
+        let roots: Vec<ObjectId> = selected.iter().map(|(_, id)| *id).collect();
+        rw.run(&roots)?;
+        let mut edits = Vec::new();
+        for (name, old) in &selected {
+            let new = rw.sessions.get(old).copied().unwrap_or(*old);
+            if new != *old {
+                edits.push(RefEdit {
+                    name: name.clone(),
+                    expected: PreviousValue::MustMatch(RefTarget::Session(*old)),
+                    new: Some(RefTarget::Session(new)),
+                });
+                rw.report.refs.push((name.clone(), *old, new));
+            }
+        }
+        // The conversations' records: title and metadata.
+        let mut conversations = Vec::new();
+        for (name, _) in &selected {
+            let (RefName::Conversation(c) | RefName::Archived(c)) = name else {
+                continue;
+            };
+            let Some(info) = self.conversation(c)? else {
+                continue;
+            };
+            let mut record = info.record.clone();
+            let mut n = redact_opt(&mut record.title, redact);
+            for v in record.metadata.values_mut() {
+                n += redact_json(v, redact);
+            }
+            if n > 0 {
+                record.updated_at = now_ms().max(record.updated_at);
+                rw.report.matches += n;
+                rw.report.records.push(c.clone());
+                conversations.push(ConversationUpdate {
+                    name: c.clone(),
+                    record: Some(record),
+                });
+            }
+        }
+        // Refs left out that still reach what was rewritten: the caller
+        // should know the old text stays reachable from them.
+        if refs.is_some() && !rw.report.sessions.is_empty() {
+            let rewritten: HashSet<ObjectId> = rw.report.sessions.iter().map(|r| r.old).collect();
+            for (name, t) in &all {
+                let RefTarget::Session(id) = t else { continue };
+                if selected.iter().any(|(n, _)| n == name) {
+                    continue;
+                }
+                if reaches_any(self, *id, &rewritten)? {
+                    rw.report.still_reachable_from.push(name.clone());
+                }
+            }
+        }
+        let mut report = rw.report;
+        if opts.dry_run || (edits.is_empty() && conversations.is_empty()) {
+            return Ok(report);
+        }
+        let reason = format!(
+            "redact: {} ({} matches, {} sessions rewritten)",
+            opts.reason,
+            report.matches,
+            report.sessions.len()
+        );
+        let committed = self.transact(
+            Transaction {
+                reason,
+                edits,
+                conversations,
+                objects: rw.objects,
+                ..Transaction::default()
+            },
+            opts.durability,
+        )?;
+        report.op = Some(committed.op);
+        Ok(report)
+    }
+}
+
+/// Whether `from` reaches (through parents and compaction sources) any of
+/// `targets`.
+fn reaches_any(store: &Store, from: ObjectId, targets: &HashSet<ObjectId>) -> Result<bool> {
+    let mut seen = HashSet::new();
+    let mut stack = vec![from];
+    while let Some(id) = stack.pop() {
+        if targets.contains(&id) {
+            return Ok(true);
+        }
+        if !seen.insert(id) {
+            continue;
+        }
+        match store.odb().session(&id) {
+            Ok(s) => stack.extend(s.sessions()),
+            Err(Error::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
+}
+
+// ---- why ----
+
+/// One step of the path that keeps an object alive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WhyStep {
+    /// A ref (HEAD included) pointing at the session.
+    Ref(RefName),
+    /// A live ref-log entry naming the session (its old or new value).
+    Reflog { name: RefName, op: u64, time: i64 },
+    /// A session, and how the one before it names it (`None` for the
+    /// first).
+    Session {
+        id: ObjectId,
+        via: Option<&'static str>,
+    },
+    /// A blob, and how the session before it names it.
+    Blob { id: ObjectId, via: &'static str },
+}
+
+impl Store {
+    /// Why gc would keep `target`: the path from a root (a ref, or a ref-log
+    /// entry younger than `reflog_expiry_ms` and not expired) to it, root
+    /// first; `None` when nothing reaches it (gc would drop it once past the
+    /// grace period). Roots are tried in the order gc gives them weight:
+    /// refs, then ref-log entries newest first; the path is a shortest one
+    /// from the first root that reaches the object.
+    pub fn why_reachable(
+        &self,
+        target: &ObjectId,
+        reflog_expiry_ms: i64,
+    ) -> Result<Option<Vec<WhyStep>>> {
+        let mut roots: Vec<(WhyStep, ObjectId)> = Vec::new();
+        let mut refs = self.refs()?;
+        if let Some(t) = self.get_ref(&RefName::Head)? {
+            if !refs.iter().any(|(n, _)| *n == RefName::Head) {
+                refs.push((RefName::Head, t));
+            }
+        }
+        for (name, t) in refs {
+            let id = match t {
+                RefTarget::Session(id) => Some(id),
+                RefTarget::Symbolic(r) => self.resolve_ref(&r)?,
+            };
+            if let Some(id) = id {
+                roots.push((WhyStep::Ref(name), id));
+            }
+        }
+        let now = now_ms();
+        for e in self.live_reflog_entries()?.into_iter().rev() {
+            if now.saturating_sub(e.time) >= reflog_expiry_ms {
+                continue;
+            }
+            for t in [&e.new, &e.old].into_iter().flatten() {
+                if let RefTarget::Session(id) = t {
+                    roots.push((
+                        WhyStep::Reflog {
+                            name: e.name.clone(),
+                            op: e.op,
+                            time: e.time,
+                        },
+                        *id,
+                    ));
+                }
+            }
+        }
+        let odb = self.odb();
+        // A walk from all roots at once, breadth first, remembering how each
+        // object was first reached.
+        let mut from: HashMap<ObjectId, (Option<ObjectId>, usize, &'static str)> = HashMap::new();
+        let mut queue: VecDeque<ObjectId> = VecDeque::new();
+        for (i, (_, id)) in roots.iter().enumerate() {
+            if odb.contains(id)? && !from.contains_key(id) {
+                from.insert(*id, (None, i, ""));
+                queue.push_back(*id);
+            }
+        }
+        while let Some(id) = queue.pop_front() {
+            if id == *target {
+                break;
+            }
+            let obj = match odb.read(&id) {
+                Ok(o) => o,
+                Err(Error::NotFound { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            if obj.kind() != ObjectKind::Session {
+                continue;
+            }
+            let s = Session::decode(obj.payload()).map_err(|e| Error::decode(id, e))?;
+            let root = from.get(&id).map_or(0, |f| f.1);
+            let mut named: Vec<(ObjectId, &'static str)> = Vec::new();
+            for (k, p) in s.parents.iter().enumerate() {
+                named.push((*p, if k == 0 { "parent" } else { "merged parent" }));
+            }
+            if let Some(c) = &s.compaction {
+                named.push((c.session, "compaction source"));
+                named.push((c.summary, "compaction summary"));
+            }
+            named.extend(s.messages.added.iter().map(|m| (*m, "message")));
+            named.extend(
+                s.display_messages
+                    .added
+                    .iter()
+                    .map(|m| (*m, "display message")),
+            );
+            named.extend(s.context_state.iter().map(|b| (*b, "context state")));
+            named.extend(
+                s.environment_state
+                    .iter()
+                    .map(|b| (*b, "environment state")),
+            );
+            for (n, via) in named {
+                if !from.contains_key(&n) {
+                    from.insert(n, (Some(id), root, via));
+                    queue.push_back(n);
+                }
+            }
+        }
+        let Some(&(_, root, _)) = from.get(target) else {
+            return Ok(None);
+        };
+        let mut path: Vec<(ObjectId, &'static str)> = Vec::new();
+        let mut at = *target;
+        loop {
+            let (prev, _, via) = from[&at];
+            path.push((at, via));
+            match prev {
+                Some(p) => at = p,
+                None => break,
+            }
+        }
+        path.reverse();
+        let mut steps = vec![roots[root].0.clone()];
+        for (k, (id, via)) in path.into_iter().enumerate() {
+            let is_session = matches!(odb.read(&id), Ok(o) if o.kind() == ObjectKind::Session);
+            steps.push(if is_session {
+                WhyStep::Session {
+                    id,
+                    via: (k > 0).then_some(via),
+                }
+            } else {
+                WhyStep::Blob { id, via }
+            });
+        }
+        Ok(Some(steps))
+    }
+}
