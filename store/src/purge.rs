@@ -590,9 +590,8 @@ impl Store {
     /// Why gc would keep `target`: the path from a root (a ref, or a ref-log
     /// entry younger than `reflog_expiry_ms` and not expired) to it, root
     /// first; `None` when nothing reaches it (gc would drop it once past the
-    /// grace period). Roots are tried in the order gc gives them weight:
-    /// refs, then ref-log entries newest first; the path is a shortest one
-    /// from the first root that reaches the object.
+    /// grace period). A path from a ref is preferred (a shortest one); only
+    /// when no ref reaches the object, one from a ref-log entry.
     pub fn why_reachable(
         &self,
         target: &ObjectId,
@@ -606,11 +605,8 @@ impl Store {
             }
         }
         for (name, t) in refs {
-            let id = match t {
-                RefTarget::Session(id) => Some(id),
-                RefTarget::Symbolic(r) => self.resolve_ref(&r)?,
-            };
-            if let Some(id) = id {
+            // A symbolic HEAD follows a ref that is a root already.
+            if let RefTarget::Session(id) = t {
                 roots.push((WhyStep::Ref(name), id));
             }
         }
@@ -633,56 +629,65 @@ impl Store {
             }
         }
         let odb = self.odb();
-        // A walk from all roots at once, breadth first, remembering how each
-        // object was first reached.
+        // Breadth first from the refs, then, if they do not reach it, from
+        // the ref-log entries too: a path from a ref is the answer that
+        // matters (expiring the ref log would not free the object).
         let mut from: HashMap<ObjectId, (Option<ObjectId>, usize, &'static str)> = HashMap::new();
         let mut queue: VecDeque<ObjectId> = VecDeque::new();
-        for (i, (_, id)) in roots.iter().enumerate() {
-            if odb.contains(id)? && !from.contains_key(id) {
-                from.insert(*id, (None, i, ""));
-                queue.push_back(*id);
-            }
-        }
-        while let Some(id) = queue.pop_front() {
-            if id == *target {
-                break;
-            }
-            let obj = match odb.read(&id) {
-                Ok(o) => o,
-                Err(Error::NotFound { .. }) => continue,
-                Err(e) => return Err(e),
-            };
-            if obj.kind() != ObjectKind::Session {
-                continue;
-            }
-            let s = Session::decode(obj.payload()).map_err(|e| Error::decode(id, e))?;
-            let root = from.get(&id).map_or(0, |f| f.1);
-            let mut named: Vec<(ObjectId, &'static str)> = Vec::new();
-            for (k, p) in s.parents.iter().enumerate() {
-                named.push((*p, if k == 0 { "parent" } else { "merged parent" }));
-            }
-            if let Some(c) = &s.compaction {
-                named.push((c.session, "compaction source"));
-                named.push((c.summary, "compaction summary"));
-            }
-            named.extend(s.messages.added.iter().map(|m| (*m, "message")));
-            named.extend(
-                s.display_messages
-                    .added
-                    .iter()
-                    .map(|m| (*m, "display message")),
-            );
-            named.extend(s.context_state.iter().map(|b| (*b, "context state")));
-            named.extend(
-                s.environment_state
-                    .iter()
-                    .map(|b| (*b, "environment state")),
-            );
-            for (n, via) in named {
-                if !from.contains_key(&n) {
-                    from.insert(n, (Some(id), root, via));
-                    queue.push_back(n);
+        for from_reflog in [false, true] {
+            for (i, (step, id)) in roots.iter().enumerate() {
+                if matches!(step, WhyStep::Reflog { .. }) != from_reflog {
+                    continue;
                 }
+                if !from.contains_key(id) && odb.contains(id)? {
+                    from.insert(*id, (None, i, ""));
+                    queue.push_back(*id);
+                }
+            }
+            while let Some(id) = queue.pop_front() {
+                if id == *target {
+                    break;
+                }
+                let obj = match odb.read(&id) {
+                    Ok(o) => o,
+                    Err(Error::NotFound { .. }) => continue,
+                    Err(e) => return Err(e),
+                };
+                if obj.kind() != ObjectKind::Session {
+                    continue;
+                }
+                let s = Session::decode(obj.payload()).map_err(|e| Error::decode(id, e))?;
+                let root = from.get(&id).map_or(0, |f| f.1);
+                let mut named: Vec<(ObjectId, &'static str)> = Vec::new();
+                for (k, p) in s.parents.iter().enumerate() {
+                    named.push((*p, if k == 0 { "parent" } else { "merged parent" }));
+                }
+                if let Some(c) = &s.compaction {
+                    named.push((c.session, "compaction source"));
+                    named.push((c.summary, "compaction summary"));
+                }
+                named.extend(s.messages.added.iter().map(|m| (*m, "message")));
+                named.extend(
+                    s.display_messages
+                        .added
+                        .iter()
+                        .map(|m| (*m, "display message")),
+                );
+                named.extend(s.context_state.iter().map(|b| (*b, "context state")));
+                named.extend(
+                    s.environment_state
+                        .iter()
+                        .map(|b| (*b, "environment state")),
+                );
+                for (n, via) in named {
+                    if !from.contains_key(&n) {
+                        from.insert(n, (Some(id), root, via));
+                        queue.push_back(n);
+                    }
+                }
+            }
+            if from.contains_key(target) {
+                break;
             }
         }
         let Some(&(_, root, _)) = from.get(target) else {

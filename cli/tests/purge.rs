@@ -1,0 +1,351 @@
+//! End to end: a leaked secret is purged for good. `redact` rewrites what
+//! holds it, `gc --prune=now --expire-reflog=now` drops the old objects,
+//! and no byte of it is left anywhere in the store directory, zstd frames
+//! decompressed; `reflog expire` and `gc --dry-run --why` on their own.
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+mod support;
+use support::{new_store, sessctl};
+
+use std::path::Path;
+
+const SECRET: &str = "sk-live-4f9a8B7c6D5e4F3a2B1c";
+const PATTERN: &str = "sk-live-[A-Za-z0-9]+";
+
+fn ok(store: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    let r = sessctl(store, args, stdin);
+    assert_eq!(r.code, 0, "sessctl {args:?}: {}", r.stderr);
+    r.stdout
+}
+
+fn commit(store: &Path, args: &[&str], messages: &serde_json::Value) -> String {
+    let mut a = vec!["commit"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["--messages", "-"]);
+    ok(store, &a, Some(&messages.to_string())).trim().to_owned()
+}
+
+fn user(text: &str) -> serde_json::Value {
+    serde_json::json!({"role": "user", "content": text})
+}
+
+fn assistant(text: &str) -> serde_json::Value {
+    serde_json::json!({"role": "assistant", "content": text})
+}
+
+/// Every file under `dir` where `needle` occurs: in the raw bytes, or in
+/// what any zstd frame found in them (by its magic, at any offset)
+/// decompresses to. `path@offset` names a frame.
+fn occurrences(dir: &Path, needle: &[u8]) -> Vec<String> {
+    const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+    let mut hits = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let bytes = std::fs::read(&path).unwrap();
+            if contains(&bytes, needle) {
+                hits.push(path.display().to_string());
+            }
+            let mut at = 0;
+            while let Some(i) = find(&bytes[at..], &ZSTD_MAGIC) {
+                let start = at + i;
+                let mut out = Vec::new();
+                if let Ok(dec) = zstd::stream::read::Decoder::new(&bytes[start..]) {
+                    use std::io::Read;
+                    // A false magic or a cut frame: keep what inflated.
+                    let _ = dec.single_frame().take(1 << 28).read_to_end(&mut out);
+                }
+                if contains(&out, needle) {
+                    hits.push(format!("{}@{start}", path.display()));
+                }
+                at = start + 1;
+            }
+        }
+    }
+    hits
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    find(hay, needle).is_some()
+}
+
+fn zstd_frames_in(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| std::fs::read(e.unwrap().path()).unwrap())
+        .map(|b| {
+            b.windows(4)
+                .filter(|w| *w == [0x28, 0xb5, 0x2f, 0xfd])
+                .count()
+        })
+        .sum()
+}
+
+#[test]
+fn a_redacted_secret_leaves_no_byte_in_the_store() {
+    let (_d, s) = new_store();
+    // Conversations that never saw the secret.
+    commit(
+        &s,
+        &["--new", "clean", "--title", "Clean chat"],
+        &serde_json::json!([user("plan the release"), assistant("step one")]),
+    );
+    commit(
+        &s,
+        &["clean"],
+        &serde_json::json!([user("and then?"), assistant("step two")]),
+    );
+    commit(
+        &s,
+        &["--new", "other"],
+        &serde_json::json!([user("sk-test is not a live key"), assistant("right")]),
+    );
+    // The leak: once in a short message (stored raw in the journal), once
+    // in a long one (compressed there), after a turn without it.
+    let root = commit(
+        &s,
+        &["--new", "leak", "--title", "Deploy"],
+        &serde_json::json!([user("deploy the app"), assistant("which key?")]),
+    );
+    let padding = "lorem ipsum dolor sit amet ".repeat(300);
+    commit(
+        &s,
+        &["leak"],
+        &serde_json::json!([
+            user(&format!("use {SECRET}")),
+            assistant(&format!("{padding} noted {SECRET} {padding}")),
+        ]),
+    );
+    commit(
+        &s,
+        &["leak"],
+        &serde_json::json!([user("thanks"), assistant("done")]),
+    );
+    // A fork that keeps the secret, one that cuts before it, a tag on the
+    // leaking session, and a compaction whose summary quotes it (the
+    // summarizer echoes the messages it is given).
+    ok(
+        &s,
+        &["fork", "leak", "--at-message", "4", "--as", "leakfork"],
+        None,
+    );
+    commit(
+        &s,
+        &["leakfork"],
+        &serde_json::json!([user("forked"), assistant("yes")]),
+    );
+    ok(
+        &s,
+        &["fork", "leak", "--at-message", "2", "--as", "early"],
+        None,
+    );
+    let leaking = ok(&s, &["rev-parse", "leak~1"], None).trim().to_owned();
+    ok(&s, &["update-ref", "refs/tags/before", &leaking], None);
+    ok(
+        &s,
+        &["compact", "leak", "--summarizer", "cat", "--keep-last", "2"],
+        None,
+    );
+    ok(&s, &["checkout", "clean"], None);
+    ok(&s, &["rm", "early"], None);
+    let export_before: Vec<String> = ["clean", "other"]
+        .iter()
+        .map(|c| ok(&s, &["export", c], None))
+        .collect();
+    let leak_len = ok(&s, &["export", "leak"], None);
+    let leak_len: serde_json::Value = serde_json::from_str(&leak_len).unwrap();
+    let leaking_blob = {
+        let show = ok(&s, &["cat-object", "--json", &leaking], None);
+        let v: serde_json::Value = serde_json::from_str(&show).unwrap();
+        v["messages"]["added"][0].as_str().unwrap().to_owned()
+    };
+    assert!(ok(&s, &["cat-object", "-p", &leaking_blob], None).contains(SECRET));
+
+    // The search can fail: the secret is there, in the journal, raw and
+    // compressed; and after a repack inside a pack's zstd frames.
+    let before = occurrences(&s, SECRET.as_bytes());
+    assert!(before.iter().any(|h| h.contains("journal")), "{before:?}");
+    ok(&s, &["repack"], None);
+    let packed = occurrences(&s, SECRET.as_bytes());
+    assert!(packed.iter().any(|h| h.contains(".pack@")), "{packed:?}");
+    assert!(zstd_frames_in(&s.join("packs")) > 0);
+
+    // A dry run lists and writes nothing.
+    let reflog_before = ok(&s, &["reflog"], None);
+    let dry = ok(&s, &["redact", PATTERN, "--dry-run", "--json"], None);
+    let dry: serde_json::Value = serde_json::from_str(&dry).unwrap();
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["op"], serde_json::Value::Null);
+    let moved: Vec<&str> = dry["refs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["ref"].as_str().unwrap())
+        .collect();
+    // The tag, both conversations that hold the secret, and nothing else.
+    assert_eq!(
+        moved,
+        ["refs/heads/leak", "refs/heads/leakfork", "refs/tags/before"]
+    );
+    // 2 in the messages, 2 in the summary (it quotes them).
+    assert_eq!(dry["matches"], 4, "{dry}");
+    assert_eq!(ok(&s, &["reflog"], None), reflog_before);
+
+    // Redact: the pattern, never echoed; the reason and counts recorded.
+    let r = sessctl(
+        &s,
+        &["redact", PATTERN, "--reason", "leaked deploy key"],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.starts_with("rewrote "), "{}", r.stdout);
+    assert!(r.stdout.contains("moved 3 refs"), "{}", r.stdout);
+    assert!(!r.stdout.contains("sk-live") && !r.stderr.contains("sk-live"));
+    let reflog = ok(&s, &["reflog", "leak"], None);
+    let newest = reflog.lines().next().unwrap();
+    assert!(
+        newest.contains("redact: leaked deploy key (4 matches, "),
+        "{newest}"
+    );
+    assert!(!ok(&s, &["reflog", "--json"], None).contains("sk-live"));
+    // A second run finds nothing.
+    let again = ok(&s, &["redact", PATTERN], None);
+    assert_eq!(again, "no match: nothing to redact\n");
+
+    // Redacted histories read as before, the secret replaced.
+    for conv in ["leak", "leakfork", "refs/tags/before"] {
+        let text = ok(&s, &["export", conv], None);
+        assert!(!text.contains("sk-live"), "{conv}: {text}");
+        assert!(text.contains("[REDACTED]"), "{conv}");
+    }
+    let leak_after: serde_json::Value =
+        serde_json::from_str(&ok(&s, &["export", "leak"], None)).unwrap();
+    assert_eq!(
+        leak_after.as_array().map(Vec::len),
+        leak_len.as_array().map(Vec::len)
+    );
+    // The conversation keeps its id (its root, which had no secret, is
+    // the same session).
+    let log = ok(&s, &["log", "leak"], None);
+    assert!(log.contains(&root[..12]), "{log}");
+
+    // Still reachable from the ref log: why says so.
+    let why = ok(&s, &["gc", "--dry-run", "--why", &leaking_blob], None);
+    assert!(why.contains("is reachable"), "{why}");
+    assert!(why.contains("ref-log entry of "), "{why}");
+    assert!(ok(&s, &["cat-object", "-p", &leaking_blob], None).contains(SECRET));
+
+    // Expire and prune: gone.
+    let gc = ok(&s, &["gc", "--prune=now", "--expire-reflog=now"], None);
+    assert!(gc.starts_with("pruned "), "{gc}");
+    let r = sessctl(&s, &["cat-object", "-p", &leaking_blob], None);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    let why = ok(&s, &["gc", "--dry-run", "--why", &root], None);
+    assert!(why.contains("is reachable:\n  ref refs/"), "{why}");
+    let hits = occurrences(&s, SECRET.as_bytes());
+    assert_eq!(hits, Vec::<String>::new());
+    assert_eq!(occurrences(&s, b"sk-live"), Vec::<String>::new());
+    // Every other conversation reads the same, and the store is clean.
+    let export_after: Vec<String> = ["clean", "other"]
+        .iter()
+        .map(|c| ok(&s, &["export", c], None))
+        .collect();
+    assert_eq!(export_after, export_before);
+    let r = sessctl(&s, &["fsck", "--full"], None);
+    assert_eq!((r.code, r.stdout.as_str()), (0, ""), "{}", r.stderr);
+    // A reindex from the operations brings nothing back.
+    ok(&s, &["reindex"], None);
+    assert_eq!(occurrences(&s, b"sk-live"), Vec::<String>::new());
+    let ls = ok(&s, &["ls", "--all"], None);
+    assert!(ls.contains("clean") && ls.contains("leakfork"), "{ls}");
+}
+
+#[test]
+fn reflog_expire_hides_old_entries_and_keeps_chains_whole() {
+    let (_d, s) = new_store();
+    commit(
+        &s,
+        &["--new", "a"],
+        &serde_json::json!([user("one"), assistant("1")]),
+    );
+    let first = ok(&s, &["rev-parse", "a"], None).trim().to_owned();
+    commit(&s, &["a"], &serde_json::json!([user("two")]));
+    commit(
+        &s,
+        &["--new", "b"],
+        &serde_json::json!([user("bee"), assistant("b")]),
+    );
+    // Usage errors, before anything is touched.
+    let r = sessctl(&s, &["reflog", "expire"], None);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let r = sessctl(&s, &["reflog", "expire", "--all", "--expire=soon"], None);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.starts_with("sessctl: --expire takes now"),
+        "{}",
+        r.stderr
+    );
+    let r = sessctl(&s, &["gc", "--why", &first], None);
+    assert_eq!(r.code, 2, "--why needs --dry-run");
+    let r = sessctl(&s, &["reflog", "expire", "nosuch"], None);
+    assert_eq!(r.code, 1);
+    assert_eq!(r.stderr, "sessctl: refs/heads/nosuch has no ref log\n");
+
+    // The default (90 days) expires nothing young.
+    assert_eq!(
+        ok(&s, &["reflog", "expire", "--all"], None),
+        "expired 0 entries of 0 refs\n"
+    );
+    // A dry run says what, and changes nothing.
+    assert_eq!(
+        ok(&s, &["reflog", "expire", "--expire=now", "a", "-n"], None),
+        "would expire 2 entries of refs/heads/a, 0 kept\nwould expire 2 entries of 1 refs\n"
+    );
+    assert_eq!(ok(&s, &["reflog", "a"], None).lines().count(), 2);
+    // Reachable from the ref log only: the first session of a, once a
+    // moves on and an unrelated reset drops it... here, a's log keeps it.
+    ok(&s, &["update-ref", "refs/heads/a", &first], None);
+    let second_gone = ok(&s, &["reflog", "a"], None);
+    assert_eq!(second_gone.lines().count(), 3);
+    let r = ok(
+        &s,
+        &["reflog", "expire", "--expire=now", "a", "--json"],
+        None,
+    );
+    let v: serde_json::Value = serde_json::from_str(&r).unwrap();
+    assert_eq!(v["expired"], 3);
+    assert_eq!(v["refs"]["refs/heads/a"]["kept"], 0);
+    assert!(v["op"].is_u64());
+    let r = sessctl(&s, &["reflog", "a"], None);
+    assert_eq!(r.code, 1);
+    assert_eq!(r.stderr, "sessctl: refs/heads/a has no ref log\n");
+    // The other refs' logs stay, and every chain still verifies (a's
+    // second session is dangling now: nothing keeps it).
+    assert!(ok(&s, &["reflog", "b"], None).contains("refs/heads/b"));
+    let r = sessctl(&s, &["fsck", "--full"], None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.lines().all(|l| l.starts_with("dangling session ")));
+    assert_eq!(r.stdout.lines().count(), 1, "{}", r.stdout);
+    // The ref log no longer keeps a's second session: gc drops it.
+    let gc = ok(&s, &["gc", "--prune=now", "--dry-run"], None);
+    assert!(gc.starts_with("would prune 2 of "), "{gc}");
+    // New moves log as before, chained to the expired entries.
+    commit(&s, &["a"], &serde_json::json!([user("three")]));
+    assert_eq!(ok(&s, &["reflog", "a"], None).lines().count(), 1);
+    let r = sessctl(&s, &["fsck"], None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // --why for what nothing reaches.
+    ok(&s, &["gc", "--prune=now"], None);
+    let why = ok(&s, &["gc", "--dry-run", "--why", &first], None);
+    assert!(why.contains("is reachable"), "{why}");
+    assert!(why.contains("  ref refs/heads/a\n  -> session "), "{why}");
+}
