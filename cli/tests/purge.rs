@@ -130,6 +130,13 @@ fn a_redacted_secret_leaves_no_byte_in_the_store() {
         &["leak"],
         &serde_json::json!([user("thanks"), assistant("done")]),
     );
+    // A conversation that opens with it: its preview (the first user
+    // message) lands in the index tables.
+    commit(
+        &s,
+        &["--new", "leak2"],
+        &serde_json::json!([user(&format!("{SECRET} is my key")), assistant("noted")]),
+    );
     // A fork that keeps the secret, one that cuts before it, a tag on the
     // leaking session, and a compaction whose summary quotes it (the
     // summarizer echoes the messages it is given).
@@ -171,12 +178,14 @@ fn a_redacted_secret_leaves_no_byte_in_the_store() {
     assert!(ok(&s, &["cat-object", "-p", &leaking_blob], None).contains(SECRET));
 
     // The search can fail: the secret is there, in the journal, raw and
-    // compressed; and after a repack inside a pack's zstd frames.
+    // compressed; and after a repack inside a pack's zstd frames, and in
+    // the index table it writes (leak2's preview).
     let before = occurrences(&s, SECRET.as_bytes());
     assert!(before.iter().any(|h| h.contains("journal")), "{before:?}");
     ok(&s, &["repack"], None);
     let packed = occurrences(&s, SECRET.as_bytes());
     assert!(packed.iter().any(|h| h.contains(".pack@")), "{packed:?}");
+    assert!(packed.iter().any(|h| h.ends_with(".sit")), "{packed:?}");
     assert!(zstd_frames_in(&s.join("packs")) > 0);
 
     // A dry run lists and writes nothing.
@@ -194,10 +203,15 @@ fn a_redacted_secret_leaves_no_byte_in_the_store() {
     // The tag, both conversations that hold the secret, and nothing else.
     assert_eq!(
         moved,
-        ["refs/heads/leak", "refs/heads/leakfork", "refs/tags/before"]
+        [
+            "refs/heads/leak",
+            "refs/heads/leak2",
+            "refs/heads/leakfork",
+            "refs/tags/before"
+        ]
     );
-    // 2 in the messages, 2 in the summary (it quotes them).
-    assert_eq!(dry["matches"], 4, "{dry}");
+    // 2 in leak's messages, 2 in its summary (it quotes them), 1 in leak2.
+    assert_eq!(dry["matches"], 5, "{dry}");
     assert_eq!(ok(&s, &["reflog"], None), reflog_before);
 
     // Redact: the pattern, never echoed; the reason and counts recorded.
@@ -208,12 +222,12 @@ fn a_redacted_secret_leaves_no_byte_in_the_store() {
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.starts_with("rewrote "), "{}", r.stdout);
-    assert!(r.stdout.contains("moved 3 refs"), "{}", r.stdout);
+    assert!(r.stdout.contains("moved 4 refs"), "{}", r.stdout);
     assert!(!r.stdout.contains("sk-live") && !r.stderr.contains("sk-live"));
     let reflog = ok(&s, &["reflog", "leak"], None);
     let newest = reflog.lines().next().unwrap();
     assert!(
-        newest.contains("redact: leaked deploy key (4 matches, "),
+        newest.contains("redact: leaked deploy key (5 matches, "),
         "{newest}"
     );
     assert!(!ok(&s, &["reflog", "--json"], None).contains("sk-live"));
@@ -222,7 +236,7 @@ fn a_redacted_secret_leaves_no_byte_in_the_store() {
     assert_eq!(again, "no match: nothing to redact\n");
 
     // Redacted histories read as before, the secret replaced.
-    for conv in ["leak", "leakfork", "refs/tags/before"] {
+    for conv in ["leak", "leak2", "leakfork", "refs/tags/before"] {
         let text = ok(&s, &["export", conv], None);
         assert!(!text.contains("sk-live"), "{conv}: {text}");
         assert!(text.contains("[REDACTED]"), "{conv}");
