@@ -320,6 +320,13 @@ pub fn redact(ctx: &Ctx, args: RedactArgs) -> CmdResult {
         ));
     }
     print(&out)?;
+    if !r.records.is_empty() {
+        eprintln!(
+            "sessctl: warning: the operations that set the earlier title or metadata of {} \
+             keep it: operations are never rewritten",
+            r.records.join(", ")
+        );
+    }
     for name in &r.still_reachable_from {
         eprintln!(
             "sessctl: warning: {name} was not selected and still reaches a session that holds the text"

@@ -195,6 +195,39 @@ fn the_operation_example_is_pinned() {
     assert_eq!(Operation::decode(&bytes).unwrap(), op);
 }
 
+/// The expiry example of "Expiring the ref log": operation 2 expires the
+/// first entry of `refs/heads/greeting` (the operation example's).
+#[test]
+fn the_expiry_example_is_pinned() {
+    use sessctl_store::refs::{Operation, ReflogExpiry};
+    let first = support::example_operation();
+    let op = Operation {
+        seq: 2,
+        prev: Some(first.hash()),
+        time: 1_763_000_002_000,
+        actor: "alice".into(),
+        reason: "reflog-expire".into(),
+        refs: vec![],
+        conversations: vec![],
+        runs: vec![],
+        expire: vec![ReflogExpiry {
+            name: first.refs[0].name.clone(),
+            through: first.reflog_entries()[0].hash(),
+        }],
+    };
+    let bytes = op.encode();
+    let spec = spec();
+    assert!(
+        spec.contains(&dump(&bytes)),
+        "objects-format.md lacks the expiry's hex dump:\n{}",
+        dump(&bytes)
+    );
+    assert!(spec.contains(&format!("({} bytes)", bytes.len())));
+    let hash = sessctl_store::hash::hex(&op.hash());
+    assert!(spec.contains(&hash), "objects-format.md lacks hash {hash}");
+    assert_eq!(Operation::decode(&bytes).unwrap(), op);
+}
+
 /// The lineage index of the two example sessions.
 #[test]
 fn the_lineage_index_example_matches_the_spec() {
