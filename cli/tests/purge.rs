@@ -363,3 +363,71 @@ fn reflog_expire_hides_old_entries_and_keeps_chains_whole() {
     assert!(why.contains("is reachable"), "{why}");
     assert!(why.contains("  ref refs/heads/a\n  -> session "), "{why}");
 }
+
+#[test]
+fn redact_on_chosen_refs_warns_of_the_others_and_never_echoes_the_pattern() {
+    let (_d, s) = new_store();
+    commit(
+        &s,
+        &["--new", "a"],
+        &serde_json::json!([user(&format!("key {SECRET}")), assistant("ok")]),
+    );
+    ok(&s, &["fork", "a", "--as", "b"], None);
+    commit(&s, &["b"], &serde_json::json!([user("more")]));
+    commit(
+        &s,
+        &["--new", "c"],
+        &serde_json::json!([user("nothing here")]),
+    );
+    // A pattern that does not compile: a usage error that does not quote it.
+    let r = sessctl(&s, &["redact", "sk-live-(unclosed"], None);
+    assert_eq!(r.code, 2);
+    assert_eq!(
+        r.stderr,
+        "sessctl: PATTERN is not a valid regular expression\n"
+    );
+    let r = sessctl(&s, &["redact", "x*"], None);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let r = sessctl(&s, &["redact", PATTERN, "nosuch"], None);
+    assert_eq!(r.code, 1);
+    assert!(r
+        .stderr
+        .contains("no conversation, archived conversation or tag named nosuch"));
+    // Nothing in c.
+    assert_eq!(
+        ok(&s, &["redact", PATTERN, "c"], None),
+        "no match: nothing to redact\n"
+    );
+    // b alone: a still reaches the text, and is named.
+    let r = sessctl(
+        &s,
+        &[
+            "redact",
+            "-i",
+            "SK-LIVE-[a-z0-9]+",
+            "b",
+            "--replace",
+            "<gone>",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("warning: refs/heads/a was not selected and still reaches"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("sk-live") && !r.stdout.contains("sk-live"));
+    assert!(ok(&s, &["export", "b"], None).contains("<gone>"));
+    assert!(ok(&s, &["export", "a"], None).contains(SECRET));
+    // HEAD (following c, then a) stands for the ref it follows.
+    ok(&s, &["checkout", "a"], None);
+    let r = ok(&s, &["redact", PATTERN, "HEAD", "--json"], None);
+    let v: serde_json::Value = serde_json::from_str(&r).unwrap();
+    assert_eq!(v["refs"][0]["ref"], "refs/heads/a", "{v}");
+    assert_eq!(v["still_reachable_from"], serde_json::json!([]));
+    assert!(!ok(&s, &["export", "a"], None).contains("sk-live"));
+    let r = sessctl(&s, &["fsck"], None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}

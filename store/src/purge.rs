@@ -8,6 +8,7 @@
 //! reachable, sweeps them. This module never rewrites an operation: the
 //! operation and ref-log chains stay verifiable.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use serde_json::Value;
@@ -446,9 +447,18 @@ impl Store {
                 all.push((RefName::Head, t));
             }
         }
+        // A symbolic HEAD asked for by name stands for the ref it follows.
+        let wanted: Option<Vec<RefName>> = refs.map(|w| {
+            w.iter()
+                .map(|r| match all.iter().find(|(n, _)| n == r) {
+                    Some((_, RefTarget::Symbolic(followed))) => followed.clone(),
+                    _ => r.clone(),
+                })
+                .collect()
+        });
         let selected: Vec<(RefName, ObjectId)> = all
             .iter()
-            .filter(|(n, _)| refs.is_none_or(|w| w.contains(n)))
+            .filter(|(n, _)| wanted.as_ref().is_none_or(|w| w.contains(n)))
             .filter_map(|(n, t)| match t {
                 RefTarget::Session(id) => Some((n.clone(), *id)),
                 RefTarget::Symbolic(_) => None,
@@ -510,7 +520,13 @@ impl Store {
         // Refs left out that still reach what was rewritten: the caller
         // should know the old text stays reachable from them.
         if refs.is_some() && !rw.report.sessions.is_empty() {
-            let rewritten: HashSet<ObjectId> = rw.report.sessions.iter().map(|r| r.old).collect();
+            let rewritten: HashSet<ObjectId> = rw
+                .report
+                .sessions
+                .iter()
+                .map(|r| r.old)
+                .chain(rw.report.blobs.iter().map(|b| b.0))
+                .collect();
             for (name, t) in &all {
                 let RefTarget::Session(id) = t else { continue };
                 if selected.iter().any(|(n, _)| n == name) {
@@ -546,8 +562,8 @@ impl Store {
     }
 }
 
-/// Whether `from` reaches (through parents and compaction sources) any of
-/// `targets`.
+/// Whether `from` reaches (through parents and compaction sources, and the
+/// blobs each session names) any of `targets`.
 fn reaches_any(store: &Store, from: ObjectId, targets: &HashSet<ObjectId>) -> Result<bool> {
     let mut seen = HashSet::new();
     let mut stack = vec![from];
@@ -559,7 +575,12 @@ fn reaches_any(store: &Store, from: ObjectId, targets: &HashSet<ObjectId>) -> Re
             continue;
         }
         match store.odb().session(&id) {
-            Ok(s) => stack.extend(s.sessions()),
+            Ok(s) => {
+                if s.blobs().any(|b| targets.contains(&b)) {
+                    return Ok(true);
+                }
+                stack.extend(s.sessions());
+            }
             Err(Error::NotFound { .. }) => {}
             Err(e) => return Err(e),
         }
@@ -680,8 +701,8 @@ impl Store {
                         .map(|b| (*b, "environment state")),
                 );
                 for (n, via) in named {
-                    if !from.contains_key(&n) {
-                        from.insert(n, (Some(id), root, via));
+                    if let Entry::Vacant(slot) = from.entry(n) {
+                        slot.insert((Some(id), root, via));
                         queue.push_back(n);
                     }
                 }
