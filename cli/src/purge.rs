@@ -47,6 +47,11 @@ fn find_ref(store: &Store, text: &str) -> CmdResult<RefName> {
     )))
 }
 
+/// `1 session`, `2 sessions`.
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 // ---- reflog expire ----
 
 #[derive(Debug, Subcommand)]
@@ -123,12 +128,17 @@ pub fn reflog_action(ctx: &Ctx, action: ReflogAction) -> CmdResult {
     for (name, (expired, kept)) in &r.refs {
         if *expired > 0 {
             out.push_str(&format!(
-                "{verb} {expired} entries of {name}, {kept} kept\n"
+                "{verb} {} of {name}, {kept} kept\n",
+                count(*expired, "entry", "entries")
             ));
         }
     }
     let refs = r.refs.values().filter(|(e, _)| *e > 0).count();
-    out.push_str(&format!("{verb} {} entries of {refs} refs\n", r.expired()));
+    out.push_str(&format!(
+        "{verb} {} of {}\n",
+        count(r.expired(), "entry", "entries"),
+        count(refs, "ref", "refs")
+    ));
     print(&out)
 }
 
@@ -287,11 +297,11 @@ pub fn redact(ctx: &Ctx, args: RedactArgs) -> CmdResult {
         ("rewrote", "moved")
     };
     out.push_str(&format!(
-        "{verb} {} sessions and {} blobs ({} matches); {moved} {} refs\n",
-        r.sessions.len(),
-        r.blobs.len(),
-        r.matches,
-        r.refs.len()
+        "{verb} {} and {} ({}); {moved} {}\n",
+        count(r.sessions.len(), "session", "sessions"),
+        count(r.blobs.len(), "blob", "blobs"),
+        count(r.matches, "match", "matches"),
+        count(r.refs.len(), "ref", "refs")
     ));
     for (name, old, new) in &r.refs {
         out.push_str(&format!(
@@ -306,10 +316,8 @@ pub fn redact(ctx: &Ctx, args: RedactArgs) -> CmdResult {
         ));
     }
     for s in &r.sessions {
-        let what = if s.matches == 1 {
-            "1 match".to_owned()
-        } else if s.matches > 0 {
-            format!("{} matches", s.matches)
+        let what = if s.matches > 0 {
+            count(s.matches, "match", "matches")
         } else {
             "names a rewritten session".to_owned()
         };

@@ -322,7 +322,7 @@ fn reflog_expire_hides_old_entries_and_keeps_chains_whole() {
     // A dry run says what, and changes nothing.
     assert_eq!(
         ok(&s, &["reflog", "expire", "--expire=now", "a", "-n"], None),
-        "would expire 2 entries of refs/heads/a, 0 kept\nwould expire 2 entries of 1 refs\n"
+        "would expire 2 entries of refs/heads/a, 0 kept\nwould expire 2 entries of 1 ref\n"
     );
     assert_eq!(ok(&s, &["reflog", "a"], None).lines().count(), 2);
     // Reachable from the ref log only: the first session of a, once a

@@ -36,6 +36,9 @@ use crate::odb::lock::LockFile;
 use crate::odb::Odb;
 use crate::refs::{Hash, Operation};
 
+/// How long a rebuild waits for another process's table write.
+const REBUILD_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub use crate::message::{content_text, user_text};
 pub use stack::{TABLE_EVERY, TABLE_KEYS};
 pub use summary::{ConversationInfo, RunClaim, SessionInfo};
@@ -411,7 +414,15 @@ impl Index {
         if !force && !self.view().overlay_due() {
             return Ok(false);
         }
-        let Some(_one_writer) = lock.try_lock()? else {
+        // A rebuild waits for another table writer (a table write is short):
+        // skipping it would leave the old tables, and gc rebuilds so that
+        // none keeps the text of what it dropped.
+        let one_writer = if adopt {
+            lock.try_lock()?
+        } else {
+            Some(lock.lock(Some(REBUILD_WAIT))?)
+        };
+        let Some(_one_writer) = one_writer else {
             return Ok(false);
         };
         // Another process may have written tables since this one loaded.
