@@ -541,11 +541,13 @@ impl Store {
         if opts.dry_run || (edits.is_empty() && conversations.is_empty()) {
             return Ok(report);
         }
+        let plural =
+            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         let reason = format!(
-            "redact: {} ({} matches, {} sessions rewritten)",
+            "redact: {} ({}, {} rewritten)",
             opts.reason,
-            report.matches,
-            report.sessions.len()
+            plural(report.matches, "match", "matches"),
+            plural(report.sessions.len(), "session", "sessions")
         );
         let committed = self.transact(
             Transaction {
@@ -738,5 +740,51 @@ impl Store {
             });
         }
         Ok(Some(steps))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Messages, Turn};
+
+    #[test]
+    fn fsck_names_an_expiry_of_an_entry_its_chain_lacks() {
+        let store = Store::in_memory().unwrap();
+        let turn = Turn {
+            messages: Messages::Added(vec![serde_json::json!({"role": "user", "content": "x"})]),
+            ..Turn::default()
+        };
+        store.create(Some("a"), turn, Durability::Sync).unwrap();
+        let a = RefName::conversation("a").unwrap();
+        store
+            .transact_expiring(
+                Transaction {
+                    reason: EXPIRE_REASON.into(),
+                    ..Transaction::default()
+                },
+                vec![ReflogExpiry {
+                    name: a.clone(),
+                    through: [7; 32],
+                }],
+                Durability::Sync,
+            )
+            .unwrap();
+        // Readers ignore it: nothing expired.
+        assert_eq!(store.live_reflog_entries().unwrap().len(), 2);
+        let problems = store.verify_chains().unwrap();
+        assert_eq!(
+            problems,
+            vec![
+                "refs/heads/a: operation 2 expires its ref log through an entry it does not have"
+                    .to_owned()
+            ]
+        );
+        // A real expiry is clean.
+        store
+            .expire_reflog(Some(&[a]), i64::MAX, false, Durability::Sync)
+            .unwrap();
+        assert_eq!(store.live_reflog_entries().unwrap().len(), 1);
+        assert_eq!(store.verify_chains().unwrap().len(), 1);
     }
 }

@@ -1,0 +1,226 @@
+//! Expiring the ref log, redaction and gc's why, through the public API.
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+use sessctl_store::fsck::FsckOptions;
+use sessctl_store::gc::{GcOptions, Prune};
+use sessctl_store::purge::{expiry_cutoff, RedactOptions, WhyStep};
+use sessctl_store::{
+    Durability, ForkOptions, Messages, ObjectId, OpenOptions, RefName, Store, Turn,
+};
+
+fn new_store() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    drop(Store::init(&path).unwrap());
+    (dir, path)
+}
+
+fn open(path: &Path) -> Store {
+    Store::open(path, &OpenOptions::default()).unwrap()
+}
+
+fn turn(text: &str) -> Turn {
+    Turn {
+        messages: Messages::Added(vec![json!({"role": "user", "content": text})]),
+        ..Turn::default()
+    }
+}
+
+fn heads(store: &Store) -> Vec<(String, usize)> {
+    let mut out: Vec<(String, usize)> = Vec::new();
+    for e in store.live_reflog_entries().unwrap() {
+        let name = e.name.to_string();
+        match out.iter_mut().find(|(n, _)| *n == name) {
+            Some(x) => x.1 += 1,
+            None => out.push((name, 1)),
+        }
+    }
+    out.sort();
+    out
+}
+
+/// "[REDACTED]" for every "SECRET".
+fn redactor(text: &str) -> Option<(String, usize)> {
+    let n = text.matches("SECRET").count();
+    (n > 0).then(|| (text.replace("SECRET", "[REDACTED]"), n))
+}
+
+fn opts() -> RedactOptions {
+    RedactOptions {
+        reason: "test".into(),
+        dry_run: false,
+        durability: Durability::Sync,
+    }
+}
+
+#[test]
+fn an_expiry_is_an_operation_that_keeps_every_chain_whole() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    store
+        .create(Some("a"), turn("one"), Durability::NoSync)
+        .unwrap();
+    store
+        .commit("a", None, turn("two"), Durability::NoSync)
+        .unwrap();
+    store
+        .create(Some("b"), turn("bee"), Durability::Sync)
+        .unwrap();
+    let before = heads(&store);
+    assert_eq!(
+        before,
+        vec![
+            ("HEAD".into(), 2),
+            ("refs/heads/a".into(), 2),
+            ("refs/heads/b".into(), 1)
+        ]
+    );
+    // A cutoff before everything expires nothing, and writes nothing.
+    let r = store
+        .expire_reflog(None, 0, false, Durability::Sync)
+        .unwrap();
+    assert_eq!((r.expired(), r.op), (0, None));
+    let a = RefName::conversation("a").unwrap();
+    let r = store
+        .expire_reflog(
+            Some(std::slice::from_ref(&a)),
+            expiry_cutoff(Prune::Now),
+            false,
+            Durability::Sync,
+        )
+        .unwrap();
+    assert_eq!(r.expired(), 2);
+    assert!(r.op.is_some());
+    assert_eq!(
+        heads(&store),
+        vec![("HEAD".into(), 2), ("refs/heads/b".into(), 1)]
+    );
+    // Every entry is still in the operations; the chains verify.
+    assert_eq!(store.reflog_entries().unwrap().len(), 5);
+    assert_eq!(store.verify_chains().unwrap(), Vec::<String>::new());
+    // A new move chains on to the expired entries and is live.
+    store
+        .commit("a", None, turn("three"), Durability::Sync)
+        .unwrap();
+    assert!(heads(&store).contains(&("refs/heads/a".into(), 1)));
+    assert_eq!(store.verify_chains().unwrap(), Vec::<String>::new());
+    // Reopened (the op log as written), the same.
+    drop(store);
+    let store = open(&path);
+    assert!(heads(&store).contains(&("refs/heads/a".into(), 1)));
+    let fsck = store
+        .fsck(&FsckOptions { full: true }, &mut |_, _| {})
+        .unwrap();
+    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+}
+
+#[test]
+fn redact_rewrites_descendants_and_keeps_what_never_held_the_text() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    let (_, root) = store
+        .create(Some("main"), turn("hello"), Durability::NoSync)
+        .unwrap();
+    let leak = store
+        .commit("main", None, turn("key SECRET here"), Durability::NoSync)
+        .unwrap();
+    let after = store
+        .commit("main", None, turn("later"), Durability::NoSync)
+        .unwrap();
+    store
+        .fork(
+            leak,
+            ForkOptions {
+                name: Some("side".into()),
+                ..ForkOptions::default()
+            },
+            Durability::NoSync,
+        )
+        .unwrap();
+    let side = store
+        .commit("side", None, turn("side"), Durability::NoSync)
+        .unwrap();
+    let (_, other) = store
+        .create(Some("other"), turn("SECRE T is not it"), Durability::Sync)
+        .unwrap();
+
+    let dry = store
+        .redact(
+            None,
+            &redactor,
+            &RedactOptions {
+                dry_run: true,
+                ..opts()
+            },
+        )
+        .unwrap();
+    assert_eq!(dry.op, None);
+    assert_eq!(
+        store
+            .resolve_ref(&RefName::conversation("main").unwrap())
+            .unwrap(),
+        Some(after)
+    );
+
+    let r = store.redact(None, &redactor, &opts()).unwrap();
+    assert_eq!(r.matches, 1);
+    assert_eq!(r.blobs.len(), 1);
+    let old: Vec<ObjectId> = r.sessions.iter().map(|s| s.old).collect();
+    // The leaking session and its descendants; not the root, not other.
+    for id in [leak, after, side] {
+        assert!(old.contains(&id), "{id} not rewritten");
+    }
+    assert!(!old.contains(&root) && !old.contains(&other));
+    // Parents before children.
+    let pos = |id| old.iter().position(|x| *x == id).unwrap();
+    assert!(pos(leak) < pos(after) && pos(leak) < pos(side));
+    let main = store
+        .resolve_ref(&RefName::conversation("main").unwrap())
+        .unwrap()
+        .unwrap();
+    assert_ne!(main, after);
+    let history = store.odb().load_messages(&main).unwrap();
+    assert_eq!(history[1]["content"], "key [REDACTED] here");
+    assert_eq!(history.len(), 3);
+    // Same conversation id, same root.
+    let s = store.odb().session(&main).unwrap();
+    assert_eq!(s.conversation_id(main), root);
+    assert_eq!(store.odb().history(&main).unwrap().len(), 3);
+    // The ref log says why and how much, and the chains verify.
+    let newest = store.live_reflog_entries().unwrap().pop().unwrap();
+    assert_eq!(
+        newest.reason,
+        "redact: test (1 match, 3 sessions rewritten)"
+    );
+    assert_eq!(store.verify_chains().unwrap(), Vec::<String>::new());
+
+    // Why is the old leaking session kept? A ref-log entry.
+    let why = store.why_reachable(&leak, i64::MAX).unwrap().unwrap();
+    assert!(matches!(why[0], WhyStep::Reflog { .. }), "{why:?}");
+    // Expire and prune: gone, and nothing reaches it any more.
+    store
+        .expire_reflog(None, expiry_cutoff(Prune::Now), false, Durability::Sync)
+        .unwrap();
+    let gc = store
+        .gc(&GcOptions {
+            prune: Prune::Now,
+            ..GcOptions::default()
+        })
+        .unwrap();
+    assert!(gc.pruned >= 4, "{gc:?}");
+    assert!(!store.odb().contains(&leak).unwrap());
+    assert_eq!(store.why_reachable(&leak, i64::MAX).unwrap(), None);
+    let why = store.why_reachable(&root, i64::MAX).unwrap().unwrap();
+    assert!(matches!(why[0], WhyStep::Ref(_)), "{why:?}");
+    let fsck = store
+        .fsck(&FsckOptions { full: true }, &mut |_, _| {})
+        .unwrap();
+    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+    // The conversation still counts its sessions right after the index
+    // rebuild: the pruned ones are not indexed.
+    let info = store.conversation("main").unwrap().unwrap();
+    assert_eq!(info.sessions, 3);
+}
