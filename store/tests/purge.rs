@@ -224,3 +224,59 @@ fn redact_rewrites_descendants_and_keeps_what_never_held_the_text() {
     let info = store.conversation("main").unwrap().unwrap();
     assert_eq!(info.sessions, 3);
 }
+
+#[test]
+fn a_ref_moved_during_a_redaction_fails_it_whole() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    store
+        .create(Some("main"), turn("key SECRET"), Durability::Sync)
+        .unwrap();
+    store
+        .create(Some("two"), turn("SECRET again"), Durability::Sync)
+        .unwrap();
+    // Another process commits on main while the redaction reads (the
+    // redactor runs between reading the refs and writing).
+    let other = open(&path);
+    let moved = std::cell::Cell::new(false);
+    let racing = |text: &str| {
+        if !moved.replace(true) {
+            other
+                .commit("main", None, turn("meanwhile"), Durability::Sync)
+                .unwrap();
+        }
+        redactor(text)
+    };
+    let e = store.redact(None, &racing, &opts()).unwrap_err();
+    assert!(
+        matches!(e, sessctl_store::Error::RefOutOfDate { .. }),
+        "{e}"
+    );
+    // Nothing of it was written: no redact entry, and both conversations
+    // still hold the text.
+    assert!(!store
+        .reflog_entries()
+        .unwrap()
+        .iter()
+        .any(|e| e.reason.starts_with("redact")));
+    for conv in ["main", "two"] {
+        let head = store
+            .resolve_ref(&RefName::conversation(conv).unwrap())
+            .unwrap()
+            .unwrap();
+        let text = serde_json::to_string(&store.odb().load_messages(&head).unwrap()).unwrap();
+        assert!(text.contains("SECRET"), "{conv}: {text}");
+    }
+    // Run again: it goes through, the new turn included.
+    let r = store.redact(None, &redactor, &opts()).unwrap();
+    assert_eq!(r.matches, 2);
+    let head = store
+        .resolve_ref(&RefName::conversation("main").unwrap())
+        .unwrap()
+        .unwrap();
+    let text = serde_json::to_string(&store.odb().load_messages(&head).unwrap()).unwrap();
+    assert!(
+        !text.contains("SECRET") && text.contains("meanwhile"),
+        "{text}"
+    );
+}
