@@ -723,7 +723,7 @@ impl Store {
         let wanted = name.as_deref().map(full_ref).transpose()?;
         let entries = self.run(py, move |s, _| {
             let mut e: Vec<ReflogEntry> = s
-                .reflog_entries()?
+                .live_reflog_entries()?
                 .into_iter()
                 .filter(|e| wanted.as_ref().is_none_or(|w| e.name == *w))
                 .collect();

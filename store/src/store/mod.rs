@@ -339,7 +339,9 @@ impl Store {
     }
 
     /// Every ref's log entries, oldest first, read from the durable
-    /// operations (journal and op log), not the index.
+    /// operations (journal and op log), not the index; expired ones
+    /// included (the chains are whole): [`Store::live_reflog_entries`] is
+    /// the ref log as users see it.
     pub fn reflog_entries(&self) -> Result<Vec<ReflogEntry>> {
         self.odb.backend().refresh()?;
         let mut out = Vec::new();
