@@ -215,8 +215,7 @@ pub struct RedactArgs {
     /// Match case-insensitively.
     #[arg(short = 'i', long)]
     ignore_case: bool,
-    /// Why, in the ref log (default: "secret removed"); never put the
-    /// secret here.
+    /// Why, in the ref log; never put the secret here.
     #[arg(long, value_name = "TEXT", default_value = "secret removed")]
     reason: String,
     /// List what would be rewritten; change nothing.

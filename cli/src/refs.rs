@@ -31,7 +31,7 @@ fn parse_full_ref(text: &str) -> CmdResult<RefName> {
 // ---- reflog ----
 
 #[derive(Debug, Args)]
-#[command(args_conflicts_with_subcommands = true)]
+#[command(args_conflicts_with_subcommands = true, disable_help_subcommand = true)]
 pub struct ReflogArgs {
     #[command(subcommand)]
     action: Option<crate::purge::ReflogAction>,
