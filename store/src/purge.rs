@@ -549,12 +549,22 @@ impl Store {
             plural(report.matches, "match", "matches"),
             plural(report.sessions.len(), "session", "sessions")
         );
+        // A run in progress on a conversation would commit onto the old
+        // head: refused (`Busy`) rather than racing it.
+        let require_unclaimed: Vec<String> = edits
+            .iter()
+            .filter_map(|e| match &e.name {
+                RefName::Conversation(c) => Some(c.clone()),
+                _ => None,
+            })
+            .collect();
         let committed = self.transact(
             Transaction {
                 reason,
                 edits,
                 conversations,
                 objects: rw.objects,
+                require_unclaimed,
                 ..Transaction::default()
             },
             opts.durability,

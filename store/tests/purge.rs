@@ -280,3 +280,18 @@ fn a_ref_moved_during_a_redaction_fails_it_whole() {
         "{text}"
     );
 }
+
+#[test]
+fn a_conversation_with_a_run_in_progress_is_not_redacted() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    store
+        .create(Some("main"), turn("key SECRET"), Durability::Sync)
+        .unwrap();
+    let run = store.begin_run("main").unwrap();
+    let e = store.redact(None, &redactor, &opts()).unwrap_err();
+    assert!(matches!(e, sessctl_store::Error::Busy { .. }), "{e}");
+    store.fail_run(&run, "stopped").unwrap();
+    let r = store.redact(None, &redactor, &opts()).unwrap();
+    assert_eq!(r.refs.len(), 1);
+}
