@@ -357,7 +357,15 @@ fn reflog_expire_hides_old_entries_and_keeps_chains_whole() {
     assert_eq!(ok(&s, &["reflog", "a"], None).lines().count(), 1);
     let r = sessctl(&s, &["fsck"], None);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    // --why for what nothing reaches.
+    // gc --expire-reflog in a dry run expires nothing, but counts as if.
+    let b_log = ok(&s, &["reflog"], None);
+    let gc = ok(
+        &s,
+        &["gc", "--prune=now", "--dry-run", "--expire-reflog=now"],
+        None,
+    );
+    assert!(gc.starts_with("would prune "), "{gc}");
+    assert_eq!(ok(&s, &["reflog"], None), b_log);
     ok(&s, &["gc", "--prune=now"], None);
     let why = ok(&s, &["gc", "--dry-run", "--why", &first], None);
     assert!(why.contains("is reachable"), "{why}");
