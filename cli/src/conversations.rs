@@ -347,6 +347,10 @@ pub struct ForkArgs {
     /// input).
     #[arg(long, value_name = "FILE")]
     messages: Option<PathBuf>,
+    /// Leave HEAD where it is (as `git branch`); by default HEAD moves to
+    /// the new conversation, as `git checkout -b` does.
+    #[arg(long)]
+    no_checkout: bool,
     #[arg(long, help = NO_SYNC_HELP)]
     no_sync: bool,
 }
@@ -366,15 +370,17 @@ pub fn fork(ctx: &Ctx, args: ForkArgs) -> CmdResult {
         (None, Some(m)) => Some(Cut::AtMessageId(store.odb().resolve(m)?)),
         (None, None) => None,
     };
-    let (name, head) = store.fork(
-        from,
-        ForkOptions {
-            name: args.name,
-            cut,
-            turn,
-        },
-        durability(args.no_sync),
-    )?;
+    let opts = ForkOptions {
+        name: args.name,
+        cut,
+        turn,
+    };
+    let durability = durability(args.no_sync);
+    let (name, head) = if args.no_checkout {
+        store.fork_without_checkout(from, opts, durability)?
+    } else {
+        store.fork(from, opts, durability)?
+    };
     print(&format!("{name} {head}\n"))
 }
 

@@ -804,3 +804,69 @@ fn packing_sealed_segments_as_commits_go_loses_no_history() {
         .unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
+
+/// A fork that drops messages names the session it really continues: the
+/// newest first-parent ancestor whose history is exactly the kept messages,
+/// else the oldest that still starts with them; never a session that
+/// rewrote them (objects-format.md, "Forks").
+#[test]
+fn a_fork_names_the_parent_true_to_its_cut() {
+    use sessctl_store::graph::is_ancestor;
+    for repacked in [false, true] {
+        let (_dir, path) = new_store();
+        let store = open(&path);
+        let d = Durability::NoSync;
+        let (_, root) = store.create(Some("x"), turn(&["a", "b"]), d).unwrap();
+        let s1 = store.commit("x", None, turn(&["c", "d"]), d).unwrap();
+        let s2 = store.commit("x", None, turn(&["e", "f"]), d).unwrap();
+        // A full rewrite (base 0), then a continuation of it.
+        let rewrite = Turn {
+            messages: Messages::History(msgs(&["z", "b", "c"])),
+            ..Turn::default()
+        };
+        let r1 = store.commit("x", None, rewrite, d).unwrap();
+        let r2 = store.commit("x", None, turn(&["y"]), d).unwrap();
+        if repacked {
+            store.repack(&RepackOptions::default()).unwrap();
+            assert!(store.lineage_index().is_some());
+        }
+        let fork = |from, k, name: &str, add: &[&str]| {
+            store
+                .fork(
+                    from,
+                    ForkOptions {
+                        name: Some(name.into()),
+                        cut: Some(Cut::AtMessage(k)),
+                        turn: Some(turn(add)),
+                    },
+                    d,
+                )
+                .unwrap()
+                .1
+        };
+        let parent = |id| store.odb().session(&id).unwrap().parents[0];
+        // Exactly the first 4 messages: s1.
+        let f4 = fork(s2, 4, "f4", &["other"]);
+        assert_eq!(parent(f4), s1);
+        assert_eq!(contents(&store, &f4), ["a", "b", "c", "d", "other"]);
+        assert!(!is_ancestor(&store, s2, f4).unwrap());
+        assert!(is_ancestor(&store, s1, f4).unwrap());
+        // 3: no ancestor has exactly 3; s1 is the oldest with at least 3
+        // (the root has 2), and the fork keeps 3 of it.
+        let f3 = fork(s2, 3, "f3", &[]);
+        assert_eq!(parent(f3), s1);
+        let s = store.odb().session(&f3).unwrap();
+        assert_eq!((s.messages.base, s.messages.added.len()), (3, 0));
+        assert_eq!(contents(&store, &f3), ["a", "b", "c"]);
+        // 2: the root, which is exactly those.
+        assert_eq!(parent(fork(s2, 2, "f2", &[])), root);
+        // 1 from the rewritten line: r1 (3 messages) starts with "z", the
+        // sessions before it do not: the walk stops at the rewrite.
+        let g1 = fork(r2, 1, "g1", &[]);
+        assert_eq!(parent(g1), r1);
+        assert_eq!(contents(&store, &g1), ["z"]);
+        assert!(!is_ancestor(&store, r2, g1).unwrap());
+        // Keeping everything continues the source itself.
+        assert_eq!(parent(fork(r2, 4, "g4", &["more"])), r2);
+    }
+}
