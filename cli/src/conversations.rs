@@ -23,10 +23,11 @@ use crate::output::print;
 use crate::{CmdResult, CommandError, Ctx};
 
 /// Help text shared by every command that writes.
-const NO_SYNC_HELP: &str = "Return before the write is synced to disk: a crash of this process \
+pub(crate) const NO_SYNC_HELP: &str =
+    "Return before the write is synced to disk: a crash of this process \
                             loses nothing, a power loss may lose the last writes";
 
-fn durability(no_sync: bool) -> Durability {
+pub(crate) fn durability(no_sync: bool) -> Durability {
     if no_sync {
         Durability::NoSync
     } else {
@@ -61,7 +62,7 @@ fn read_json(path: &Path) -> CmdResult<(Value, String)> {
 }
 
 /// Parses a file holding a JSON array of messages.
-fn read_messages(path: &Path) -> CmdResult<Vec<Value>> {
+pub(crate) fn read_messages(path: &Path) -> CmdResult<Vec<Value>> {
     match read_json(path)? {
         (Value::Array(items), _) => Ok(items),
         (other, source) => Err(CommandError::Failed(format!(

@@ -12,6 +12,7 @@ mod import;
 mod maintenance;
 mod output;
 mod plumbing;
+mod porcelain;
 mod refs;
 mod remote;
 mod replay;
@@ -127,6 +128,14 @@ enum Command {
     Push(remote::RemoteArgs),
     /// Fetch conversations from another store, as push does the other way.
     Pull(remote::RemoteArgs),
+    /// Record a merge: a session on CONV whose parents are its head and REV.
+    Merge(porcelain::MergeArgs),
+    /// List tags, or create (-f: move) or delete (-d) one.
+    Tag(porcelain::TagArgs),
+    /// Rename a conversation: its ref and record move, HEAD follows.
+    Rename(porcelain::RenameArgs),
+    /// Move a conversation to another session (recorded in the ref log).
+    Reset(porcelain::ResetArgs),
 }
 
 /// A command's failure: what to print and how to exit.
@@ -291,6 +300,10 @@ fn main() -> ExitCode {
         Command::Clone(args) => remote::clone(&ctx, args),
         Command::Push(args) => remote::push(&ctx, args),
         Command::Pull(args) => remote::pull(&ctx, args),
+        Command::Merge(args) => porcelain::merge(&ctx, args),
+        Command::Tag(args) => porcelain::tag(&ctx, args),
+        Command::Rename(args) => porcelain::rename(&ctx, args),
+        Command::Reset(args) => porcelain::reset(&ctx, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -42,7 +42,10 @@ fn turn(store: &Path, conv: &str, new: bool, texts: &[&str]) -> String {
             serde_json::json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": t})
         })
         .collect();
-    let mut args = vec!["commit", conv, "--messages", "-"];
+    let mut args = vec!["commit", "--messages", "-"];
+    if !conv.is_empty() {
+        args.insert(1, conv);
+    }
     if new {
         args.push("--new");
     }
@@ -119,4 +122,199 @@ fn a_fork_that_drops_messages_is_not_a_fast_forward() {
             &r[..12]
         )
     );
+}
+
+// ---- merge ----
+
+#[test]
+fn merge_records_both_parents_and_refuses_what_is_merged_already() {
+    let (_d, s) = new_store();
+    turn(&s, "x", true, &["a", "b"]);
+    let x1 = turn(&s, "x", false, &["c"]);
+    ok(&s, &["fork", "x~1", "--as", "y"]);
+    let y1 = turn(&s, "y", false, &["d"]);
+    let v = json(&s, &["merge", "x", "y", "--json"]);
+    assert_eq!(v["conversation"], "x");
+    assert_eq!(v["parents"], serde_json::json!([x1, y1]));
+    let m = v["id"].as_str().unwrap().to_owned();
+    assert_eq!(rev(&s, "x"), m);
+    assert_eq!(rev(&s, "x^2"), y1);
+    assert_eq!(is_ancestor(&s, "y", "x"), 0);
+    // The reflog says it was a merge.
+    let log = json(&s, &["reflog", "--json", "x"]);
+    assert_eq!(log[0]["reason"], "merge");
+    // Merging it again: nothing to merge, nothing written.
+    let (code, err) = fails(&s, &["merge", "x", "y"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("sessctl: y is already merged into x"),
+        "{err}"
+    );
+    assert_eq!(rev(&s, "x"), m);
+    // With messages: they follow the head's history; plain output is the id.
+    let r = sessctl(
+        &s,
+        &["merge", "y", "x", "--messages", "-"],
+        Some(r#"[{"role":"user","content":"merged"}]"#),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stdout.trim(), rev(&s, "y"));
+    assert_eq!(json(&s, &["show", "--json", "y"])["history_length"], 4);
+    // Unknown sides are refused.
+    assert_eq!(fails(&s, &["merge", "x", "nope"]).0, 1);
+    assert_eq!(fails(&s, &["merge", "nope", "x"]).0, 1);
+}
+
+// ---- tag ----
+
+#[test]
+fn tags_are_created_listed_moved_resolved_and_deleted_like_git() {
+    let (_d, s) = new_store();
+    let a = turn(&s, "x", true, &["a"]);
+    let b = turn(&s, "x", false, &["b"]);
+    // Nothing to list prints nothing.
+    assert_eq!(ok(&s, &["tag"]), "");
+    assert_eq!(ok(&s, &["tag", "v2"]), "");
+    assert_eq!(ok(&s, &["tag", "v1", "x~1"]), "");
+    assert_eq!(ok(&s, &["tag"]), "v1\nv2\n");
+    assert_eq!(
+        json(&s, &["tag", "--json"]),
+        serde_json::json!([{"name": "v1", "id": a}, {"name": "v2", "id": b}])
+    );
+    // Revisions resolve tags, by name and as tags/NAME.
+    assert_eq!(rev(&s, "v1"), a);
+    assert_eq!(rev(&s, "tags/v2~1"), a);
+    // An existing tag is refused, -f moves it.
+    let (code, err) = fails(&s, &["tag", "v1", "x"]);
+    assert_eq!(
+        (code, err.as_str()),
+        (1, "sessctl: tag v1 exists already\n")
+    );
+    assert_eq!(
+        ok(&s, &["tag", "-f", "v1", "x"]),
+        format!("Updated tag 'v1' (was {})\n", &a[..12])
+    );
+    assert_eq!(rev(&s, "v1"), b);
+    assert_eq!(
+        ok(&s, &["tag", "-d", "v2"]),
+        format!("Deleted tag 'v2' (was {})\n", &b[..12])
+    );
+    assert_eq!(ok(&s, &["tag"]), "v1\n");
+    let (code, err) = fails(&s, &["tag", "-d", "v2"]);
+    assert_eq!((code, err.as_str()), (1, "sessctl: no tag named v2\n"));
+    assert_eq!(fails(&s, &["tag", "v3", "nope"]).0, 1);
+    assert_eq!(fails(&s, &["tag", "bad name"]).0, 2);
+    // Every move is in the ref log.
+    let log = json(&s, &["reflog", "--json", "refs/tags/v1"]);
+    assert_eq!(log.as_array().unwrap().len(), 2);
+    assert_eq!(log[0]["reason"], "tag");
+}
+
+// ---- rename ----
+
+#[test]
+fn rename_moves_the_ref_the_record_and_head() {
+    let (_d, s) = new_store();
+    turn(&s, "x", true, &["a"]);
+    let x1 = turn(&s, "x", false, &["b"]);
+    turn(&s, "other", true, &["o"]);
+    ok(&s, &["checkout", "x"]);
+    assert_eq!(ok(&s, &["rename", "x", "y"]), "");
+    assert_eq!(rev(&s, "y"), x1);
+    assert_eq!(fails(&s, &["rev-parse", "x"]).0, 1);
+    // HEAD followed: a bare commit continues y.
+    let y2 = turn(&s, "", false, &["c"]);
+    assert_eq!(rev(&s, "y"), y2);
+    // The record moved with its figures.
+    let ls = json(&s, &["ls", "--json"]);
+    let y = ls
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "y")
+        .unwrap();
+    assert_eq!(y["sessions"], 3);
+    assert_eq!(y["messages"], 3);
+    assert!(ls.as_array().unwrap().iter().all(|c| c["name"] != "x"));
+    // The reflog records both sides.
+    let log = json(&s, &["reflog", "--json"]);
+    let renames: Vec<&Value> = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "rename")
+        .collect();
+    let refs: Vec<&str> = renames.iter().map(|e| e["ref"].as_str().unwrap()).collect();
+    assert!(refs.contains(&"refs/heads/x") && refs.contains(&"refs/heads/y"));
+    assert!(refs.contains(&"HEAD"), "{refs:?}");
+    // HEAD is left alone when it named another conversation.
+    ok(&s, &["checkout", "other"]);
+    ok(&s, &["rename", "y", "z"]);
+    assert_eq!(rev(&s, "HEAD"), rev(&s, "other"));
+    // NEW must be free; OLD must exist.
+    let (code, err) = fails(&s, &["rename", "z", "other"]);
+    assert_eq!(
+        (code, err.as_str()),
+        (1, "sessctl: a conversation named other exists already\n")
+    );
+    assert_eq!(fails(&s, &["rename", "nope", "w"]).0, 1);
+    assert_eq!(fails(&s, &["rename", "z", "bad/name"]).0, 2);
+    // An archived conversation stays archived under its new name.
+    ok(&s, &["archive", "z"]);
+    ok(&s, &["rename", "z", "old"]);
+    assert_eq!(rev(&s, "archive/old"), y2);
+}
+
+// ---- reset and NAME@{n} ----
+
+#[test]
+fn reset_moves_a_conversation_and_at_n_reads_the_ref_log() {
+    let (_d, s) = new_store();
+    let a = turn(&s, "x", true, &["a"]);
+    let b = turn(&s, "x", false, &["b"]);
+    let c = turn(&s, "x", false, &["c"]);
+    assert_eq!(rev(&s, "x@{0}"), c);
+    assert_eq!(rev(&s, "x@{1}"), b);
+    assert_eq!(rev(&s, "x@{2}"), a);
+    assert_eq!(rev(&s, "x@{1}~1"), a);
+    // A bare @{n} reads the conversation HEAD is on.
+    assert_eq!(rev(&s, "@{1}"), b);
+    let (code, err) = fails(&s, &["rev-parse", "x@{3}"]);
+    assert_eq!(
+        (code, err.as_str()),
+        (
+            1,
+            "sessctl: x@{3}: the ref log of refs/heads/x has only 3 entries (@{0} to @{2})\n"
+        )
+    );
+    assert_eq!(fails(&s, &["rev-parse", "x@{one}"]).0, 2);
+    // reset: the conversation moves, the reflog says why.
+    assert_eq!(
+        ok(&s, &["reset", "x", "x~2"]),
+        format!("x is now at {} a\n", &a[..12])
+    );
+    assert_eq!(rev(&s, "x"), a);
+    assert_eq!(json(&s, &["reflog", "--json", "x"])[0]["reason"], "reset");
+    // ... and back to where it was, by the ref log.
+    let v = json(&s, &["reset", "x", "x@{1}", "--json"]);
+    assert_eq!(
+        v,
+        serde_json::json!({"conversation": "x", "old": a, "new": c})
+    );
+    assert_eq!(json(&s, &["show", "--json", "x"])["history_length"], 3);
+    // Unknown revisions and conversations are refused; nothing moves.
+    let (code, err) = fails(&s, &["reset", "x", "nope"]);
+    assert_eq!(
+        (code, err.as_str()),
+        (
+            1,
+            "sessctl: unknown revision 'nope': not a conversation, ref, tag or object id\n"
+        )
+    );
+    assert_eq!(fails(&s, &["reset", "nope", "x"]).0, 1);
+    assert_eq!(rev(&s, "x"), c);
+    // The log of a renamed conversation goes on with its old name's.
+    ok(&s, &["rename", "x", "y"]);
+    assert_eq!(rev(&s, "y@{0}"), c);
+    assert_eq!(rev(&s, "y@{2}"), a);
 }

@@ -870,3 +870,58 @@ fn a_fork_names_the_parent_true_to_its_cut() {
         assert_eq!(parent(fork(r2, 4, "g4", &["more"])), r2);
     }
 }
+
+/// Tags, renames and resets: ref moves with a reason in the ref log; a
+/// renamed conversation keeps its figures, also after a reindex.
+#[test]
+fn tag_rename_and_reset_move_refs_and_records() {
+    let (_dir, path) = new_store();
+    let store = open(&path);
+    let d = Durability::NoSync;
+    let (_, a) = store.create(Some("x"), turn(&["a"]), d).unwrap();
+    let b = store.commit("x", None, turn(&["b"]), d).unwrap();
+    store.tag("v1", a, false, d).unwrap();
+    assert!(matches!(
+        store.tag("v1", b, false, d),
+        Err(Error::TagExists { .. })
+    ));
+    assert_eq!(store.tag("v1", b, true, d).unwrap(), Some(a));
+    assert_eq!(store.tags().unwrap(), vec![("v1".to_owned(), b)]);
+    assert_eq!(store.delete_tag("v1", d).unwrap(), b);
+    assert!(store.tags().unwrap().is_empty());
+
+    store.rename("x", "y", d).unwrap();
+    assert!(store.conversation("x").unwrap().is_none());
+    let figures = |store: &Store| {
+        let c = store.conversation("y").unwrap().unwrap();
+        (c.sessions, c.messages, c.head, c.record.conversation_id)
+    };
+    assert_eq!(figures(&store), (2, 2, Some(b), Some(a)));
+    assert_eq!(
+        store.get_ref(&RefName::Head).unwrap(),
+        Some(RefTarget::Symbolic(RefName::conversation("y").unwrap()))
+    );
+    // Its sessions still count for it.
+    store.commit("y", None, turn(&["c"]), d).unwrap();
+    assert_eq!(figures(&store).0, 3);
+    assert_eq!(
+        store.reset("y", a, d).unwrap(),
+        store.resolve_rev("y@{1}").unwrap()
+    );
+    assert_eq!(figures(&store).1, 1);
+    let reasons: Vec<String> = store
+        .reflog_entries()
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.name == RefName::conversation("y").unwrap())
+        .map(|e| e.reason)
+        .collect();
+    assert_eq!(reasons, ["rename", "commit", "reset"]);
+    let before = figures(&store);
+    store.reindex().unwrap();
+    assert_eq!(figures(&store), before);
+    assert!(matches!(
+        store.rename("y", "y", d),
+        Err(Error::ConversationExists { .. })
+    ));
+}
