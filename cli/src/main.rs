@@ -125,7 +125,7 @@ enum Command {
     Clone(remote::CloneArgs),
     /// Send conversations to another store: only the objects it lacks;
     /// refs are created or fast-forwarded, a diverged one refuses all.
-    Push(remote::RemoteArgs),
+    Push(remote::PushArgs),
     /// Fetch conversations from another store, as push does the other way.
     Pull(remote::RemoteArgs),
     /// Record a merge: a session on CONV whose parents are its head and REV.

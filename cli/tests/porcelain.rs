@@ -318,3 +318,84 @@ fn reset_moves_a_conversation_and_at_n_reads_the_ref_log() {
     assert_eq!(rev(&s, "y@{0}"), c);
     assert_eq!(rev(&s, "y@{2}"), a);
 }
+
+// ---- push --force, --force-with-lease ----
+
+#[test]
+fn push_force_and_force_with_lease_follow_git() {
+    let (_d, a) = new_store();
+    let (_e, b) = new_store();
+    let b_path = b.to_str().unwrap();
+    turn(&a, "x", true, &["a"]);
+    ok(&a, &["push", b_path]);
+    // Both sides go on: the conversation diverges.
+    let a1 = turn(&a, "x", false, &["from a"]);
+    let b1 = turn(&b, "x", false, &["from b"]);
+    let r = sessctl(&a, &["push", b_path], None);
+    assert_eq!(r.code, 1);
+    assert!(r.stdout.contains("refs/heads/x: refused: "), "{}", r.stdout);
+    assert_eq!(rev(&b, "x"), b1);
+    // A bare lease: b's ref holds b1, which a's ref log never showed for x.
+    let r = sessctl(&a, &["push", "--force-with-lease", b_path], None);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(r.stdout.contains("(stale info)"), "{}", r.stdout);
+    assert_eq!(rev(&b, "x"), b1);
+    // A lease on another value fails too; on b1 it holds, and forces.
+    let lease = format!("--force-with-lease=x:{}", &a1);
+    assert_eq!(sessctl(&a, &["push", &lease, b_path], None).code, 1);
+    assert_eq!(rev(&b, "x"), b1);
+    let lease = format!("--force-with-lease=x:{b1}");
+    let r = sessctl(&a, &["push", &lease, b_path], None);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""), "{}", r.stdout);
+    assert!(
+        r.stdout.contains(&format!(
+            "refs/heads/x: forced update {}...{}",
+            &b1[..12],
+            &a1[..12]
+        )),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(rev(&b, "x"), a1);
+    // b moves on again: a plain push finds it up to date (b has more);
+    // --force sets it back to a's value, as git's does.
+    let b2 = turn(&b, "x", false, &["b again"]);
+    let r = sessctl(&a, &["push", b_path, "x"], None);
+    assert_eq!(r.code, 0);
+    assert!(
+        r.stdout.contains("refs/heads/x: up to date"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(rev(&b, "x"), b2);
+    let r = sessctl(&a, &["push", "--force", b_path, "x"], None);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""), "{}", r.stdout);
+    assert!(r.stdout.contains("forced update"), "{}", r.stdout);
+    assert_eq!(rev(&b, "x"), a1);
+    // What a pulled: a value a's ref log shows, so the bare lease holds.
+    let b3 = turn(&b, "x", false, &["b3"]);
+    ok(&a, &["pull", b_path]);
+    assert_eq!(rev(&a, "x"), b3);
+    ok(&a, &["reset", "x", "x~2"]);
+    let a2 = turn(&a, "x", false, &["a2"]);
+    let r = sessctl(&a, &["push", "--force-with-lease", b_path], None);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""), "{}", r.stdout);
+    assert_eq!(rev(&b, "x"), a2);
+    // REF: expects no such ref there.
+    turn(&a, "new", true, &["n"]);
+    let r = sessctl(
+        &a,
+        &["push", "--force-with-lease=new:", b_path, "new"],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    let r = sessctl(&a, &["push", "--force-with-lease=x:", b_path, "x"], None);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    // Bad leases are usage errors.
+    assert_eq!(
+        fails(&a, &["push", "--force-with-lease=bad/name", b_path]).0,
+        2
+    );
+    let r = sessctl(&a, &["push", "--force", "--force-with-lease", b_path], None);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+}
