@@ -399,3 +399,52 @@ fn push_force_and_force_with_lease_follow_git() {
     let r = sessctl(&a, &["push", "--force", "--force-with-lease", b_path], None);
     assert_eq!(r.code, 2, "{}", r.stderr);
 }
+
+// ---- HEAD after import ----
+
+#[test]
+fn an_import_points_a_head_that_names_nothing_at_what_it_imported() {
+    let (d, s) = new_store();
+    let write = |name: &str, text: &str| {
+        let p = d.path().join(name);
+        let conv = serde_json::json!({"messages": [
+            {"role": "user", "content": text},
+            {"role": "assistant", "content": "ok"},
+        ]});
+        std::fs::write(&p, conv.to_string()).unwrap();
+        p.to_str().unwrap().to_owned()
+    };
+    let one = write("one.json", "first");
+    // A fresh store: HEAD names nothing, so `log` has nothing to show.
+    assert_eq!(fails(&s, &["log"]).0, 1);
+    let v = json(&s, &["import", "--from", "openai", "--json", &one]);
+    let name = v["head"].as_str().unwrap().to_owned();
+    assert!(name.starts_with("openai-"), "{v}");
+    // Bare log and show work at once.
+    assert!(ok(&s, &["log", "--oneline"]).contains(&format!("(HEAD -> {name}) first")));
+    assert_eq!(rev(&s, "HEAD"), rev(&s, &name));
+    // The text report says so.
+    let two = write("two.json", "second");
+    ok(&s, &["checkout", &name]);
+    let out = ok(&s, &["import", "--from", "openai", &two]);
+    // HEAD named a conversation: it is left alone.
+    assert!(!out.contains("HEAD now names"), "{out}");
+    assert_eq!(rev(&s, "HEAD"), rev(&s, &name));
+    // Detached (its conversation removed) it still names a session: left.
+    let at = rev(&s, &name);
+    ok(&s, &["rm", &name]);
+    let three = write("three.json", "third");
+    let out = ok(&s, &["import", "--from", "openai", &three]);
+    assert!(!out.contains("HEAD now names"), "{out}");
+    assert_eq!(rev(&s, "HEAD"), at);
+    // Gone: the next import that writes something takes it.
+    ok(&s, &["update-ref", "-d", "HEAD"]);
+    let four = write("four.json", "fourth");
+    let out = ok(&s, &["import", "--from", "openai", &four]);
+    assert!(out.contains("HEAD now names openai-"), "{out}");
+    assert!(ok(&s, &["log", "--oneline"]).contains("fourth"));
+    // An import that writes nothing moves nothing.
+    ok(&s, &["update-ref", "-d", "HEAD"]);
+    let v = json(&s, &["import", "--from", "openai", "--json", &four]);
+    assert_eq!(v["head"], Value::Null);
+}
