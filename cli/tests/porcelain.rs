@@ -448,3 +448,67 @@ fn an_import_points_a_head_that_names_nothing_at_what_it_imported() {
     let v = json(&s, &["import", "--from", "openai", "--json", &four]);
     assert_eq!(v["head"], Value::Null);
 }
+
+// ---- subagents ----
+
+#[test]
+fn a_subagent_created_with_spawned_by_joins_its_spawners_conversation() {
+    let (_d, s) = new_store();
+    let root = turn(&s, "main", true, &["go"]);
+    let spawner = turn(&s, "main", false, &["spawn one"]);
+    let spawned_by = format!("spawned_by=\"{spawner}\"");
+    let r = sessctl(
+        &s,
+        &[
+            "commit",
+            "--new",
+            "agent-1",
+            "--messages",
+            "-",
+            "--meta",
+            "session_type=\"async_subagent\"",
+            "--meta",
+            &spawned_by,
+        ],
+        Some(r#"[{"role":"user","content":"sub task"}]"#),
+    );
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    let sub = r.stdout.trim().to_owned();
+    let entry = &json(&s, &["log", "--json", "-n", "1", "agent-1"])[0];
+    assert_eq!(entry["id"], sub);
+    assert_eq!(entry["conversation"], root);
+    assert_eq!(entry["conversation_name"], "main");
+    // Its continuation stays in the spawner's conversation.
+    let next = turn(&s, "agent-1", false, &["result"]);
+    let entry = &json(&s, &["log", "--json", "-n", "1", &next])[0];
+    assert_eq!(entry["conversation"], root);
+    // The spawner's conversation counts them.
+    let ls = json(&s, &["ls", "--json"]);
+    let main = ls
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "main")
+        .unwrap();
+    assert_eq!(main["sessions"], 4);
+    // Without spawned_by an async_subagent session starts its own.
+    let r = sessctl(
+        &s,
+        &[
+            "commit",
+            "--new",
+            "loose",
+            "--messages",
+            "-",
+            "--meta",
+            "session_type=\"async_subagent\"",
+        ],
+        Some(r#"[{"role":"user","content":"alone"}]"#),
+    );
+    assert_eq!(r.code, 0);
+    let loose = r.stdout.trim().to_owned();
+    assert_eq!(
+        json(&s, &["log", "--json", "-n", "1", "loose"])[0]["conversation"],
+        loose
+    );
+}

@@ -925,3 +925,46 @@ fn tag_rename_and_reset_move_refs_and_records() {
         Err(Error::ConversationExists { .. })
     ));
 }
+
+/// An async subagent's session belongs to its spawner's conversation: it
+/// carries the spawner's conversation id, so do its continuations, and
+/// they count for the spawner's conversation, which keeps its id.
+#[test]
+fn a_subagent_session_takes_its_spawners_conversation_id() {
+    use sessctl_store::{SessionMetadata, SessionType};
+    let store = Store::in_memory().unwrap();
+    let d = Durability::NoSync;
+    let (_, root) = store.create(Some("main"), turn(&["go"]), d).unwrap();
+    let spawner = store.commit("main", None, turn(&["spawn"]), d).unwrap();
+    let mut t = turn(&["sub task"]);
+    t.metadata = SessionMetadata {
+        session_type: SessionType::AsyncSubagent,
+        spawned_by: Some(spawner),
+        ..SessionMetadata::default()
+    };
+    let (sub, s1) = store.create(Some("agent-1"), t, d).unwrap();
+    let s = store.odb().session(&s1).unwrap();
+    assert_eq!(s.conversation, Some(root));
+    assert_eq!(s.conversation_id(s1), root);
+    assert_eq!(s.metadata.spawned_by, Some(spawner));
+    let s2 = store.commit(&sub, None, turn(&["done"]), d).unwrap();
+    assert_eq!(store.odb().session(&s2).unwrap().conversation, Some(root));
+    // The spawner's conversation keeps its id and counts the subagent's
+    // sessions; the index names it for them.
+    let main = store.conversation("main").unwrap().unwrap();
+    assert_eq!(main.record.conversation_id, Some(root));
+    assert_eq!(main.sessions, 4);
+    assert_eq!(
+        store.index().conversation_name(&root).unwrap().as_deref(),
+        Some("main")
+    );
+    // Removing the subagent's ref leaves the spawner's conversation whole.
+    store.delete(&sub, d).unwrap();
+    assert_eq!(
+        store.index().conversation_name(&root).unwrap().as_deref(),
+        Some("main")
+    );
+    // A plain agent root starts its own conversation, as before.
+    let (_, other) = store.create(Some("other"), turn(&["x"]), d).unwrap();
+    assert_eq!(store.odb().session(&other).unwrap().conversation, None);
+}

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::hash::ObjectId;
 use crate::index::{ConversationInfo, SessionInfo};
-use crate::object::{Compaction, RunSummary, SessionMetadata, SessionStatus};
+use crate::object::{Compaction, RunSummary, SessionMetadata, SessionStatus, SessionType};
 use crate::odb::Durability;
 use crate::refs::{
     validate_name, ConversationRecord, ConversationStatus, ConversationUpdate, PreviousValue,
@@ -200,6 +200,12 @@ impl Store {
     /// Starts a conversation with a root session; returns its name and the
     /// session. The name defaults to the first 12 hex digits of the root's
     /// id. `HEAD` moves to it.
+    ///
+    /// An async subagent's session (metadata `session_type` async_subagent
+    /// with `spawned_by`) belongs to its spawner's conversation
+    /// (objects-format.md, "Conversation"): it carries the spawner's
+    /// conversation id, and so do the sessions committed on it, which count
+    /// for the spawner's conversation.
     pub fn create(
         &self,
         name: Option<&str>,
@@ -211,7 +217,13 @@ impl Store {
         }
         let title = turn.title.clone();
         let preset = turn.metadata.preset_id.clone();
-        let built = self.build_session(None, None, turn, &[], None, None)?;
+        let carried = match (turn.metadata.session_type, turn.metadata.spawned_by) {
+            (SessionType::AsyncSubagent, Some(spawner)) => {
+                Some(self.spawner_conversation(&spawner)?)
+            }
+            _ => None,
+        };
+        let built = self.build_session(None, carried, turn, &[], None, None)?;
         let id = built.id;
         let created_at = built.session.created_at;
         let name = name
@@ -221,7 +233,7 @@ impl Store {
             return Err(Error::ConversationExists { name });
         }
         let record = ConversationRecord {
-            conversation_id: Some(id),
+            conversation_id: Some(carried.unwrap_or(id)),
             title,
             default_preset_id: preset,
             metadata: BTreeMap::new(),
@@ -231,6 +243,19 @@ impl Store {
         };
         self.start_conversation("create", &name, id, record, Some(built), true, durability)?;
         Ok((name, id))
+    }
+
+    /// The conversation id of the session that spawned a subagent.
+    fn spawner_conversation(&self, spawner: &ObjectId) -> Result<ObjectId> {
+        if let Some(ix) = self.lineage_index() {
+            if let Some(c) = ix.position(spawner).and_then(|p| ix.conversation(p)) {
+                return Ok(c);
+            }
+        }
+        if let Some(info) = self.index.session(spawner)? {
+            return Ok(info.conversation);
+        }
+        Ok(self.odb.session(spawner)?.conversation_id(*spawner))
     }
 
     /// Commits a turn on a conversation's head (a continuation). With
