@@ -124,7 +124,8 @@ enum Command {
     /// Copy a store (every ref, record and object) into a new directory.
     Clone(remote::CloneArgs),
     /// Send conversations to another store: only the objects it lacks;
-    /// refs are created or fast-forwarded, a diverged one refuses all.
+    /// refs are created or fast-forwarded, a diverged one refuses all
+    /// (unless --force or --force-with-lease).
     Push(remote::PushArgs),
     /// Fetch conversations from another store, as push does the other way.
     Pull(remote::RemoteArgs),
