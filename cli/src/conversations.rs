@@ -23,10 +23,11 @@ use crate::output::print;
 use crate::{CmdResult, CommandError, Ctx};
 
 /// Help text shared by every command that writes.
-const NO_SYNC_HELP: &str = "Return before the write is synced to disk: a crash of this process \
+pub(crate) const NO_SYNC_HELP: &str =
+    "Return before the write is synced to disk: a crash of this process \
                             loses nothing, a power loss may lose the last writes";
 
-fn durability(no_sync: bool) -> Durability {
+pub(crate) fn durability(no_sync: bool) -> Durability {
     if no_sync {
         Durability::NoSync
     } else {
@@ -61,7 +62,7 @@ fn read_json(path: &Path) -> CmdResult<(Value, String)> {
 }
 
 /// Parses a file holding a JSON array of messages.
-fn read_messages(path: &Path) -> CmdResult<Vec<Value>> {
+pub(crate) fn read_messages(path: &Path) -> CmdResult<Vec<Value>> {
     match read_json(path)? {
         (Value::Array(items), _) => Ok(items),
         (other, source) => Err(CommandError::Failed(format!(
@@ -347,6 +348,10 @@ pub struct ForkArgs {
     /// input).
     #[arg(long, value_name = "FILE")]
     messages: Option<PathBuf>,
+    /// Leave HEAD where it is (as `git branch`); by default HEAD moves to
+    /// the new conversation, as `git checkout -b` does.
+    #[arg(long)]
+    no_checkout: bool,
     #[arg(long, help = NO_SYNC_HELP)]
     no_sync: bool,
 }
@@ -366,15 +371,17 @@ pub fn fork(ctx: &Ctx, args: ForkArgs) -> CmdResult {
         (None, Some(m)) => Some(Cut::AtMessageId(store.odb().resolve(m)?)),
         (None, None) => None,
     };
-    let (name, head) = store.fork(
-        from,
-        ForkOptions {
-            name: args.name,
-            cut,
-            turn,
-        },
-        durability(args.no_sync),
-    )?;
+    let opts = ForkOptions {
+        name: args.name,
+        cut,
+        turn,
+    };
+    let durability = durability(args.no_sync);
+    let (name, head) = if args.no_checkout {
+        store.fork_without_checkout(from, opts, durability)?
+    } else {
+        store.fork(from, opts, durability)?
+    };
     print(&format!("{name} {head}\n"))
 }
 

@@ -70,6 +70,11 @@ pub fn import(ctx: &Ctx, args: ImportArgs) -> CmdResult {
             r.refs_moved,
             r.skipped.len()
         ))?;
+        if let Some(h) = &r.head {
+            print(&format!(
+                "HEAD now names {h}, the most recently active conversation imported\n"
+            ))?;
+        }
     }
     for s in &r.skipped {
         eprintln!("{}:{}: {}", s.file.display(), s.line, s.reason);

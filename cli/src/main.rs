@@ -12,6 +12,7 @@ mod import;
 mod maintenance;
 mod output;
 mod plumbing;
+mod porcelain;
 mod purge;
 mod refs;
 mod remote;
@@ -124,13 +125,22 @@ enum Command {
     /// Copy a store (every ref, record and object) into a new directory.
     Clone(remote::CloneArgs),
     /// Send conversations to another store: only the objects it lacks;
-    /// refs are created or fast-forwarded, a diverged one refuses all.
-    Push(remote::RemoteArgs),
+    /// refs are created or fast-forwarded, a diverged one refuses all
+    /// (unless --force or --force-with-lease).
+    Push(remote::PushArgs),
     /// Fetch conversations from another store, as push does the other way.
     Pull(remote::RemoteArgs),
     /// Rewrite every session whose text matches PATTERN, and all that descend
     /// from them, as new sessions; move the refs (recorded in the ref log).
     Redact(purge::RedactArgs),
+    /// Record a merge: a session on CONV whose parents are its head and REV.
+    Merge(porcelain::MergeArgs),
+    /// List tags, or create (-f: move) or delete (-d) one.
+    Tag(porcelain::TagArgs),
+    /// Rename a conversation: its ref and record move, HEAD follows.
+    Rename(porcelain::RenameArgs),
+    /// Move a conversation to another session (recorded in the ref log).
+    Reset(porcelain::ResetArgs),
 }
 
 /// A command's failure: what to print and how to exit.
@@ -296,6 +306,10 @@ fn main() -> ExitCode {
         Command::Push(args) => remote::push(&ctx, args),
         Command::Pull(args) => remote::pull(&ctx, args),
         Command::Redact(args) => purge::redact(&ctx, args),
+        Command::Merge(args) => porcelain::merge(&ctx, args),
+        Command::Tag(args) => porcelain::tag(&ctx, args),
+        Command::Rename(args) => porcelain::rename(&ctx, args),
+        Command::Reset(args) => porcelain::reset(&ctx, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

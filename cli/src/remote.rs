@@ -227,10 +227,86 @@ fn open_remote(ctx: &Ctx, path: &Path, write: bool) -> CmdResult<Store> {
     Ok(store)
 }
 
-pub fn push(ctx: &Ctx, args: RemoteArgs) -> CmdResult {
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    #[command(flatten)]
+    remote: RemoteArgs,
+    /// Overwrite a conversation that has diverged in the other store (its
+    /// sessions there that this one lacks are no longer on that ref).
+    #[arg(short = 'f', long, conflicts_with = "force_with_lease")]
+    force: bool,
+    /// Overwrite a diverged conversation only while the other store's ref
+    /// holds what is expected: alone, a value this store's ref log shows the
+    /// ref held; =REF, the same for REF only; =REF:EXPECTED, exactly that
+    /// revision (empty: REF must not exist there). Repeatable. A lease that
+    /// fails refuses the push.
+    #[arg(
+        long,
+        value_name = "REF[:EXPECTED]",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = ""
+    )]
+    force_with_lease: Vec<String>,
+}
+
+/// `--force-with-lease` values as the library's leases.
+fn leases(local: &Store, values: &[String]) -> CmdResult<remote::Force> {
+    use remote::{Force, Lease, LeaseExpect};
+    let mut out = Vec::new();
+    for v in values {
+        if v.is_empty() {
+            out.push(Lease {
+                name: None,
+                expect: LeaseExpect::Seen,
+            });
+            continue;
+        }
+        let (r, expected) = match v.split_once(':') {
+            Some((r, e)) => (r, Some(e)),
+            None => (v.as_str(), None),
+        };
+        let name = if r.starts_with("refs/") {
+            sessctl_store::RefName::parse(r)
+        } else {
+            sessctl_store::RefName::conversation(r)
+        }
+        .map_err(|e| CommandError::Usage(format!("--force-with-lease={v}: {e}")))?;
+        let expect = match expected {
+            None => LeaseExpect::Seen,
+            Some("") => LeaseExpect::Absent,
+            // A full id may name a session only the other store has.
+            Some(e) => match sessctl_store::ObjectId::from_hex(e) {
+                Ok(id) => LeaseExpect::At(id),
+                Err(_) => LeaseExpect::At(local.resolve_rev(e)?),
+            },
+        };
+        out.push(Lease {
+            name: Some(name),
+            expect,
+        });
+    }
+    Ok(Force::Leases(out))
+}
+
+pub fn push(ctx: &Ctx, args: PushArgs) -> CmdResult {
     let local = ctx.open_store_read()?;
-    let remote_store = open_remote(ctx, &args.remote, true)?;
-    let report = remote::push(&local, &remote_store, &args.conversations, Durability::Sync)?;
+    let force = if args.force {
+        remote::Force::All
+    } else if args.force_with_lease.is_empty() {
+        remote::Force::No
+    } else {
+        leases(&local, &args.force_with_lease)?
+    };
+    let args_remote = args.remote;
+    let remote_store = open_remote(ctx, &args_remote.remote, true)?;
+    let report = remote::push_forced(
+        &local,
+        &remote_store,
+        &args_remote.conversations,
+        &force,
+        Durability::Sync,
+    )?;
     finish(&report, "sent")
 }
 

@@ -53,7 +53,7 @@ struct Ids {
 }
 
 /// fix:   R - S1 - S2 - M (M merges F1); the tag golden at S1
-/// retry:        \- F1 - F2 (a fork of S1 that keeps its first 2 messages)
+/// retry:        \- F1 - F2 (a fork of S1 that keeps its first 3 messages)
 /// other: O, unrelated. HEAD names fix.
 fn fixture() -> (tempfile::TempDir, PathBuf, Ids) {
     let dir = tempfile::tempdir().unwrap();
@@ -85,7 +85,7 @@ fn fixture() -> (tempfile::TempDir, PathBuf, Ids) {
             s1,
             ForkOptions {
                 name: Some("retry".into()),
-                cut: Some(Cut::AtMessage(2)),
+                cut: Some(Cut::AtMessage(3)),
                 turn: Some(turn(2000, &[("user", "Try another way")])),
             },
             d,
@@ -302,7 +302,7 @@ fn the_dot_graph_is_deterministic_and_labelled() {
              \x20 \"{s2}\" -> \"{s1}\";\n  \"{f1}\" -> \"{s1}\";\n  \"{s1}\" -> \"{r}\";\n}}\n",
             node(&m, "fix\\n7 messages"),
             node(&s2, "6 messages"),
-            node(&f1, "3 messages"),
+            node(&f1, "4 messages"),
             node(&s1, "tag: golden\\n4 messages"),
             node(&r, "2 messages"),
         )
@@ -491,7 +491,7 @@ fn diff_shows_messages_and_state_each_side_lacks() {
     assert_eq!(v["b"], i.f2.to_hex());
     assert_eq!(v["merge_base"], i.f1.to_hex());
     assert_eq!(v["merge_bases"], json!([i.f1.to_hex()]));
-    assert_eq!(v["common_prefix"], 2);
+    assert_eq!(v["common_prefix"], 3);
     let a: Vec<(u64, Value)> = v["messages"]["a"]
         .as_array()
         .unwrap()
@@ -501,7 +501,6 @@ fn diff_shows_messages_and_state_each_side_lacks() {
     assert_eq!(
         a,
         vec![
-            (2, json!("Run it again\nwith -v")),
             (3, json!("Passes.")),
             (4, json!("Add a test")),
             (5, json!("Added.")),
@@ -512,7 +511,7 @@ fn diff_shows_messages_and_state_each_side_lacks() {
     assert_eq!(b.len(), 2);
     assert_eq!(b[0]["value"]["content"], "Try another way");
     assert_eq!(b[0]["in_other"], Value::Null);
-    assert_eq!(v["only_in_a"].as_array().unwrap().len(), 5);
+    assert_eq!(v["only_in_a"].as_array().unwrap().len(), 4);
     assert_eq!(v["only_in_b"], json!([b[0]["id"], b[1]["id"]]));
     assert_eq!(
         v["title"],
@@ -548,14 +547,13 @@ fn diff_shows_messages_and_state_each_side_lacks() {
             "a:          {}\n\
              b:          {}\n\
              merge base: {}\n\
-             common:     2 messages; then a has 4, b has 2\n\
+             common:     3 messages; then a has 3, b has 2\n\
              \n\
-             - [2] user: Run it again\n\
              - [3] assistant: Passes.\n\
              - [4] user: Add a test\n\
              - [5] assistant: Added.\n\
-             + [2] user: Try another way\n\
-             + [3] user: Still trying\n\
+             + [3] user: Try another way\n\
+             + [4] user: Still trying\n\
              \n\
              metadata:\n\
              \x20 + /extra: {{\"cwd\":\"/tmp\"}}\n\

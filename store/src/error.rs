@@ -189,6 +189,20 @@ pub enum Error {
     /// `HEAD` names a session, not a conversation, so there is nothing to continue.
     #[error("HEAD is detached at {}, not on a conversation", .id.to_hex_prefix(12))]
     HeadDetached { id: ObjectId },
+    #[error("tag {name} exists already")]
+    TagExists { name: String },
+    #[error("no tag named {name}")]
+    NoSuchTag { name: String },
+    /// `NAME@{n}` past the oldest entry of the ref's log.
+    #[error("{rev}: the ref log of {name} has only {entries} entries (@{{0}} to @{{{}}})", .entries.saturating_sub(1))]
+    ReflogTooShort {
+        rev: String,
+        name: RefName,
+        entries: usize,
+    },
+    /// `NAME@{n}` where the ref did not exist at that point of its log.
+    #[error("{rev}: {name} did not exist then (it was deleted)")]
+    RefGoneThen { rev: String, name: RefName },
 }
 
 fn show_target(t: &Option<String>) -> String {
@@ -256,6 +270,8 @@ pub enum RevParseError {
         "'{rev}' is not a revision: after '{op}' expected a number, '~' or '^', found '{found}'"
     )]
     BadStep { rev: String, op: char, found: char },
+    #[error("'{rev}' is not a revision: '@{{' takes a number and '}}' (NAME@{{N}})")]
+    BadReflog { rev: String },
     #[error("'{rev}' is not a revision: {number} is too large a step")]
     TooLarge { rev: String, number: String },
     #[error("'{rev}' is not a revision: {reason}")]

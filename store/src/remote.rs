@@ -5,7 +5,8 @@
 //! A ref that does not exist is created; one the incoming value descends
 //! from fast-forwards; one holding the same value (or a descendant of it)
 //! is left alone; one that has diverged is refused, and then nothing moves
-//! at all. Every object is checked (hash, decoding, closure, prerequisites)
+//! at all, unless a push forces it ([`push_forced`]: always, or under a
+//! lease on what the ref holds). Every object is checked (hash, decoding, closure, prerequisites)
 //! before any ref moves. This module never deletes a ref.
 
 use std::collections::{HashMap, HashSet};
@@ -27,6 +28,11 @@ pub enum RefOutcome {
         from: ObjectId,
         to: ObjectId,
     },
+    /// It had diverged and was overwritten (a forced push).
+    Forced {
+        from: ObjectId,
+        to: ObjectId,
+    },
     /// It already holds the value, or a session descending from it.
     UpToDate,
     /// It has diverged; the message names both heads.
@@ -40,6 +46,12 @@ impl std::fmt::Display for RefOutcome {
             RefOutcome::FastForward { from, to } => write!(
                 f,
                 "fast-forward {}..{}",
+                from.to_hex_prefix(12),
+                to.to_hex_prefix(12)
+            ),
+            RefOutcome::Forced { from, to } => write!(
+                f,
+                "forced update {}...{}",
                 from.to_hex_prefix(12),
                 to.to_hex_prefix(12)
             ),
@@ -73,6 +85,54 @@ impl TransferReport {
             })
             .collect()
     }
+}
+
+/// Whether a push may overwrite a receiver's ref that has diverged, as
+/// git's `push --force` and `--force-with-lease`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Force {
+    /// Never: only creations and fast-forwards (the default).
+    #[default]
+    No,
+    /// Always (`--force`).
+    All,
+    /// Only the refs a lease covers, and each only while the receiver's ref
+    /// holds what the lease expects; a ref whose lease fails is refused
+    /// (then nothing moves), even for a fast-forward. Refs no lease covers
+    /// are not forced.
+    Leases(Vec<Lease>),
+}
+
+/// One lease of [`Force::Leases`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The ref it covers; `None`: every ref the push carries that no other
+    /// lease names.
+    pub name: Option<RefName>,
+    pub expect: LeaseExpect,
+}
+
+/// What a lease expects the receiver's ref to hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseExpect {
+    /// A value the sender has seen at that ref: one its own ref log shows
+    /// the ref held (sessctl keeps no remote-tracking refs; what was pulled
+    /// from or pushed to another store is a value the ref held here), or
+    /// nothing.
+    Seen,
+    /// Nothing: the ref must not exist.
+    Absent,
+    /// Exactly this session.
+    At(ObjectId),
+}
+
+/// What one ref of an apply may do beyond creating and fast-forwarding.
+#[derive(Debug, Clone)]
+enum RefForce {
+    No,
+    Yes,
+    /// Forced, once the receiver's value is one of these (`None`: absent).
+    IfHolds(HashSet<Option<ObjectId>>),
 }
 
 /// Whether `ancestor` is `from` or one of its ancestors. Parents come from
@@ -116,6 +176,17 @@ pub fn apply(
     source: &str,
     durability: Durability,
 ) -> Result<TransferReport> {
+    apply_forced(store, bundle, reason, source, &|_| RefForce::No, durability)
+}
+
+fn apply_forced(
+    store: &Store,
+    bundle: &Bundle,
+    reason: &str,
+    source: &str,
+    force: &dyn Fn(&RefName) -> RefForce,
+    durability: Durability,
+) -> Result<TransferReport> {
     let problems = bundle.problems(Some(store))?;
     if let Some(p) = problems.iter().find(|p| p.kind == ProblemKind::Corrupt) {
         return Err(p.clone().into_error());
@@ -133,14 +204,36 @@ pub fn apply(
     let mut moved: HashSet<String> = HashSet::new();
     let mut fast_forwarded: HashSet<String> = HashSet::new();
     for (name, target) in &bundle.refs {
-        let outcome = ref_outcome(store, &parents, name, *target, source)?;
+        let (mut outcome, diverged) = ref_outcome(store, &parents, name, *target, source)?;
+        let allowed = match force(name) {
+            RefForce::No => false,
+            RefForce::Yes => true,
+            RefForce::IfHolds(accepted) => {
+                let current = match store.get_ref(name)? {
+                    Some(RefTarget::Session(id)) => Some(id),
+                    _ => None,
+                };
+                if accepted.contains(&current) {
+                    true
+                } else {
+                    outcome = RefOutcome::Refused(format!(
+                        "refusing to update {name} (stale info): it is at {}, not at what the lease expects",
+                        current.map_or("nothing".to_owned(), |c| c.to_hex_prefix(12))
+                    ));
+                    false
+                }
+            }
+        };
+        if let (true, Some(from)) = (allowed, diverged) {
+            outcome = RefOutcome::Forced { from, to: *target };
+        }
         match &outcome {
             RefOutcome::Created(id) => edits.push(RefEdit {
                 name: name.clone(),
                 expected: PreviousValue::MustNotExist,
                 new: Some(RefTarget::Session(*id)),
             }),
-            RefOutcome::FastForward { from, to } => {
+            RefOutcome::FastForward { from, to } | RefOutcome::Forced { from, to } => {
                 if let RefName::Conversation(n) | RefName::Archived(n) = name {
                     fast_forwarded.insert(n.clone());
                 }
@@ -199,13 +292,15 @@ pub fn apply(
     Ok(report)
 }
 
+/// A ref's outcome, and the value a force would overwrite (`Some` when it
+/// differs from the sender's and is not a fast-forward).
 fn ref_outcome(
     store: &Store,
     parents: &HashMap<ObjectId, Vec<ObjectId>>,
     name: &RefName,
     target: ObjectId,
     source: &str,
-) -> Result<RefOutcome> {
+) -> Result<(RefOutcome, Option<ObjectId>)> {
     // A conversation is live or archived, never both.
     let other = match name {
         RefName::Conversation(n) => Some((RefName::archived(n)?, "archived")),
@@ -214,38 +309,52 @@ fn ref_outcome(
     };
     if let Some((other, state)) = other {
         if store.get_ref(&other)?.is_some() {
-            return Ok(RefOutcome::Refused(format!(
-                "refusing to update {name}: conversation {} is {state} here ({other})",
-                name.short()
-            )));
+            return Ok((
+                RefOutcome::Refused(format!(
+                    "refusing to update {name}: conversation {} is {state} here ({other})",
+                    name.short()
+                )),
+                None,
+            ));
         }
     }
     let current = match store.get_ref(name)? {
-        None => return Ok(RefOutcome::Created(target)),
+        None => return Ok((RefOutcome::Created(target), None)),
         Some(RefTarget::Session(id)) => id,
         Some(RefTarget::Symbolic(r)) => {
-            return Ok(RefOutcome::Refused(format!(
-                "refusing to update {name}: it points at {r}, not a session"
-            )))
+            return Ok((
+                RefOutcome::Refused(format!(
+                    "refusing to update {name}: it points at {r}, not a session"
+                )),
+                None,
+            ))
         }
     };
     if current == target {
-        return Ok(RefOutcome::UpToDate);
+        return Ok((RefOutcome::UpToDate, None));
     }
     if descends_from(store, parents, target, current)? {
-        return Ok(RefOutcome::FastForward {
-            from: current,
-            to: target,
-        });
+        return Ok((
+            RefOutcome::FastForward {
+                from: current,
+                to: target,
+            },
+            None,
+        ));
     }
+    // The receiver has more: up to date, unless forced back (as git's
+    // `push --force` rewinds a branch that is ahead).
     if store.odb().contains(&target)? && descends_from(store, parents, current, target)? {
-        return Ok(RefOutcome::UpToDate);
+        return Ok((RefOutcome::UpToDate, Some(current)));
     }
-    Ok(RefOutcome::Refused(format!(
-        "refusing to update {name}: it is at {}, {source} has {}, and neither contains the other",
-        current.to_hex_prefix(12),
-        target.to_hex_prefix(12)
-    )))
+    Ok((
+        RefOutcome::Refused(format!(
+            "refusing to update {name}: it is at {}, {source} has {}, and neither contains the other",
+            current.to_hex_prefix(12),
+            target.to_hex_prefix(12)
+        )),
+        Some(current),
+    ))
 }
 
 /// Which conversations a push or pull carries: none named means every ref
@@ -287,8 +396,54 @@ pub fn push(
     conversations: &[String],
     durability: Durability,
 ) -> Result<TransferReport> {
+    push_forced(local, remote, conversations, &Force::No, durability)
+}
+
+/// [`push`], overwriting refs as `force` allows, as git does: a forced ref
+/// is set to the sender's value whether it had diverged or was ahead.
+pub fn push_forced(
+    local: &Store,
+    remote: &Store,
+    conversations: &[String],
+    force: &Force,
+    durability: Durability,
+) -> Result<TransferReport> {
     let bundle = pack_for(local, remote, conversations)?;
-    apply(remote, &bundle, "push", "this store", durability)
+    let reflog = match force {
+        Force::Leases(l) if l.iter().any(|l| l.expect == LeaseExpect::Seen) => {
+            local.reflog_entries()?
+        }
+        _ => Vec::new(),
+    };
+    let rule = |name: &RefName| -> RefForce {
+        let leases = match force {
+            Force::No => return RefForce::No,
+            Force::All => return RefForce::Yes,
+            Force::Leases(l) => l,
+        };
+        let lease = leases
+            .iter()
+            .find(|l| l.name.as_ref() == Some(name))
+            .or_else(|| leases.iter().find(|l| l.name.is_none()));
+        let Some(lease) = lease else {
+            return RefForce::No;
+        };
+        RefForce::IfHolds(match lease.expect {
+            LeaseExpect::Absent => HashSet::from([None]),
+            LeaseExpect::At(id) => HashSet::from([Some(id)]),
+            LeaseExpect::Seen => reflog
+                .iter()
+                .filter(|e| e.name == *name)
+                .flat_map(|e| [&e.old, &e.new])
+                .filter_map(|t| match t {
+                    Some(RefTarget::Session(id)) => Some(Some(*id)),
+                    _ => None,
+                })
+                .chain([None])
+                .collect(),
+        })
+    };
+    apply_forced(remote, &bundle, "push", "this store", &rule, durability)
 }
 
 /// Fetches `remote`'s conversations (all when none are named) into `local`.

@@ -7,6 +7,12 @@
 //!   REV);
 //! - `REV^N`: the N-th parent (`REV^` is `REV^1`, `REV^0` is REV).
 //!
+//! The name may end with `@{N}`: the N-th prior value of that ref, read from
+//! its ref log (`fix@{0}` is its current value, `fix@{1}` the one before
+//! the last move; a bare `@{N}` is the conversation `HEAD` names), as git's
+//! `@{N}`. A rename is followed: the log of the new name goes on with the
+//! old name's.
+//!
 //! This module owns revision naming whole: that syntax, the walk along
 //! parents it implies, and what a name means (refs, tags, prefixes:
 //! [`Store::resolve_name`]). The walk reads parents through a [`Lineage`],
@@ -18,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::graph::Lineage;
 use crate::hash::ObjectId;
 use crate::object::ObjectKind;
-use crate::refs::{validate_name, NameError, RefName, RefTarget};
+use crate::refs::{validate_name, NameError, RefName, RefTarget, ReflogEntry};
 use crate::store::Store;
 
 /// One step after a revision's name.
@@ -34,6 +40,10 @@ pub enum Step {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RevSpec {
     text: String,
+    /// Where the name ends: before `@{N}` when there is one.
+    name_len: usize,
+    /// `@{N}`: the N-th prior value of the named ref.
+    reflog: Option<u64>,
     base_len: usize,
     /// Each step and where its text ends in the revision.
     steps: Vec<(Step, usize)>,
@@ -53,10 +63,30 @@ impl RevSpec {
                 op: rev.chars().next().expect("not empty"),
             });
         }
-        check_name(base).map_err(|reason| RevParseError::BadName {
-            rev: rev.to_owned(),
-            reason,
-        })?;
+        let (name_len, reflog) = match base.rfind("@{") {
+            Some(at) => {
+                let inner = base[at + 2..].strip_suffix('}').unwrap_or("");
+                if inner.is_empty() || !inner.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(RevParseError::BadReflog {
+                        rev: rev.to_owned(),
+                    });
+                }
+                let n = inner.parse::<u64>().map_err(|_| RevParseError::TooLarge {
+                    rev: rev.to_owned(),
+                    number: inner.to_owned(),
+                })?;
+                (at, Some(n))
+            }
+            None => (base_len, None),
+        };
+        let name = &rev[..name_len];
+        // A bare `@{N}` names the conversation HEAD is on.
+        if !(name.is_empty() && reflog.is_some()) {
+            check_name(name).map_err(|reason| RevParseError::BadName {
+                rev: rev.to_owned(),
+                reason,
+            })?;
+        }
         let bytes = rev.as_bytes();
         let mut steps = Vec::new();
         let mut at = base_len;
@@ -93,14 +123,22 @@ impl RevSpec {
         }
         Ok(RevSpec {
             text: rev.to_owned(),
+            name_len,
+            reflog,
             base_len,
             steps,
         })
     }
 
-    /// The name the steps start from.
+    /// The name the steps start from (without its `@{N}`; empty for a bare
+    /// `@{N}`).
     pub fn name(&self) -> &str {
-        &self.text[..self.base_len]
+        &self.text[..self.name_len]
+    }
+
+    /// The N of `NAME@{N}`, if given.
+    pub fn reflog(&self) -> Option<u64> {
+        self.reflog
     }
 
     pub fn steps(&self) -> impl Iterator<Item = Step> + '_ {
@@ -195,8 +233,105 @@ impl Store {
         // Ids and prefixes are looked up in the journal as this handle
         // knows it: bring it up to date with other processes first.
         self.catch_up()?;
-        let start = self.resolve_name(spec.name())?;
+        let start = match spec.reflog() {
+            Some(n) => self.resolve_reflog(&spec.text[..spec.base_len], spec.name(), n)?,
+            None => self.resolve_name(spec.name())?,
+        };
         spec.walk(self, start)
+    }
+
+    /// The ref a `NAME@{N}` reads the log of: HEAD's conversation for an
+    /// empty name, else as [`Store::resolve_name`] reads names (the first of
+    /// conversation, tag, archived conversation that has a log).
+    fn reflog_ref(&self, name: &str) -> Result<RefName> {
+        if name.is_empty() {
+            return match self.get_ref(&RefName::Head)? {
+                Some(RefTarget::Symbolic(r)) => Ok(r),
+                Some(RefTarget::Session(id)) => Err(Error::HeadDetached { id }),
+                None => Err(Error::NoHead),
+            };
+        }
+        if name == "HEAD" || name == "@" {
+            return Ok(RefName::Head);
+        }
+        if name.starts_with("refs/") {
+            return Ok(RefName::parse(name)?);
+        }
+        if let Some(n) = name.strip_prefix("archive/") {
+            return Ok(RefName::archived(n)?);
+        }
+        if let Some(n) = name.strip_prefix("tags/") {
+            return Ok(RefName::tag(n)?);
+        }
+        let candidates = [
+            RefName::conversation(name)?,
+            RefName::tag(name)?,
+            RefName::archived(name)?,
+        ];
+        for c in &candidates {
+            if self.get_ref(c)?.is_some() {
+                return Ok(c.clone());
+            }
+        }
+        let entries = self.live_reflog_entries()?;
+        for c in candidates {
+            if entries.iter().any(|e| e.name == c) {
+                return Ok(c);
+            }
+        }
+        Err(Error::UnknownRevision {
+            rev: name.to_owned(),
+        })
+    }
+
+    /// The session `name@{n}` names: the value the ref took in the n-th
+    /// newest live entry of its log (following renames back; expired entries
+    /// do not count). A symbolic value
+    /// (HEAD's) is read as the ref it names holds now.
+    pub fn resolve_reflog(&self, rev: &str, name: &str, n: u64) -> Result<ObjectId> {
+        let mut r = self.reflog_ref(name)?;
+        // Expired entries are gone from the log `reflog` shows, as from git's.
+        let all = self.live_reflog_entries()?;
+        let mut values: Vec<&ReflogEntry> = Vec::new();
+        let mut before = u64::MAX;
+        loop {
+            let mut mine: Vec<&ReflogEntry> = all
+                .iter()
+                .filter(|e| e.name == r && e.op < before)
+                .collect();
+            mine.reverse();
+            let oldest = mine.last().copied();
+            values.extend(mine);
+            // Created by a rename: go on with the old name's log.
+            let Some(created) = oldest.filter(|e| e.reason == "rename" && e.old.is_none()) else {
+                break;
+            };
+            let Some(from) = all.iter().find(|e| {
+                e.op == created.op && e.new.is_none() && e.name != r && e.name != RefName::Head
+            }) else {
+                break;
+            };
+            r = from.name.clone();
+            before = created.op;
+        }
+        let entry = usize::try_from(n)
+            .ok()
+            .and_then(|i| values.get(i))
+            .ok_or_else(|| Error::ReflogTooShort {
+                rev: rev.to_owned(),
+                name: self.reflog_ref(name).unwrap_or(RefName::Head),
+                entries: values.len(),
+            })?;
+        match &entry.new {
+            Some(RefTarget::Session(id)) => Ok(*id),
+            Some(RefTarget::Symbolic(s)) => self.resolve_ref(s)?.ok_or(Error::NoHeadYet {
+                name: s.short().to_owned(),
+            }),
+            None => Err(Error::RefGoneThen {
+                rev: rev.to_owned(),
+                name: entry.name.clone(),
+            }),
+        }
     }
 
     /// Resolves a name to a session: `HEAD` or `@`, a conversation

@@ -105,3 +105,65 @@ fn a_diverged_conversation_moves_nothing_on_either_side() {
         Err(Error::NoSuchConversation { .. })
     ));
 }
+
+/// A forced push overwrites a diverged ref; a lease only while the
+/// receiver's ref holds what it expects, and a failed lease moves nothing.
+#[test]
+fn a_forced_push_overwrites_a_diverged_ref_as_its_lease_allows() {
+    use sessctl_store::remote::{push_forced, Force, Lease, LeaseExpect};
+    let dir = tempfile::tempdir().unwrap();
+    let (a_path, b_path) = (dir.path().join("a"), dir.path().join("b"));
+    {
+        let a = Store::init(&a_path).unwrap();
+        a.create(Some("fix"), turn("one"), Durability::Sync)
+            .unwrap();
+        a.create(Some("other"), turn("x"), Durability::Sync)
+            .unwrap();
+    }
+    let (b, _) = clone(&a_path, &b_path).unwrap();
+    let a = open(&a_path);
+    let ours = a.commit("fix", None, turn("a"), Durability::Sync).unwrap();
+    let theirs = b.commit("fix", None, turn("b"), Durability::Sync).unwrap();
+    let fix = RefName::conversation("fix").unwrap();
+    let lease = |expect| {
+        Force::Leases(vec![Lease {
+            name: Some(fix.clone()),
+            expect,
+        }])
+    };
+    // The bare lease: b's value is not one a's log shows for fix.
+    for force in [
+        Force::No,
+        lease(LeaseExpect::Seen),
+        lease(LeaseExpect::At(ours)),
+        lease(LeaseExpect::Absent),
+    ] {
+        let r = push_forced(&a, &b, &[], &force, Durability::Sync).unwrap();
+        assert!(!r.applied, "{force:?}");
+        assert_eq!(head(&b, "fix"), theirs);
+    }
+    // A lease on what b holds forces; other refs are not forced.
+    let r = push_forced(
+        &a,
+        &b,
+        &[],
+        &lease(LeaseExpect::At(theirs)),
+        Durability::Sync,
+    )
+    .unwrap();
+    assert!(r.applied);
+    assert!(r.refs.contains(&(
+        fix.clone(),
+        RefOutcome::Forced {
+            from: theirs,
+            to: ours
+        }
+    )));
+    assert_eq!(head(&b, "fix"), ours);
+    // --force: b went on from a's value; forced back to it.
+    b.commit("fix", None, turn("more"), Durability::Sync)
+        .unwrap();
+    let r = push_forced(&a, &b, &[], &Force::All, Durability::Sync).unwrap();
+    assert!(r.applied);
+    assert_eq!(head(&b, "fix"), ours);
+}

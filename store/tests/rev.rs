@@ -140,7 +140,7 @@ fn unknown_and_malformed_revisions_are_told_apart() {
         Err(Error::UnknownPrefix { .. })
     ));
     for bad in [
-        "", "~1", "^", "fix~a", "fix^{}", "fix~-1", "a b", "fix@{1}", "fix~1x",
+        "", "~1", "^", "fix~a", "fix^{}", "fix~-1", "a b", "fix@{x}", "fix@{1", "fix@{}", "fix~1x",
     ] {
         match store.resolve_rev(bad) {
             Err(Error::BadRev(_)) => {}
@@ -155,6 +155,17 @@ fn unknown_and_malformed_revisions_are_told_apart() {
             found: 'x'
         }
     );
+    // NAME@{N} reads the ref log: @{0} is the current value.
+    assert_eq!(
+        store.resolve_rev("fix@{0}").unwrap(),
+        store.resolve_rev("fix").unwrap()
+    );
+    assert_eq!(RevSpec::parse("fix@{12}~2").unwrap().reflog(), Some(12));
+    assert_eq!(RevSpec::parse("fix@{12}~2").unwrap().name(), "fix");
+    assert!(matches!(
+        store.resolve_rev("fix@{999}"),
+        Err(Error::ReflogTooShort { entries, .. }) if entries > 0
+    ));
     assert_eq!(
         RevSpec::parse("x^3~^").unwrap().steps().collect::<Vec<_>>(),
         vec![Step::Parent(3), Step::Ancestor(1), Step::Parent(1)]

@@ -804,3 +804,167 @@ fn packing_sealed_segments_as_commits_go_loses_no_history() {
         .unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
+
+/// A fork that drops messages names the session it really continues: the
+/// newest first-parent ancestor whose history is exactly the kept messages,
+/// else the oldest that still starts with them; never a session that
+/// rewrote them (objects-format.md, "Forks").
+#[test]
+fn a_fork_names_the_parent_true_to_its_cut() {
+    use sessctl_store::graph::is_ancestor;
+    for repacked in [false, true] {
+        let (_dir, path) = new_store();
+        let store = open(&path);
+        let d = Durability::NoSync;
+        let (_, root) = store.create(Some("x"), turn(&["a", "b"]), d).unwrap();
+        let s1 = store.commit("x", None, turn(&["c", "d"]), d).unwrap();
+        let s2 = store.commit("x", None, turn(&["e", "f"]), d).unwrap();
+        // A full rewrite (base 0), then a continuation of it.
+        let rewrite = Turn {
+            messages: Messages::History(msgs(&["z", "b", "c"])),
+            ..Turn::default()
+        };
+        let r1 = store.commit("x", None, rewrite, d).unwrap();
+        let r2 = store.commit("x", None, turn(&["y"]), d).unwrap();
+        if repacked {
+            store.repack(&RepackOptions::default()).unwrap();
+            assert!(store.lineage_index().is_some());
+        }
+        let fork = |from, k, name: &str, add: &[&str]| {
+            store
+                .fork(
+                    from,
+                    ForkOptions {
+                        name: Some(name.into()),
+                        cut: Some(Cut::AtMessage(k)),
+                        turn: Some(turn(add)),
+                    },
+                    d,
+                )
+                .unwrap()
+                .1
+        };
+        let parent = |id| store.odb().session(&id).unwrap().parents[0];
+        // Exactly the first 4 messages: s1.
+        let f4 = fork(s2, 4, "f4", &["other"]);
+        assert_eq!(parent(f4), s1);
+        assert_eq!(contents(&store, &f4), ["a", "b", "c", "d", "other"]);
+        assert!(!is_ancestor(&store, s2, f4).unwrap());
+        assert!(is_ancestor(&store, s1, f4).unwrap());
+        // 3: no ancestor has exactly 3; s1 is the oldest with at least 3
+        // (the root has 2), and the fork keeps 3 of it.
+        let f3 = fork(s2, 3, "f3", &[]);
+        assert_eq!(parent(f3), s1);
+        let s = store.odb().session(&f3).unwrap();
+        assert_eq!((s.messages.base, s.messages.added.len()), (3, 0));
+        assert_eq!(contents(&store, &f3), ["a", "b", "c"]);
+        // 2: the root, which is exactly those.
+        assert_eq!(parent(fork(s2, 2, "f2", &[])), root);
+        // 1 from the rewritten line: r1 (3 messages) starts with "z", the
+        // sessions before it do not: the walk stops at the rewrite.
+        let g1 = fork(r2, 1, "g1", &[]);
+        assert_eq!(parent(g1), r1);
+        assert_eq!(contents(&store, &g1), ["z"]);
+        assert!(!is_ancestor(&store, r2, g1).unwrap());
+        // Keeping everything continues the source itself.
+        assert_eq!(parent(fork(r2, 4, "g4", &["more"])), r2);
+    }
+}
+
+/// Tags, renames and resets: ref moves with a reason in the ref log; a
+/// renamed conversation keeps its figures, also after a reindex.
+#[test]
+fn tag_rename_and_reset_move_refs_and_records() {
+    let (_dir, path) = new_store();
+    let store = open(&path);
+    let d = Durability::NoSync;
+    let (_, a) = store.create(Some("x"), turn(&["a"]), d).unwrap();
+    let b = store.commit("x", None, turn(&["b"]), d).unwrap();
+    store.tag("v1", a, false, d).unwrap();
+    assert!(matches!(
+        store.tag("v1", b, false, d),
+        Err(Error::TagExists { .. })
+    ));
+    assert_eq!(store.tag("v1", b, true, d).unwrap(), Some(a));
+    assert_eq!(store.tags().unwrap(), vec![("v1".to_owned(), b)]);
+    assert_eq!(store.delete_tag("v1", d).unwrap(), b);
+    assert!(store.tags().unwrap().is_empty());
+
+    store.rename("x", "y", d).unwrap();
+    assert!(store.conversation("x").unwrap().is_none());
+    let figures = |store: &Store| {
+        let c = store.conversation("y").unwrap().unwrap();
+        (c.sessions, c.messages, c.head, c.record.conversation_id)
+    };
+    assert_eq!(figures(&store), (2, 2, Some(b), Some(a)));
+    assert_eq!(
+        store.get_ref(&RefName::Head).unwrap(),
+        Some(RefTarget::Symbolic(RefName::conversation("y").unwrap()))
+    );
+    // Its sessions still count for it.
+    store.commit("y", None, turn(&["c"]), d).unwrap();
+    assert_eq!(figures(&store).0, 3);
+    assert_eq!(
+        store.reset("y", a, d).unwrap(),
+        store.resolve_rev("y@{1}").unwrap()
+    );
+    assert_eq!(figures(&store).1, 1);
+    let reasons: Vec<String> = store
+        .reflog_entries()
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.name == RefName::conversation("y").unwrap())
+        .map(|e| e.reason)
+        .collect();
+    assert_eq!(reasons, ["rename", "commit", "reset"]);
+    let before = figures(&store);
+    store.reindex().unwrap();
+    assert_eq!(figures(&store), before);
+    assert!(matches!(
+        store.rename("y", "y", d),
+        Err(Error::ConversationExists { .. })
+    ));
+}
+
+/// An async subagent's session belongs to its spawner's conversation: it
+/// carries the spawner's conversation id, so do its continuations, and
+/// they count for the spawner's conversation, which keeps its id.
+#[test]
+fn a_subagent_session_takes_its_spawners_conversation_id() {
+    use sessctl_store::{SessionMetadata, SessionType};
+    let store = Store::in_memory().unwrap();
+    let d = Durability::NoSync;
+    let (_, root) = store.create(Some("main"), turn(&["go"]), d).unwrap();
+    let spawner = store.commit("main", None, turn(&["spawn"]), d).unwrap();
+    let mut t = turn(&["sub task"]);
+    t.metadata = SessionMetadata {
+        session_type: SessionType::AsyncSubagent,
+        spawned_by: Some(spawner),
+        ..SessionMetadata::default()
+    };
+    let (sub, s1) = store.create(Some("agent-1"), t, d).unwrap();
+    let s = store.odb().session(&s1).unwrap();
+    assert_eq!(s.conversation, Some(root));
+    assert_eq!(s.conversation_id(s1), root);
+    assert_eq!(s.metadata.spawned_by, Some(spawner));
+    let s2 = store.commit(&sub, None, turn(&["done"]), d).unwrap();
+    assert_eq!(store.odb().session(&s2).unwrap().conversation, Some(root));
+    // The spawner's conversation keeps its id and counts the subagent's
+    // sessions; the index names it for them.
+    let main = store.conversation("main").unwrap().unwrap();
+    assert_eq!(main.record.conversation_id, Some(root));
+    assert_eq!(main.sessions, 4);
+    assert_eq!(
+        store.index().conversation_name(&root).unwrap().as_deref(),
+        Some("main")
+    );
+    // Removing the subagent's ref leaves the spawner's conversation whole.
+    store.delete(&sub, d).unwrap();
+    assert_eq!(
+        store.index().conversation_name(&root).unwrap().as_deref(),
+        Some("main")
+    );
+    // A plain agent root starts its own conversation, as before.
+    let (_, other) = store.create(Some("other"), turn(&["x"]), d).unwrap();
+    assert_eq!(store.odb().session(&other).unwrap().conversation, None);
+}

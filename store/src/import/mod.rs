@@ -183,6 +183,9 @@ pub struct ImportReport {
     /// (file, parent id) of entries whose parent no line has; kept as roots.
     pub dangling: Vec<(String, String)>,
     pub bytes_read: u64,
+    /// The conversation HEAD was pointed at: HEAD named nothing usable, so
+    /// it now names the most recently active conversation the import wrote.
+    pub head: Option<String>,
 }
 
 impl ImportReport {
@@ -199,6 +202,7 @@ impl ImportReport {
             "objects_written": self.objects_written,
             "refs_moved": self.refs_moved,
             "bytes_read": self.bytes_read,
+            "head": self.head,
             "skipped": self.skipped.iter().map(|s| json!({
                 "file": s.file.display().to_string(), "line": s.line, "reason": s.reason,
             })).collect::<Vec<_>>(),

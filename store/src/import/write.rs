@@ -28,6 +28,9 @@ pub(super) fn import_trees(
     let mut names_used: HashSet<String> = HashSet::new();
     let mut queued: HashSet<ObjectId> = HashSet::new();
     let mut claimed: HashSet<RefName> = HashSet::new();
+    // The most recently active conversation the import brings (ties: the
+    // later one), for HEAD.
+    let mut newest: Option<(i64, String)> = None;
     for mut tree in sources_first(trees) {
         if tree.nodes.is_empty() {
             continue;
@@ -127,6 +130,11 @@ pub(super) fn import_trees(
             ..Transaction::default()
         };
         for (name, head, record) in built.refs {
+            if let (RefName::Conversation(n), Some((_, rec))) = (&name, &record) {
+                if newest.as_ref().is_none_or(|(t, _)| rec.updated_at >= *t) {
+                    newest = Some((rec.updated_at, n.clone()));
+                }
+            }
             let current = store.get_ref(&name)?;
             if current != Some(RefTarget::Session(head)) {
                 tx.edits.push(RefEdit {
@@ -166,8 +174,44 @@ pub(super) fn import_trees(
             Durability::Sync
         };
         store.transact(tx, d)?;
+        if let Some((_, name)) = newest {
+            report.head = head_to_imported(store, &name, d)?.then_some(name);
+        }
     }
     Ok(())
+}
+
+/// Points HEAD at `name` when it names nothing usable (it is absent, or
+/// follows a ref that does not exist), so that `log`, `show` and `resume`
+/// work right after a first import. A HEAD another process sets meanwhile
+/// is left to it. Returns whether HEAD moved.
+fn head_to_imported(store: &Store, name: &str, durability: Durability) -> Result<bool> {
+    let current = store.get_ref(&RefName::Head)?;
+    let usable = match &current {
+        None => false,
+        Some(RefTarget::Session(_)) => true,
+        Some(RefTarget::Symbolic(r)) => store.get_ref(r)?.is_some(),
+    };
+    if usable {
+        return Ok(false);
+    }
+    let tx = Transaction {
+        reason: "import".into(),
+        edits: vec![RefEdit {
+            name: RefName::Head,
+            expected: match current {
+                Some(t) => PreviousValue::MustMatch(t),
+                None => PreviousValue::MustNotExist,
+            },
+            new: Some(RefTarget::Symbolic(RefName::conversation(name)?)),
+        }],
+        ..Transaction::default()
+    };
+    match store.transact(tx, durability) {
+        Ok(_) => Ok(true),
+        Err(crate::error::Error::RefOutOfDate { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// The trees in their order, except that a fork comes after the tree it was

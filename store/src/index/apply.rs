@@ -91,6 +91,14 @@ impl Index {
         }
         let mut o = Overlay::new(self);
         let mut touched: BTreeSet<String> = BTreeSet::new();
+        // A rename (the new name's record written, the old one's removed, in
+        // one operation): the new name takes the old one's figures.
+        let removed: BTreeSet<&str> = op
+            .conversations
+            .iter()
+            .filter(|cu| cu.record.is_none())
+            .map(|cu| cu.name.as_str())
+            .collect();
         for cu in &op.conversations {
             let k = key("c:", cu.name.as_bytes());
             let old = o
@@ -99,23 +107,62 @@ impl Index {
             if let Some(old) = &old {
                 o.del(activity_key(old.last_activity, &old.name));
                 if let Some(cid) = old.record.conversation_id {
-                    if cu.record.as_ref().and_then(|r| r.conversation_id) != Some(cid) {
-                        o.del(key("i:", cid.as_bytes()));
+                    let ik = key("i:", cid.as_bytes());
+                    // Only its own mapping: another record may hold the id
+                    // (a rename's new name, an async subagent's spawner).
+                    if cu.record.as_ref().and_then(|r| r.conversation_id) != Some(cid)
+                        && o.get(&ik)?.as_deref() == Some(cu.name.as_bytes())
+                    {
+                        o.del(ik);
                     }
                 }
             }
             match &cu.record {
                 Some(r) => {
-                    let mut info = match old {
-                        Some(mut i) => {
+                    let renamed_from = match (&old, r.conversation_id) {
+                        (None, Some(cid)) => o
+                            .get(&key("i:", cid.as_bytes()))?
+                            .and_then(|v| String::from_utf8(v).ok())
+                            .filter(|n| removed.contains(n.as_str()))
+                            .and_then(|n| {
+                                o.get(&key("c:", n.as_bytes()))
+                                    .ok()
+                                    .flatten()
+                                    .and_then(|b| ConversationInfo::from_index_bytes(&n, &b))
+                            }),
+                        _ => None,
+                    };
+                    let mut info = match (old, renamed_from) {
+                        (Some(mut i), _) => {
                             i.record = r.clone();
                             i
                         }
-                        None => ConversationInfo::new(&cu.name, r.clone()),
+                        (None, Some(from)) => {
+                            let mut i = ConversationInfo::new(&cu.name, r.clone());
+                            i.sessions = from.sessions;
+                            i.usage = from.usage;
+                            i.last_activity = from.last_activity;
+                            i
+                        }
+                        (None, None) => ConversationInfo::new(&cu.name, r.clone()),
                     };
                     info.last_activity = info.last_activity.max(r.updated_at);
                     if let Some(cid) = r.conversation_id {
-                        o.put(key("i:", cid.as_bytes()), cu.name.as_bytes().to_vec());
+                        // An id a live record holds already stays with it
+                        // (an async subagent carries its spawner's id), unless
+                        // that record goes in this operation (a rename).
+                        let ik = key("i:", cid.as_bytes());
+                        let holder = o.get(&ik)?.and_then(|v| String::from_utf8(v).ok());
+                        let held = match &holder {
+                            Some(h) if *h != cu.name && !removed.contains(h.as_str()) => o
+                                .get(&key("c:", h.as_bytes()))?
+                                .and_then(|b| ConversationInfo::from_index_bytes(h, &b))
+                                .is_some_and(|i| i.record.conversation_id == Some(cid)),
+                            _ => false,
+                        };
+                        if !held {
+                            o.put(ik, cu.name.as_bytes().to_vec());
+                        }
                     }
                     o.put(k, info.to_index_bytes());
                     o.put(activity_key(info.last_activity, &info.name), Vec::new());

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::hash::ObjectId;
 use crate::index::{ConversationInfo, SessionInfo};
-use crate::object::{Compaction, RunSummary, SessionMetadata, SessionStatus};
+use crate::object::{Compaction, RunSummary, SessionMetadata, SessionStatus, SessionType};
 use crate::odb::Durability;
 use crate::refs::{
     validate_name, ConversationRecord, ConversationStatus, ConversationUpdate, PreviousValue,
@@ -200,6 +200,12 @@ impl Store {
     /// Starts a conversation with a root session; returns its name and the
     /// session. The name defaults to the first 12 hex digits of the root's
     /// id. `HEAD` moves to it.
+    ///
+    /// An async subagent's session (metadata `session_type` async_subagent
+    /// with `spawned_by`) belongs to its spawner's conversation
+    /// (objects-format.md, "Conversation"): it carries the spawner's
+    /// conversation id, and so do the sessions committed on it, which count
+    /// for the spawner's conversation.
     pub fn create(
         &self,
         name: Option<&str>,
@@ -211,7 +217,13 @@ impl Store {
         }
         let title = turn.title.clone();
         let preset = turn.metadata.preset_id.clone();
-        let built = self.build_session(None, None, turn, &[], None, None)?;
+        let carried = match (turn.metadata.session_type, turn.metadata.spawned_by) {
+            (SessionType::AsyncSubagent, Some(spawner)) => {
+                Some(self.spawner_conversation(&spawner)?)
+            }
+            _ => None,
+        };
+        let built = self.build_session(None, carried, turn, &[], None, None)?;
         let id = built.id;
         let created_at = built.session.created_at;
         let name = name
@@ -221,7 +233,7 @@ impl Store {
             return Err(Error::ConversationExists { name });
         }
         let record = ConversationRecord {
-            conversation_id: Some(id),
+            conversation_id: Some(carried.unwrap_or(id)),
             title,
             default_preset_id: preset,
             metadata: BTreeMap::new(),
@@ -229,8 +241,21 @@ impl Store {
             created_at,
             updated_at: created_at,
         };
-        self.start_conversation("create", &name, id, record, Some(built), durability)?;
+        self.start_conversation("create", &name, id, record, Some(built), true, durability)?;
         Ok((name, id))
+    }
+
+    /// The conversation id of the session that spawned a subagent.
+    fn spawner_conversation(&self, spawner: &ObjectId) -> Result<ObjectId> {
+        if let Some(ix) = self.lineage_index() {
+            if let Some(c) = ix.position(spawner).and_then(|p| ix.conversation(p)) {
+                return Ok(c);
+            }
+        }
+        if let Some(info) = self.index.session(spawner)? {
+            return Ok(info.conversation);
+        }
+        Ok(self.odb.session(spawner)?.conversation_id(*spawner))
     }
 
     /// Commits a turn on a conversation's head (a continuation). With
@@ -356,11 +381,32 @@ impl Store {
 
     /// Forks a new conversation from any session. A plain fork (no cut, no
     /// turn) writes no object: it is a new ref at `from`, and the first
-    /// commit on it starts the new conversation. `HEAD` moves to the fork.
+    /// commit on it starts the new conversation. `HEAD` moves to the fork,
+    /// as `git checkout -b` does ([`Store::fork_without_checkout`] leaves it).
     pub fn fork(
         &self,
         from: ObjectId,
         opts: ForkOptions,
+        durability: Durability,
+    ) -> Result<(String, ObjectId)> {
+        self.fork_with(from, opts, true, durability)
+    }
+
+    /// [`Store::fork`], leaving `HEAD` where it is (as `git branch`).
+    pub fn fork_without_checkout(
+        &self,
+        from: ObjectId,
+        opts: ForkOptions,
+        durability: Durability,
+    ) -> Result<(String, ObjectId)> {
+        self.fork_with(from, opts, false, durability)
+    }
+
+    fn fork_with(
+        &self,
+        from: ObjectId,
+        opts: ForkOptions,
+        checkout: bool,
         durability: Durability,
     ) -> Result<(String, ObjectId)> {
         let source = self.odb.session(&from)?;
@@ -397,22 +443,23 @@ impl Store {
         let (head, built) = if opts.cut.is_none() && opts.turn.is_none() {
             (from, None)
         } else {
-            let history = self.odb.history(&from)?;
-            let display = self.odb.display_history(&from)?;
+            let (len, display_len) = (source.messages.len(), source.display_messages.len());
             let keep = match opts.cut {
-                None => history.len() as u64,
+                None => len,
                 Some(Cut::AtMessage(k)) => {
-                    if k > history.len() as u64 {
+                    if k > len {
                         return Err(Error::CutOutOfRange {
                             at: k,
                             session: from,
-                            messages: history.len() as u64,
+                            messages: len,
                         });
                     }
                     k
                 }
                 Some(Cut::AtMessageId(m)) => {
-                    let pos = history
+                    let pos = self
+                        .odb
+                        .history(&from)?
                         .iter()
                         .position(|h| *h == m)
                         .ok_or(Error::NotInHistory {
@@ -424,11 +471,12 @@ impl Store {
             };
             // Display messages are cut at the same place when they mirror
             // the messages, and kept whole when the cut keeps everything.
-            let display_keep = if keep == history.len() as u64 {
-                display.len() as u64
+            let display_keep = if keep == len {
+                display_len
             } else {
-                keep.min(display.len() as u64)
+                keep.min(display_len)
             };
+            let parent = self.fork_parent(from, source.clone(), keep, display_keep)?;
             let turn = opts.turn.unwrap_or_default();
             if let Messages::History(_) = turn.messages {
                 return Err(Error::ForkTakesAddedMessages);
@@ -437,7 +485,7 @@ impl Store {
                 record.title = Some(t.clone());
             }
             let built = self.build_session(
-                Some(from),
+                Some(parent),
                 None,
                 turn,
                 &[],
@@ -447,13 +495,58 @@ impl Store {
             record.conversation_id = Some(built.id);
             (built.id, Some(built))
         };
-        self.start_conversation("fork", &name, head, record, built, durability)?;
+        self.start_conversation("fork", &name, head, record, built, checkout, durability)?;
         Ok((name, head))
+    }
+
+    /// The parent a fork of `from` that keeps `keep` messages (and
+    /// `display_keep` display messages) names (objects-format.md, "Forks"):
+    /// walking `from`'s first parents, the newest session whose history is
+    /// exactly those first messages, or else the oldest one that still
+    /// holds them as its first messages. The walk steps from a session to
+    /// its first parent only while the session keeps at least that many of
+    /// its parent's messages and display messages (`base`), so every session
+    /// it visits starts with the very messages the fork keeps; it reads
+    /// session objects (no message body), and skips reading a parent the
+    /// lineage index already shows too short. The fork's histories are the
+    /// same whichever parent is chosen: only its place in the DAG changes,
+    /// so that `merge-base --is-ancestor` and `log --graph` tell the truth
+    /// (a fork that drops messages is not a continuation of `from`).
+    fn fork_parent(
+        &self,
+        from: ObjectId,
+        source: crate::object::Session,
+        keep: u64,
+        display_keep: u64,
+    ) -> Result<ObjectId> {
+        let lineage = self.lineage_index();
+        let (mut at, mut s) = (from, source);
+        loop {
+            if s.messages.len() == keep {
+                return Ok(at);
+            }
+            let Some(parent) = s.first_parent() else {
+                return Ok(at);
+            };
+            if s.messages.base < keep || s.display_messages.base < display_keep {
+                return Ok(at);
+            }
+            // The index's count: a parent shorter than the cut cannot hold
+            // it (a corrupt `base` is left for the read to report).
+            if let Some(ix) = &lineage {
+                if ix.position(&parent).is_some_and(|p| ix.messages(p) < keep) {
+                    return Ok(at);
+                }
+            }
+            s = self.odb.session(&parent)?;
+            at = parent;
+        }
     }
 
     /// Creates `refs/heads/<name>` at `head` (neither it nor an archived
     /// conversation of that name may exist), records the conversation and
-    /// points `HEAD` at it, in one transaction.
+    /// points `HEAD` at it (with `checkout`), in one transaction.
+    #[allow(clippy::too_many_arguments)]
     fn start_conversation(
         &self,
         reason: &str,
@@ -461,6 +554,7 @@ impl Store {
         head: ObjectId,
         record: ConversationRecord,
         built: Option<Built>,
+        checkout: bool,
         durability: Durability,
     ) -> Result<()> {
         let conv_ref = RefName::conversation(name)?;
@@ -468,22 +562,25 @@ impl Store {
             Some(b) => (b.objects, vec![(b.id, b.session)]),
             None => (Vec::new(), Vec::new()),
         };
+        let mut edits = vec![
+            RefEdit {
+                name: conv_ref.clone(),
+                expected: PreviousValue::MustNotExist,
+                new: Some(RefTarget::Session(head)),
+            },
+            RefEdit {
+                name: RefName::archived(name)?,
+                expected: PreviousValue::MustNotExist,
+                new: None,
+            },
+        ];
+        if checkout {
+            edits.push(RefEdit::head_to(conv_ref));
+        }
         self.transact_decoded(
             Transaction {
                 reason: reason.into(),
-                edits: vec![
-                    RefEdit {
-                        name: conv_ref.clone(),
-                        expected: PreviousValue::MustNotExist,
-                        new: Some(RefTarget::Session(head)),
-                    },
-                    RefEdit {
-                        name: RefName::archived(name)?,
-                        expected: PreviousValue::MustNotExist,
-                        new: None,
-                    },
-                    RefEdit::head_to(conv_ref),
-                ],
+                edits,
                 conversations: vec![ConversationUpdate {
                     name: name.to_owned(),
                     record: Some(record),

@@ -19,6 +19,7 @@ mod builder;
 mod conversation;
 mod hook;
 mod put;
+mod ref_moves;
 mod run;
 mod transaction;
 
