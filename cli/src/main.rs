@@ -15,6 +15,7 @@ mod plumbing;
 mod refs;
 mod remote;
 mod replay;
+mod search;
 mod summarizer;
 
 use std::path::PathBuf;
@@ -127,6 +128,12 @@ enum Command {
     Push(remote::RemoteArgs),
     /// Fetch conversations from another store, as push does the other way.
     Pull(remote::RemoteArgs),
+    /// Search message text (content, tool calls and results) with a regular
+    /// expression; exit 1 when nothing matches.
+    Grep(search::GrepArgs),
+    /// Report usage: sessions, messages, tokens, requests, time and tool
+    /// calls, in total or by conversation, model, day or source.
+    Stats(search::StatsArgs),
 }
 
 /// A command's failure: what to print and how to exit.
@@ -291,6 +298,8 @@ fn main() -> ExitCode {
         Command::Clone(args) => remote::clone(&ctx, args),
         Command::Push(args) => remote::push(&ctx, args),
         Command::Pull(args) => remote::pull(&ctx, args),
+        Command::Grep(args) => search::grep(&ctx, args),
+        Command::Stats(args) => search::stats(&ctx, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -504,7 +504,8 @@ pub struct Totals {
 }
 
 impl Totals {
-    fn add(&mut self, o: &Totals) {
+    /// Adds another group's totals to these.
+    pub fn merge(&mut self, o: &Totals) {
         self.sessions += o.sessions;
         self.messages += o.messages;
         self.input_tokens += o.input_tokens;
@@ -606,6 +607,9 @@ pub fn stats(
             .get("model")
             .and_then(Value::as_str)
             .map(str::to_owned);
+        if model.is_none() {
+            model = codex_model(s);
+        }
         for m in &s.messages.added {
             let Some(f) = facts.get(m) else { continue };
             if model.is_none() {
@@ -654,9 +658,23 @@ pub fn stats(
                 }
             }
         };
-        groups.entry(key).or_default().add(&t);
+        groups.entry(key).or_default().merge(&t);
     }
     Ok(groups.into_iter().collect())
+}
+
+/// The model a Codex `turn_context` entry names, among the events an
+/// import kept in the session's metadata (`extra.events`).
+fn codex_model(s: &Session) -> Option<String> {
+    let Some(Value::Object(events)) = s.metadata.extra.get("events") else {
+        return None;
+    };
+    events
+        .values()
+        .filter_map(Value::as_array)
+        .flatten()
+        .filter(|e| e.get("type").and_then(Value::as_str) == Some("turn_context"))
+        .find_map(|e| e.get("payload")?.get("model")?.as_str().map(str::to_owned))
 }
 
 #[cfg(test)]
