@@ -12,6 +12,7 @@ use std::fmt::Write as _;
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 use sessctl_store::graph::{self, Follow};
+use sessctl_store::index::ConversationInfo;
 use sessctl_store::refs::{ConversationStatus, RefTarget};
 use sessctl_store::rev::RevSpec;
 use sessctl_store::search::{self, Pattern, StatsBy, Totals};
@@ -396,5 +397,161 @@ fn duration(ms: u64) -> String {
         format!("{m}m{s:02}s")
     } else {
         format!("{s}s")
+    }
+}
+
+// ---- log's filters ----
+
+/// `log --grep/--since/--until/--author`, checked before the store is
+/// opened and applied to each session the walk yields.
+#[derive(Debug)]
+pub struct LogFilter {
+    grep: Option<Pattern>,
+    author: Option<Pattern>,
+    since: Option<i64>,
+    until: Option<i64>,
+    actors: Option<search::Actors>,
+}
+
+impl LogFilter {
+    /// `None` when no filter is asked for.
+    pub fn new(
+        grep: Option<&str>,
+        author: Option<&str>,
+        since: Option<&str>,
+        until: Option<&str>,
+        ignore_case: bool,
+    ) -> CmdResult<Option<LogFilter>> {
+        let f = LogFilter {
+            grep: grep.map(|p| pattern(p, ignore_case)).transpose()?,
+            author: author.map(|p| pattern(p, ignore_case)).transpose()?,
+            since: time_arg("--since", since)?,
+            until: time_arg("--until", until)?,
+            actors: None,
+        };
+        let any = f.grep.is_some() || f.author.is_some() || f.since.is_some() || f.until.is_some();
+        Ok(any.then_some(f))
+    }
+
+    /// Whether the session `id` is shown. Ask in log order (children
+    /// before parents): an actor passes from a session to the ancestors
+    /// written with it.
+    pub fn accepts(&mut self, store: &Store, id: &ObjectId) -> CmdResult<bool> {
+        let mut ok = true;
+        if self.since.is_some() || self.until.is_some() {
+            let t = store.describe_session(id)?.created_at;
+            ok = !self.since.is_some_and(|s| t < s) && !self.until.is_some_and(|u| t > u);
+        }
+        if self.grep.is_none() && self.author.is_none() {
+            return Ok(ok);
+        }
+        let session = store.odb().session(id)?;
+        if let Some(a) = &self.author {
+            if self.actors.is_none() {
+                self.actors = Some(search::Actors::load(store)?);
+            }
+            let actors = self.actors.as_mut().expect("loaded just above");
+            // Always asked, so that the actor passes on to the parents.
+            let actor = actors.actor(id, &session);
+            ok = ok && actor.is_some_and(|x| a.is_match(&x));
+        }
+        if ok {
+            if let Some(g) = &self.grep {
+                ok = search::session_matches(store.odb(), &session, g)?;
+            }
+        }
+        Ok(ok)
+    }
+}
+
+// ---- ls's filters ----
+
+/// `ls --since/--source/--cwd/--grep`, checked before the store is opened.
+#[derive(Debug)]
+pub struct LsFilter {
+    since: Option<i64>,
+    source: Option<String>,
+    cwd: Option<String>,
+    grep: Option<Pattern>,
+}
+
+impl LsFilter {
+    /// `None` when no filter is asked for. A relative `--cwd` is taken from
+    /// the working directory.
+    pub fn new(
+        since: Option<&str>,
+        source: Option<&str>,
+        cwd: Option<&std::path::Path>,
+        grep: Option<&str>,
+        ignore_case: bool,
+    ) -> CmdResult<Option<LsFilter>> {
+        let cwd = match cwd {
+            Some(d) => Some(
+                std::path::absolute(d)
+                    .map_err(|e| CommandError::Usage(format!("--cwd {}: {e}", d.display())))?
+                    .to_string_lossy()
+                    .into_owned(),
+            ),
+            None => None,
+        };
+        let f = LsFilter {
+            since: time_arg("--since", since)?,
+            source: source.map(str::to_owned),
+            cwd,
+            grep: grep.map(|p| pattern(p, ignore_case)).transpose()?,
+        };
+        let any = f.since.is_some() || f.source.is_some() || f.cwd.is_some() || f.grep.is_some();
+        Ok(any.then_some(f))
+    }
+
+    /// What the conversation's record and index summary decide alone.
+    pub fn accepts_record(&self, c: &ConversationInfo) -> bool {
+        !self.since.is_some_and(|s| c.last_activity < s)
+            && self
+                .source
+                .as_ref()
+                .is_none_or(|s| search::conversation_source(c) == *s)
+    }
+
+    /// Keeps the conversations whose working directory lies in `--cwd` and
+    /// whose title or history matches `--grep`; every history is searched
+    /// at once, each message read once.
+    pub fn keep(&self, store: &Store, list: Vec<ConversationInfo>) -> CmdResult<Vec<ConversationInfo>> {
+        let mut list = list;
+        if let Some(dir) = &self.cwd {
+            let mut kept = Vec::with_capacity(list.len());
+            for c in list {
+                if search::conversation_cwd(store.odb(), &c)?
+                    .is_some_and(|cwd| search::path_within(&cwd, dir))
+                {
+                    kept.push(c);
+                }
+            }
+            list = kept;
+        }
+        if let Some(p) = &self.grep {
+            let mut by_title = Vec::with_capacity(list.len());
+            let mut heads = Vec::new();
+            for c in &list {
+                let t = c.record.title.as_deref().is_some_and(|t| p.is_match(t));
+                by_title.push(t);
+                if !t {
+                    if let Some(h) = c.head {
+                        heads.push(h);
+                    }
+                }
+            }
+            let found = search::heads_matching(store.odb(), &heads, p)?;
+            let mut found = found.into_iter();
+            let mut kept = Vec::with_capacity(list.len());
+            for (c, t) in list.into_iter().zip(by_title) {
+                let hit = t || (c.head.is_some() && found.next().unwrap_or(false));
+                if hit {
+                    kept.push(c);
+                }
+            }
+            list = kept;
+        }
+        Ok(list)
     }
 }
