@@ -39,8 +39,12 @@ impl Pattern {
     /// Compiles `pattern`; an invalid one is [`Error::BadPattern`] with a
     /// one-line reason.
     pub fn new(pattern: &str, ignore_case: bool) -> Result<Pattern> {
+        // Matched line by line: ^ and $ hold at each line's ends, also
+        // when a whole text is tested at once.
         RegexBuilder::new(pattern)
             .case_insensitive(ignore_case)
+            .multi_line(true)
+            .crlf(true)
             .build()
             .map(|re| Pattern { re })
             .map_err(|e| Error::BadPattern {
@@ -701,6 +705,9 @@ mod tests {
             ]
         );
         assert!(Pattern::new("HELLO", true).unwrap().is_match("say hello"));
+        let anchored = Pattern::new("^no$", false).unwrap();
+        assert_eq!(anchored.matching_lines("abba\r\nno\r\nb").len(), 1);
+        assert!(anchored.is_match("x\nno\ny"));
         assert!(!Pattern::new("HELLO", false).unwrap().is_match("say hello"));
         let e = Pattern::new("a(", false).unwrap_err().to_string();
         assert_eq!(e, "invalid regular expression 'a(': unclosed group");
