@@ -357,7 +357,13 @@ fn stats_table(by: Option<&str>, rows: &[(String, Totals)], total: &Totals) -> S
         }
     }
     let widths: Vec<usize> = (0..table[0].len())
-        .map(|c| table.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .map(|c| {
+            table
+                .iter()
+                .map(|r| r[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for r in &table {
@@ -440,7 +446,7 @@ impl LogFilter {
         let mut ok = true;
         if self.since.is_some() || self.until.is_some() {
             let t = store.describe_session(id)?.created_at;
-            ok = !self.since.is_some_and(|s| t < s) && !self.until.is_some_and(|u| t > u);
+            ok = self.since.is_none_or(|s| t >= s) && self.until.is_none_or(|u| t <= u);
         }
         if self.grep.is_none() && self.author.is_none() {
             return Ok(ok);
@@ -506,7 +512,7 @@ impl LsFilter {
 
     /// What the conversation's record and index summary decide alone.
     pub fn accepts_record(&self, c: &ConversationInfo) -> bool {
-        !self.since.is_some_and(|s| c.last_activity < s)
+        self.since.is_none_or(|s| c.last_activity >= s)
             && self
                 .source
                 .as_ref()
@@ -516,7 +522,11 @@ impl LsFilter {
     /// Keeps the conversations whose working directory lies in `--cwd` and
     /// whose title or history matches `--grep`; every history is searched
     /// at once, each message read once.
-    pub fn keep(&self, store: &Store, list: Vec<ConversationInfo>) -> CmdResult<Vec<ConversationInfo>> {
+    pub fn keep(
+        &self,
+        store: &Store,
+        list: Vec<ConversationInfo>,
+    ) -> CmdResult<Vec<ConversationInfo>> {
         let mut list = list;
         if let Some(dir) = &self.cwd {
             let mut kept = Vec::with_capacity(list.len());

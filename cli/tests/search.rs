@@ -230,7 +230,10 @@ fn grep_searches_tool_calls_results_and_each_matching_line() {
         ]
     );
     let out = ok(&n.store, &["grep", "SECRET", "fix"]);
-    assert_eq!(out, format!("fix:{s}:2:tool:fn parse() {{ SECRET_TOKEN }}\n"));
+    assert_eq!(
+        out,
+        format!("fix:{s}:2:tool:fn parse() {{ SECRET_TOKEN }}\n")
+    );
     // Only the matching line of a message of several lines; ^ and $ anchor
     // at each line.
     let out = ok(&n.store, &["grep", "fixed$"]);
@@ -250,7 +253,10 @@ fn grep_ignore_case_role_and_revisions() {
     // retry was forked at message 2: the tool result is fix's alone.
     assert_eq!(
         ok(&n.store, &["grep", "--role", "tool", "SECRET"]),
-        format!("fix:{}:2:tool:fn parse() {{ SECRET_TOKEN }}\n", short(&n.root))
+        format!(
+            "fix:{}:2:tool:fn parse() {{ SECRET_TOKEN }}\n",
+            short(&n.root)
+        )
     );
     let r = sessctl(&n.store, &["grep", "--role", "user", "SECRET"], None);
     assert_eq!((r.code, r.stdout.as_str()), (1, ""));
@@ -301,7 +307,10 @@ fn grep_lists_and_json() {
 fn bad_patterns_times_and_revisions_are_usage_errors() {
     let n = native();
     let e = fails(&n.store, &["grep", "a("], 2);
-    assert_eq!(e, "sessctl: invalid regular expression 'a(': unclosed group\n");
+    assert_eq!(
+        e,
+        "sessctl: invalid regular expression 'a(': unclosed group\n"
+    );
     fails(&n.store, &["log", "--grep", "a("], 2);
     fails(&n.store, &["log", "--author", "[z-a]"], 2);
     fails(&n.store, &["ls", "--grep", "a("], 2);
@@ -339,7 +348,10 @@ fn log_grep_shows_the_sessions_that_added_a_match() {
     );
     assert!(out.starts_with(short(&n.root)), "{out}");
     // -n counts what is shown, after the filter.
-    let out = ok(&n.store, &["log", "--all", "--oneline", "--grep", "a", "-n", "1"]);
+    let out = ok(
+        &n.store,
+        &["log", "--all", "--oneline", "--grep", "a", "-n", "1"],
+    );
     assert_eq!(out.lines().count(), 1, "{out}");
     let r = sessctl(&n.store, &["log", "--all", "--grep", "nowhere"], None);
     assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (0, "", ""));
@@ -387,7 +399,10 @@ fn log_since_until_and_author() {
     );
     // Actors: the ref log's for alice's commit; bob's fork session; the
     // session's own actor metadata for retry's turn.
-    let alice = ok(&n.store, &["log", "--all", "--oneline", "--author", "^alice$"]);
+    let alice = ok(
+        &n.store,
+        &["log", "--all", "--oneline", "--author", "^alice$"],
+    );
     assert_eq!(lines(&alice).len(), 1, "{alice}");
     assert!(alice.starts_with(short(&n.root)), "{alice}");
     assert_eq!(
@@ -395,7 +410,10 @@ fn log_since_until_and_author() {
         1,
         "the fork session"
     );
-    let agent = ok(&n.store, &["log", "--all", "--oneline", "--author", "agent-7"]);
+    let agent = ok(
+        &n.store,
+        &["log", "--all", "--oneline", "--author", "agent-7"],
+    );
     assert!(agent.starts_with(short(&n.retry)), "{agent}");
     assert_eq!(
         count(&["log", "--all", "--oneline", "-i", "--author", "CAROL"]),
@@ -461,7 +479,10 @@ fn ls_filters_by_source_cwd_since_and_grep() {
         names(&ok(&n.store, &["ls", "--since", "2025-01-02T10:00:09Z"])).len(),
         3
     );
-    assert_eq!(names(&ok(&n.store, &["ls", "--since", "2025-06-01"])).len(), 2);
+    assert_eq!(
+        names(&ok(&n.store, &["ls", "--since", "2025-06-01"])).len(),
+        2
+    );
     // grep: any message of the history, or the title.
     assert_eq!(names(&ok(&n.store, &["ls", "--grep", "Mutex"])), ["retry"]);
     let flaky_out = ok(&n.store, &["ls", "--grep", "flaky"]);
@@ -539,11 +560,8 @@ fn stats_totals_groups_and_tool_calls() {
         serde_json::from_str(&ok(&n.store, &["stats", "--json", "--by", "day"])).unwrap();
     assert_eq!(v["rows"][0]["key"], "2025-01-02");
     assert_eq!(v["rows"].as_array().unwrap().len(), 2);
-    let v: Value = serde_json::from_str(&ok(
-        &n.store,
-        &["stats", "--json", "--by", "conversation"],
-    ))
-    .unwrap();
+    let v: Value =
+        serde_json::from_str(&ok(&n.store, &["stats", "--json", "--by", "conversation"])).unwrap();
     let convs: Vec<(&str, u64)> = v["rows"]
         .as_array()
         .unwrap()
@@ -558,11 +576,8 @@ fn stats_totals_groups_and_tool_calls() {
     // REVs and --since narrow what is counted.
     let v: Value = serde_json::from_str(&ok(&n.store, &["stats", "--json", "fix"])).unwrap();
     assert_eq!(v["total"]["sessions"], 1);
-    let v: Value = serde_json::from_str(&ok(
-        &n.store,
-        &["stats", "--json", "--since", "2025-06-01"],
-    ))
-    .unwrap();
+    let v: Value =
+        serde_json::from_str(&ok(&n.store, &["stats", "--json", "--since", "2025-06-01"])).unwrap();
     assert_eq!(v["total"]["sessions"], 4);
     assert_eq!(v["total"]["tool_calls"], json!({"read_file": 1}));
     // A table when not asked for JSON.
@@ -605,7 +620,13 @@ fn grep_and_stats_on_real_claude_code_files() {
         ok(&store, &["grep", "-l", "create hello\\.py"]),
         "cc-4c2ddfdc-b61\n"
     );
-    let out = ok(&store, &["grep", "File created successfully at: /tmp/private/hello\\.py"]);
+    let out = ok(
+        &store,
+        &[
+            "grep",
+            "File created successfully at: /tmp/private/hello\\.py",
+        ],
+    );
     assert!(
         out.lines()
             .all(|l| l.starts_with("cc-4c2ddfdc-b61:") && l.contains(":user:")),
@@ -615,14 +636,24 @@ fn grep_and_stats_on_real_claude_code_files() {
     // A tool call's arguments are searched: a Write of hello.py.
     let v: Value = serde_json::from_str(&ok(
         &store,
-        &["grep", "--json", "--role", "assistant", "^Write .*hello\\.py"],
+        &[
+            "grep",
+            "--json",
+            "--role",
+            "assistant",
+            "^Write .*hello\\.py",
+        ],
     ))
     .unwrap();
     assert!(!v.as_array().unwrap().is_empty());
-    let v: Value = serde_json::from_str(&ok(&store, &["stats", "--json", "--by", "source"])).unwrap();
+    let v: Value =
+        serde_json::from_str(&ok(&store, &["stats", "--json", "--by", "source"])).unwrap();
     let t = &v["total"];
     // As the import reports: 63 sessions, 432 messages.
-    assert_eq!((t["sessions"].as_u64(), t["messages"].as_u64()), (Some(63), Some(432)));
+    assert_eq!(
+        (t["sessions"].as_u64(), t["messages"].as_u64()),
+        (Some(63), Some(432))
+    );
     assert_eq!(v["rows"][0]["key"], "claude-code");
     assert!(t["tokens"]["cache_read"].as_u64().unwrap() > 0, "{t}");
     assert!(t["requests"].as_u64().unwrap() > 0, "{t}");

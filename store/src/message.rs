@@ -458,7 +458,12 @@ mod tests {
         assert_eq!(model_of(&claude), Some("claude-x"));
         assert_eq!(
             token_usage(&claude),
-            Some(TokenUsage { input: 3, output: 4, cache_read: 5, cache_write: 6 })
+            Some(TokenUsage {
+                input: 3,
+                output: 4,
+                cache_read: 5,
+                cache_write: 6
+            })
         );
         let result = json!({"role": "user", "content": [{"type": "tool_result",
             "tool_use_id": "t", "content": [{"type": "text", "text": "a.rs"}]}]});
@@ -480,7 +485,12 @@ mod tests {
         assert_eq!(search_text(&openai), "f {}");
         assert_eq!(
             token_usage(&openai),
-            Some(TokenUsage { input: 6, output: 2, cache_read: 4, cache_write: 0 })
+            Some(TokenUsage {
+                input: 6,
+                output: 2,
+                cache_read: 4,
+                cache_write: 0
+            })
         );
         let odd = json!({"kind": "note", "body": {"words": ["x", 1, "y"]}});
         assert_eq!(search_text(&odd), "x\ny\nnote");

@@ -351,7 +351,11 @@ pub fn heads_matching(odb: &Odb, heads: &[ObjectId], pattern: &Pattern) -> Resul
 /// Whether a session's title or a message it added matches (`log
 /// --grep`).
 pub fn session_matches(odb: &Odb, session: &Session, pattern: &Pattern) -> Result<bool> {
-    if session.title.as_deref().is_some_and(|t| pattern.is_match(t)) {
+    if session
+        .title
+        .as_deref()
+        .is_some_and(|t| pattern.is_match(t))
+    {
         return Ok(true);
     }
     for m in &session.messages.added {
@@ -472,7 +476,10 @@ pub fn path_within(cwd: &str, dir: &str) -> bool {
     if dir.is_empty() {
         return cwd.starts_with('/') || cwd.is_empty();
     }
-    cwd == dir || cwd.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
+    cwd == dir
+        || cwd
+            .strip_prefix(dir)
+            .is_some_and(|rest| rest.starts_with('/'))
 }
 
 // ---- stats ----
@@ -636,10 +643,8 @@ pub fn stats(
             t.input_tokens = from_messages.input_tokens;
             t.output_tokens = from_messages.output_tokens;
             t.requests = from_messages.requests;
-            t.total_tokens = t.input_tokens
-                + t.output_tokens
-                + t.cache_read_tokens
-                + t.cache_write_tokens;
+            t.total_tokens =
+                t.input_tokens + t.output_tokens + t.cache_read_tokens + t.cache_write_tokens;
         } else {
             t.input_tokens = u.prompt_tokens;
             t.output_tokens = u.completion_tokens;
