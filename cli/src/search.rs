@@ -12,6 +12,7 @@ use std::fmt::Write as _;
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 use sessctl_store::graph::{self, Follow};
+use sessctl_store::import::Format;
 use sessctl_store::index::ConversationInfo;
 use sessctl_store::refs::{ConversationStatus, RefTarget};
 use sessctl_store::rev::RevSpec;
@@ -491,12 +492,19 @@ impl LsFilter {
         grep: Option<&str>,
         ignore_case: bool,
     ) -> CmdResult<Option<LsFilter>> {
+        if let Some(s) = source {
+            let known: Vec<&str> = Format::ALL.iter().map(|f| f.as_str()).collect();
+            if s != "native" && !known.contains(&s) {
+                return Err(CommandError::Usage(format!(
+                    "--source takes {} or native, not '{s}'",
+                    known.join(", ")
+                )));
+            }
+        }
         let cwd = match cwd {
             Some(d) => Some(
-                std::path::absolute(d)
-                    .map_err(|e| CommandError::Usage(format!("--cwd {}: {e}", d.display())))?
-                    .to_string_lossy()
-                    .into_owned(),
+                normalized(d)
+                    .map_err(|e| CommandError::Usage(format!("--cwd {}: {e}", d.display())))?,
             ),
             None => None,
         };
@@ -564,4 +572,23 @@ impl LsFilter {
         }
         Ok(list)
     }
+}
+
+/// `dir` made absolute from the working directory, with `.` and `..`
+/// folded away as text (symbolic links are left as the recorded paths
+/// may name them).
+fn normalized(dir: &std::path::Path) -> std::io::Result<String> {
+    use std::path::Component;
+    let abs = std::path::absolute(dir)?;
+    let mut out = std::path::PathBuf::new();
+    for c in abs.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    Ok(out.to_string_lossy().into_owned())
 }

@@ -319,6 +319,11 @@ fn bad_patterns_times_and_revisions_are_usage_errors() {
     assert!(e.ends_with("not 'soon'\n"), "{e}");
     let e = fails(&n.store, &["ls", "--since", "3.fortnights.ago"], 2);
     assert!(e.contains("--since"), "{e}");
+    let e = fails(&n.store, &["ls", "--source", "claude"], 2);
+    assert_eq!(
+        e,
+        "sessctl: --source takes claude-code, codex, openai, swe-agent or native, not 'claude'\n"
+    );
     let e = fails(&n.store, &["stats", "--until", "2025-13-01"], 2);
     assert!(e.contains("--until"), "{e}");
     fails(&n.store, &["grep", "x", "fix~x"], 2);
@@ -470,6 +475,10 @@ fn ls_filters_by_source_cwd_since_and_grep() {
     assert_eq!(names(&ok(&n.store, &["ls", "--cwd", "/src/app/"])), ["fix"]);
     assert_eq!(ok(&n.store, &["ls", "--cwd", "/src/app/deeper"]), "");
     assert_eq!(ok(&n.store, &["ls", "--cwd", "/sr"]), "");
+    assert_eq!(
+        names(&ok(&n.store, &["ls", "--cwd", "/src/app/x/../."])),
+        ["fix"]
+    );
     assert_eq!(
         names(&ok(&n.store, &["ls", "--cwd", "/work"])),
         ["cc-aaaabbbb-111"]
