@@ -471,6 +471,52 @@ impl LogFilter {
     }
 }
 
+/// The sessions `filter` keeps of the walk from `starts`, in log order,
+/// each with its nearest kept ancestors as parents (a dropped session's
+/// place taken by the kept sessions behind it), so that lanes join up as
+/// `git log --graph` draws a filtered history.
+pub fn filter_with_parents(
+    store: &Store,
+    starts: &[ObjectId],
+    follow: Follow,
+    filter: &mut LogFilter,
+) -> CmdResult<Vec<graph::Node>> {
+    let mut nodes = Vec::new();
+    let mut kept = HashSet::new();
+    for n in graph::TopoWalk::new(store, starts, follow)? {
+        let n = n?;
+        if filter.accepts(store, &n.id)? {
+            kept.insert(n.id);
+        }
+        nodes.push(n);
+    }
+    // Ancestors come after descendants: walking backwards, each session's
+    // parents already know their nearest kept sessions.
+    let mut nearest: std::collections::HashMap<ObjectId, Vec<ObjectId>> = Default::default();
+    let mut out = Vec::with_capacity(kept.len());
+    for n in nodes.into_iter().rev() {
+        let mut behind: Vec<ObjectId> = Vec::new();
+        for p in &n.parents {
+            for q in nearest.get(p).map(Vec::as_slice).unwrap_or(&[]) {
+                if !behind.contains(q) {
+                    behind.push(*q);
+                }
+            }
+        }
+        if kept.contains(&n.id) {
+            nearest.insert(n.id, vec![n.id]);
+            out.push(graph::Node {
+                parents: behind,
+                ..n
+            });
+        } else {
+            nearest.insert(n.id, behind);
+        }
+    }
+    out.reverse();
+    Ok(out)
+}
+
 // ---- ls's filters ----
 
 /// `ls --since/--source/--cwd/--grep`, checked before the store is opened.

@@ -445,6 +445,35 @@ fn log_since_until_and_author() {
     assert_eq!(v[0]["id"], json!(n.retry));
 }
 
+#[test]
+fn log_graph_draws_the_filtered_sessions_joined_up() {
+    let (_dir, store) = new_store();
+    let commit = |args: &[&str], text: &str| {
+        let msgs = json!([{"role": "user", "content": text}]).to_string();
+        let r = sessctl(&store, args, Some(&msgs));
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    };
+    commit(&["commit", "--new", "m", "--messages", "-"], "alpha one");
+    commit(&["commit", "m", "--messages", "-"], "beta");
+    commit(&["commit", "m", "--messages", "-"], "alpha two");
+    commit(&["fork", "m~1", "--as", "side", "--messages", "-"], "gamma");
+    commit(&["commit", "side", "--messages", "-"], "alpha side");
+    let out = ok(
+        &store,
+        &["log", "--all", "--oneline", "--graph", "--grep", "alpha"],
+    );
+    let shape: Vec<String> = out
+        .lines()
+        .map(|l| {
+            let cut = l.find(|c: char| c.is_ascii_hexdigit()).unwrap_or(l.len());
+            let words: Vec<&str> = l[cut..].split_whitespace().collect();
+            format!("{}{}", &l[..cut], words.last().copied().unwrap_or(""))
+        })
+        .collect();
+    // beta and gamma are dropped; both alphas of the tips join the root.
+    assert_eq!(shape, ["* side", "| * two", "|/", "* one"], "{out}");
+}
+
 // ---- ls ----
 
 fn names(out: &str) -> Vec<&str> {

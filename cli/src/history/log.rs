@@ -28,18 +28,18 @@ pub struct LogArgs {
     json: bool,
     /// Only sessions whose title or added messages (their text, tool calls
     /// and results) match this regular expression.
-    #[arg(long, value_name = "PATTERN", conflicts_with = "graph")]
+    #[arg(long, value_name = "PATTERN")]
     grep: Option<String>,
     /// Only sessions created at or after DATE (2025-11-01, an RFC 3339
     /// time, yesterday, 2.weeks.ago).
-    #[arg(long, value_name = "DATE", conflicts_with = "graph")]
+    #[arg(long, value_name = "DATE")]
     since: Option<String>,
     /// Only sessions created at or before DATE.
-    #[arg(long, value_name = "DATE", conflicts_with = "graph")]
+    #[arg(long, value_name = "DATE")]
     until: Option<String>,
     /// Only sessions made by an actor matching this regular expression: the
     /// session's `actor` metadata, else who the ref log says wrote it.
-    #[arg(long, value_name = "ACTOR", conflicts_with = "graph")]
+    #[arg(long, value_name = "ACTOR")]
     author: Option<String>,
     /// --grep and --author match regardless of case.
     #[arg(short = 'i', long = "regexp-ignore-case")]
@@ -93,7 +93,16 @@ fn write_log(
 ) -> CmdResult {
     let decorations = Decorations::load(store)?;
     let mut left = limit.unwrap_or(usize::MAX);
-    let walk = TopoWalk::new(store, starts, follow)?;
+    let walk: Box<dyn Iterator<Item = Result<Node, Error>> + '_> = match filter.as_mut() {
+        // Lanes need each shown session's shown parents: the walk is
+        // filtered first, then parents are rewritten (as git's --graph).
+        Some(f) if format.graph => {
+            let shown = crate::search::filter_with_parents(store, starts, follow, f)?;
+            filter = None;
+            Box::new(shown.into_iter().map(Ok))
+        }
+        _ => Box::new(TopoWalk::new(store, starts, follow)?),
+    };
     let mut out = Out::new();
     let mut lanes = Lanes::new();
     let mut first = true;
