@@ -397,7 +397,7 @@ impl Actors {
         })
     }
 
-    /// The actor of session `id` (whose parents are `parents`); passes it
+    /// The actor of session `id` (decoded: `session`); passes it
     /// on to parents that have no entry of their own.
     pub fn actor(&mut self, id: &ObjectId, session: &Session) -> Option<String> {
         let own = session
@@ -738,6 +738,77 @@ mod tests {
             parse_time("soon", now),
             Err(Error::BadTime { .. })
         ));
+    }
+
+    #[test]
+    fn grep_finds_a_shared_message_in_each_history_and_stats_add_up() {
+        use crate::store::{Cut, ForkOptions, Messages, Turn};
+        use crate::{Durability, Store};
+        use serde_json::json;
+        let store = Store::in_memory().unwrap();
+        let turn = |m: Vec<Value>| Turn {
+            messages: Messages::Added(m),
+            ..Turn::default()
+        };
+        let (_, root) = store
+            .create(
+                Some("fix"),
+                turn(vec![
+                    json!({"role": "user", "content": "the flaky test"}),
+                    json!({"role": "assistant", "content": null, "tool_calls": [{"id": "1",
+                        "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}),
+                ]),
+                Durability::Sync,
+            )
+            .unwrap();
+        let (_, fork) = store
+            .fork(
+                root,
+                ForkOptions {
+                    name: Some("retry".into()),
+                    cut: Some(Cut::AtMessage(1)),
+                    turn: Some(turn(vec![
+                        json!({"role": "user", "content": "flaky again"}),
+                    ])),
+                },
+                Durability::Sync,
+            )
+            .unwrap();
+        let p = Pattern::new("flaky", false).unwrap();
+        let hits = grep(store.odb(), &[root, fork], &p, None).unwrap();
+        let seen: Vec<(usize, u64, ObjectId)> = hits
+            .iter()
+            .map(|h| (h.target, h.index, h.session))
+            .collect();
+        assert_eq!(seen, [(0, 0, root), (1, 0, root), (1, 1, fork)]);
+        assert_eq!(
+            grep(store.odb(), &[root, fork], &p, Some("assistant"))
+                .unwrap()
+                .len(),
+            0
+        );
+        assert_eq!(
+            heads_matching(
+                store.odb(),
+                &[root, fork],
+                &Pattern::new("again", false).unwrap()
+            )
+            .unwrap(),
+            [false, true]
+        );
+        let rows = stats(
+            store.odb(),
+            &[root, fork, root],
+            StatsBy::Total,
+            None,
+            None,
+            |_| Ok(None),
+        )
+        .unwrap();
+        assert_eq!(rows.len(), 1);
+        let t = &rows[0].1;
+        assert_eq!((t.sessions, t.messages), (2, 3));
+        assert_eq!(t.tool_calls.get("ls"), Some(&1));
     }
 
     #[test]
