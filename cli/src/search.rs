@@ -286,9 +286,7 @@ pub fn stats(ctx: &Ctx, args: StatsArgs) -> CmdResult {
         Some(By::Day) => StatsBy::Day,
         Some(By::Source) => StatsBy::Source,
     };
-    let rows = search::stats(store.odb(), &sessions, by, since, until, |c| {
-        store.index().conversation_name(c)
-    })?;
+    let rows = search::stats(&store, &sessions, by, since, until)?;
     let mut total = Totals::default();
     for (_, t) in &rows {
         total.merge(t);

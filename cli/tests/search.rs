@@ -704,3 +704,62 @@ fn grep_and_stats_on_real_claude_code_files() {
         .sum();
     assert!(calls > 100, "{t}");
 }
+
+#[test]
+fn stats_on_real_codex_files_match_their_token_counts() {
+    let src = Path::new(DATA).join("codex");
+    if !src.exists() {
+        eprintln!("note: {} is absent; skipping", src.display());
+        return;
+    }
+    // What the rollouts say: each token_count's last_token_usage.
+    let (mut input, mut cached, mut output, mut requests) = (0u64, 0u64, 0u64, 0u64);
+    for f in std::fs::read_dir(&src).unwrap() {
+        let f = f.unwrap().path();
+        if f.extension().is_none_or(|e| e != "jsonl") {
+            continue;
+        }
+        for line in std::fs::read_to_string(&f).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            let u = &v["payload"]["info"]["last_token_usage"];
+            if v["payload"]["type"] == "token_count" && u.is_object() {
+                input += u["input_tokens"].as_u64().unwrap();
+                cached += u["cached_input_tokens"].as_u64().unwrap();
+                output += u["output_tokens"].as_u64().unwrap();
+                requests += 1;
+            }
+        }
+    }
+    assert!(cached > 0 && requests > 0);
+    let (_dir, store) = new_store();
+    let r = sessctl(
+        &store,
+        &["import", "--from", "codex", src.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let v: Value = serde_json::from_str(&ok(&store, &["stats", "--json"])).unwrap();
+    let t = &v["total"];
+    assert_eq!(
+        (
+            t["tokens"]["input"].as_u64().unwrap(),
+            t["tokens"]["cache_read"].as_u64().unwrap(),
+            t["tokens"]["output"].as_u64().unwrap(),
+            t["requests"].as_u64().unwrap(),
+        ),
+        (input - cached, cached, output, requests),
+        "{t}"
+    );
+    // Codex tool calls are read through the rollout line's payload.
+    assert!(t["tool_calls"]["exec_command"].as_u64().unwrap() > 0, "{t}");
+    assert_eq!(
+        ok(
+            &store,
+            &["grep", "-l", "--role", "function_call", "exec_command"]
+        )
+        .lines()
+        .count(),
+        2,
+        "both rollouts run commands"
+    );
+}

@@ -557,24 +557,39 @@ struct MessageFacts {
     tools: Vec<String>,
 }
 
-/// Adds up what `sessions` cost, grouped by `by`, keeping those created at
-/// or after `since` (ms) when given. Tokens, requests and duration are the
-/// sessions' run summaries; a session whose run recorded no usage (an
-/// import from a format that keeps usage on its messages, as Claude Code
-/// does) counts what its added messages report, one request each. Cache
-/// reads and writes, which run summaries do not hold, always come from the
-/// messages. A session's model is its `metadata.extra.model`, else the
-/// first model its added messages name, else `unknown`. Tool calls are
-/// counted from the added messages' shapes. `name_of` names a conversation
-/// id for [`StatsBy::Conversation`]. Rows come sorted by key.
+/// Adds up what `sessions` cost, grouped by `by`, keeping those created
+/// from `since` to `until` (ms, both included) when given. Tokens, requests
+/// and duration are the sessions' run summaries; a session whose run
+/// recorded no usage (an import from a format that keeps usage on its
+/// messages, as Claude Code does) counts what its added messages report,
+/// one request each. Cache reads and writes, which run summaries do not
+/// hold, come from the messages, and for Codex imports from the
+/// `token_count` entries the import kept (in the sessions' events, and the
+/// trailing ones of a conversation's record for its head); input tokens
+/// are those not read from the cache. A session's model is its
+/// `metadata.extra.model`, else the first model its added messages name,
+/// else a Codex `turn_context`'s, else `unknown`. Tool calls are counted
+/// from the added messages' shapes. Rows come sorted by key.
 pub fn stats(
-    odb: &Odb,
+    store: &Store,
     sessions: &[ObjectId],
     by: StatsBy,
     since: Option<i64>,
     until: Option<i64>,
-    name_of: impl Fn(&ObjectId) -> Result<Option<String>>,
 ) -> Result<Vec<(String, Totals)>> {
+    let odb = store.odb();
+    let name_of = |c: &ObjectId| store.index().conversation_name(c);
+    // Codex entries after a conversation's last message stay in its record.
+    let mut trailing: HashMap<ObjectId, u64> = HashMap::new();
+    for c in
+        store.conversations_where(None, |c| c.record.metadata.contains_key("trailing_events"))?
+    {
+        if let (Some(head), Some(Value::Array(events))) =
+            (c.head, c.record.metadata.get("trailing_events"))
+        {
+            *trailing.entry(head).or_insert(0) += cached_input(events.iter());
+        }
+    }
     let mut read: Vec<(ObjectId, Session)> = Vec::with_capacity(sessions.len());
     let mut seen = HashSet::new();
     for id in sessions {
@@ -646,7 +661,11 @@ pub fn stats(
             t.total_tokens =
                 t.input_tokens + t.output_tokens + t.cache_read_tokens + t.cache_write_tokens;
         } else {
-            t.input_tokens = u.prompt_tokens;
+            // Codex counts cached input inside its input; here input is
+            // what was not read from the cache, as Anthropic counts it.
+            let cached = codex_cached_input(s) + trailing.get(id).copied().unwrap_or(0);
+            t.cache_read_tokens += cached;
+            t.input_tokens = u.prompt_tokens.saturating_sub(cached);
             t.output_tokens = u.completion_tokens;
             t.requests = u.requests;
             t.total_tokens = u.total_tokens;
@@ -670,6 +689,30 @@ pub fn stats(
         groups.entry(key).or_default().merge(&t);
     }
     Ok(groups.into_iter().collect())
+}
+
+/// The cached input tokens of the Codex `token_count` entries among the
+/// events an import kept in the session's metadata: the part of its run's
+/// prompt tokens that Codex read from the cache.
+fn codex_cached_input(s: &Session) -> u64 {
+    let Some(Value::Object(events)) = s.metadata.extra.get("events") else {
+        return 0;
+    };
+    cached_input(events.values().filter_map(Value::as_array).flatten())
+}
+
+/// The cached input tokens of the Codex `token_count` entries among `events`.
+fn cached_input<'a>(events: impl Iterator<Item = &'a Value>) -> u64 {
+    events
+        .filter_map(|e| {
+            let p = e.get("payload")?;
+            (p.get("type")?.as_str()? == "token_count").then_some(())?;
+            p.get("info")?
+                .get("last_token_usage")?
+                .get("cached_input_tokens")?
+                .as_u64()
+        })
+        .sum()
 }
 
 /// The model a Codex `turn_context` entry names, among the events an
@@ -796,15 +839,7 @@ mod tests {
             .unwrap(),
             [false, true]
         );
-        let rows = stats(
-            store.odb(),
-            &[root, fork, root],
-            StatsBy::Total,
-            None,
-            None,
-            |_| Ok(None),
-        )
-        .unwrap();
+        let rows = stats(&store, &[root, fork, root], StatsBy::Total, None, None).unwrap();
         assert_eq!(rows.len(), 1);
         let t = &rows[0].1;
         assert_eq!((t.sessions, t.messages), (2, 3));
