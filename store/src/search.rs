@@ -21,7 +21,7 @@ use crate::error::{Error, OdbError, Result};
 use crate::hash::ObjectId;
 use crate::index::ConversationInfo;
 use crate::message::{self, TokenUsage};
-use crate::object::Session;
+use crate::object::{MessageDelta, RunSummary, Session};
 use crate::odb::Odb;
 use crate::refs::RefTarget;
 use crate::store::Store;
@@ -187,10 +187,20 @@ pub fn scan_blobs<T: Send>(
 
 // ---- histories ----
 
-/// Sessions read once for several walks (forks share their ancestors).
+/// What a history walk needs of a session: its first parent and message
+/// delta. Sessions are read once for several walks (forks share their
+/// ancestors), and only this is kept: imported sessions can carry large
+/// metadata.
 #[derive(Debug, Default)]
 pub struct SessionCache {
-    sessions: HashMap<ObjectId, Arc<Session>>,
+    sessions: HashMap<ObjectId, Arc<Link>>,
+}
+
+/// A session's place in history walks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    pub first_parent: Option<ObjectId>,
+    pub messages: MessageDelta,
 }
 
 impl SessionCache {
@@ -198,13 +208,17 @@ impl SessionCache {
         Self::default()
     }
 
-    pub fn get(&mut self, odb: &Odb, id: &ObjectId) -> Result<Arc<Session>> {
+    pub fn get(&mut self, odb: &Odb, id: &ObjectId) -> Result<Arc<Link>> {
         if let Some(s) = self.sessions.get(id) {
             return Ok(s.clone());
         }
-        let s = Arc::new(odb.session(id)?);
-        self.sessions.insert(*id, s.clone());
-        Ok(s)
+        let s = odb.session(id)?;
+        let link = Arc::new(Link {
+            first_parent: s.first_parent(),
+            messages: s.messages,
+        });
+        self.sessions.insert(*id, link.clone());
+        Ok(link)
     }
 }
 
@@ -220,11 +234,11 @@ pub struct Placed {
 /// it: the first-parent chain back to a session that keeps nothing of its
 /// parent, replayed forward.
 pub fn placed_history(odb: &Odb, cache: &mut SessionCache, head: &ObjectId) -> Result<Vec<Placed>> {
-    let mut chain: Vec<(ObjectId, Arc<Session>)> = Vec::new();
+    let mut chain: Vec<(ObjectId, Arc<Link>)> = Vec::new();
     let mut at = *head;
     loop {
         let s = cache.get(odb, &at)?;
-        let parent = s.first_parent();
+        let parent = s.first_parent;
         let stop = s.messages.base == 0;
         chain.push((at, s));
         match (stop, parent) {
@@ -590,7 +604,18 @@ pub fn stats(
             *trailing.entry(head).or_insert(0) += cached_input(events.iter());
         }
     }
-    let mut read: Vec<(ObjectId, Session)> = Vec::with_capacity(sessions.len());
+    // Only what the report needs is kept of each session: imported ones can
+    // carry large metadata.
+    struct Counted {
+        conversation: ObjectId,
+        created_at: i64,
+        run: RunSummary,
+        added: Vec<ObjectId>,
+        model: Option<String>,
+        source: String,
+        codex_cached: u64,
+    }
+    let mut read: Vec<Counted> = Vec::with_capacity(sessions.len());
     let mut seen = HashSet::new();
     for id in sessions {
         if !seen.insert(*id) {
@@ -600,12 +625,23 @@ pub fn stats(
         if since.is_some_and(|t| s.created_at < t) || until.is_some_and(|t| s.created_at > t) {
             continue;
         }
-        read.push((*id, s));
+        read.push(Counted {
+            conversation: s.conversation_id(*id),
+            created_at: s.created_at,
+            run: s.run,
+            model: s
+                .metadata
+                .extra
+                .get("model")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .or_else(|| codex_model(&s)),
+            source: session_source(&s),
+            codex_cached: codex_cached_input(&s) + trailing.get(id).copied().unwrap_or(0),
+            added: s.messages.added,
+        });
     }
-    let blobs: Vec<ObjectId> = read
-        .iter()
-        .flat_map(|(_, s)| s.messages.added.iter().copied())
-        .collect();
+    let blobs: Vec<ObjectId> = read.iter().flat_map(|s| s.added.iter().copied()).collect();
     let facts = scan_blobs(odb, &blobs, |_, v| {
         let f = MessageFacts {
             model: message::model_of(v).map(str::to_owned),
@@ -619,24 +655,16 @@ pub fn stats(
     })?;
     let mut names: HashMap<ObjectId, String> = HashMap::new();
     let mut groups: std::collections::BTreeMap<String, Totals> = Default::default();
-    for (id, s) in &read {
+    for s in read {
         let mut t = Totals {
             sessions: 1,
-            messages: s.messages.added.len() as u64,
+            messages: s.added.len() as u64,
             duration_ms: s.run.duration_ms,
             ..Totals::default()
         };
         let mut from_messages = Totals::default();
-        let mut model = s
-            .metadata
-            .extra
-            .get("model")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        if model.is_none() {
-            model = codex_model(s);
-        }
-        for m in &s.messages.added {
+        let mut model = s.model;
+        for m in &s.added {
             let Some(f) = facts.get(m) else { continue };
             if model.is_none() {
                 model.clone_from(&f.model);
@@ -663,9 +691,8 @@ pub fn stats(
         } else {
             // Codex counts cached input inside its input; here input is
             // what was not read from the cache, as Anthropic counts it.
-            let cached = codex_cached_input(s) + trailing.get(id).copied().unwrap_or(0);
-            t.cache_read_tokens += cached;
-            t.input_tokens = u.prompt_tokens.saturating_sub(cached);
+            t.cache_read_tokens += s.codex_cached;
+            t.input_tokens = u.prompt_tokens.saturating_sub(s.codex_cached);
             t.output_tokens = u.completion_tokens;
             t.requests = u.requests;
             t.total_tokens = u.total_tokens;
@@ -674,9 +701,9 @@ pub fn stats(
             StatsBy::Total => "total".to_owned(),
             StatsBy::Model => model.unwrap_or_else(|| "unknown".to_owned()),
             StatsBy::Day => crate::time::format_rfc3339_ms(s.created_at)[..10].to_owned(),
-            StatsBy::Source => session_source(s),
+            StatsBy::Source => s.source,
             StatsBy::Conversation => {
-                let conv = s.conversation_id(*id);
+                let conv = s.conversation;
                 if let Some(n) = names.get(&conv) {
                     n.clone()
                 } else {
