@@ -429,6 +429,25 @@ pub struct LsArgs {
     /// One JSON array (its fields are documented in README.md).
     #[arg(long)]
     json: bool,
+    /// Only conversations active at or after DATE (2025-11-01, an RFC 3339
+    /// time, yesterday, 2.weeks.ago).
+    #[arg(long, value_name = "DATE")]
+    since: Option<String>,
+    /// Only conversations imported from SOURCE (claude-code, codex, openai,
+    /// swe-agent), or native for those committed here.
+    #[arg(long, value_name = "SOURCE")]
+    source: Option<String>,
+    /// Only conversations that ran in DIR or below it (their recorded
+    /// working directory).
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+    /// Only conversations whose title or a message of their history matches
+    /// this regular expression.
+    #[arg(long, value_name = "PATTERN")]
+    grep: Option<String>,
+    /// --grep matches regardless of case.
+    #[arg(short = 'i', long = "ignore-case", requires = "grep")]
+    ignore_case: bool,
 }
 
 const TITLE_CHARS: usize = 30;
@@ -483,9 +502,25 @@ pub fn ls(ctx: &Ctx, args: LsArgs) -> CmdResult {
         ConversationStatus::Active => !args.archived,
         ConversationStatus::Archived => args.archived || args.all,
     };
-    let list: Vec<ConversationInfo> = ctx
-        .open_store_read()?
-        .conversations_where(args.limit, wanted)?;
+    let filter = crate::search::LsFilter::new(
+        args.since.as_deref(),
+        args.source.as_deref(),
+        args.cwd.as_deref(),
+        args.grep.as_deref(),
+        args.ignore_case,
+    )?;
+    let store = ctx.open_store_read()?;
+    let list: Vec<ConversationInfo> = match &filter {
+        None => store.conversations_where(args.limit, wanted)?,
+        Some(f) => {
+            let mut list = f.keep(
+                &store,
+                store.conversations_where(None, |c| wanted(c) && f.accepts_record(c))?,
+            )?;
+            list.truncate(args.limit.unwrap_or(usize::MAX));
+            list
+        }
+    };
     if args.json {
         let all: Vec<Value> = list.iter().map(ConversationInfo::to_json).collect();
         return print(&format!("{}\n", Value::Array(all)));

@@ -17,6 +17,7 @@ mod purge;
 mod refs;
 mod remote;
 mod replay;
+mod search;
 mod summarizer;
 
 use std::path::PathBuf;
@@ -141,6 +142,12 @@ enum Command {
     Rename(porcelain::RenameArgs),
     /// Move a conversation to another session (recorded in the ref log).
     Reset(porcelain::ResetArgs),
+    /// Search message text (content, tool calls and results) with a regular
+    /// expression; exit 1 when nothing matches.
+    Grep(search::GrepArgs),
+    /// Report usage: sessions, messages, tokens, requests, time and tool
+    /// calls, in total or by conversation, model, day or source.
+    Stats(search::StatsArgs),
 }
 
 /// A command's failure: what to print and how to exit.
@@ -310,6 +317,8 @@ fn main() -> ExitCode {
         Command::Tag(args) => porcelain::tag(&ctx, args),
         Command::Rename(args) => porcelain::rename(&ctx, args),
         Command::Reset(args) => porcelain::reset(&ctx, args),
+        Command::Grep(args) => search::grep(&ctx, args),
+        Command::Stats(args) => search::stats(&ctx, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

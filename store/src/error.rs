@@ -181,6 +181,13 @@ pub enum Error {
     /// N.days.ago (also minutes, hours, weeks).
     #[error("not a prune time: '{text}'")]
     BadPruneTime { text: String },
+    /// A time bound that is neither a date, a time nor a relative time
+    /// (`search::parse_time`).
+    #[error("not a time: '{text}'")]
+    BadTime { text: String },
+    /// A search pattern that is not a valid regular expression.
+    #[error("invalid regular expression '{pattern}': {reason}")]
+    BadPattern { pattern: String, reason: String },
     /// A size the format or a walk cannot hold.
     #[error("{what}")]
     LimitExceeded { what: &'static str },

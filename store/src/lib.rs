@@ -97,6 +97,7 @@
 //! | checkout, resume | [`resume`] |
 //! | replay and cassettes | [`replay`] |
 //! | diff | [`diff`] |
+//! | grep, the filters of `log` and `ls`, usage reports (`stats`) | [`search`] |
 //! | import, export | [`import`], [`export`] |
 //! | bundles; clone, push, pull | [`bundle`]; [`remote`] |
 
@@ -127,6 +128,7 @@ pub mod remote;
 pub mod replay;
 pub mod resume;
 pub mod rev;
+pub mod search;
 pub mod store;
 pub mod time;
 

@@ -230,6 +230,149 @@ pub fn is_openai_chat(v: &Value) -> bool {
         && v.get("type").is_none()
 }
 
+/// The item a Codex rollout line carries (`{"type": "response_item",
+/// "payload": {...}}`, also `event_msg` and `compacted`); any other message
+/// is its own item. The other functions here read the item.
+pub fn rollout_item(v: &Value) -> &Value {
+    match (item_type(v), v.get("payload")) {
+        (Some("response_item" | "event_msg" | "compacted"), Some(p)) if p.is_object() => p,
+        _ => v,
+    }
+}
+
+/// Everything a message says, as text: its content (text, thinking and
+/// refusal parts, tool results' content, Codex input and output text), each
+/// tool call as `NAME ARGUMENTS` (arguments as written, objects as compact
+/// JSON), a Codex tool output, user message or reasoning summary. A message
+/// in none of the shapes above reads as all the strings it holds. Pieces are
+/// separated by newlines; this is the text `grep` searches.
+pub fn search_text(v: &Value) -> String {
+    let item = rollout_item(v);
+    let m = inner(item);
+    let mut out: Vec<String> = Vec::new();
+    if let Some(c) = m.get("content") {
+        push_content(c, &mut out);
+    }
+    for call in tool_calls(item) {
+        let args = match &call.arguments {
+            Value::String(s) => s.clone(),
+            Value::Null => String::new(),
+            other => other.to_string(),
+        };
+        out.push(format!("{} {args}", call.name).trim_end().to_owned());
+    }
+    if item_type(item) == Some("function_call_output") {
+        if let Some(o) = item.get("output") {
+            push_content(o, &mut out);
+        }
+    }
+    if let Some(Value::String(s)) = item.get("message") {
+        out.push(s.clone());
+    }
+    if let Some(Value::Array(parts)) = item.get("summary") {
+        for p in parts {
+            push_content(p, &mut out);
+        }
+    }
+    if out.is_empty() {
+        strings(v, &mut out);
+    }
+    out.retain(|s| !s.is_empty());
+    out.join("\n")
+}
+
+/// The text of a content value: a string, text-like parts, the content of
+/// tool results; tool-use parts are read by [`tool_calls`].
+fn push_content(c: &Value, out: &mut Vec<String>) {
+    match c {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(parts) => {
+            for p in parts {
+                push_content(p, out);
+            }
+        }
+        Value::Object(o) => {
+            if item_type(c) == Some("tool_use") {
+                return;
+            }
+            for key in ["text", "thinking", "refusal"] {
+                if let Some(Value::String(s)) = o.get(key) {
+                    out.push(s.clone());
+                }
+            }
+            if item_type(c) == Some("tool_result") {
+                if let Some(inner) = o.get("content") {
+                    push_content(inner, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn strings(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+        Value::Object(o) => o.values().for_each(|x| strings(x, out)),
+        _ => {}
+    }
+}
+
+/// The model that wrote a message, when it says (Claude's `message.model`,
+/// an OpenAI response's `model`).
+pub fn model_of(v: &Value) -> Option<&str> {
+    let item = rollout_item(v);
+    inner(item)
+        .get("model")
+        .or_else(|| item.get("model"))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// Token counts a model message reports about the request that produced it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TokenUsage {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+}
+
+/// The `usage` a message carries: Anthropic's (`input_tokens`,
+/// `output_tokens`, `cache_read_input_tokens`,
+/// `cache_creation_input_tokens`) or OpenAI's (`prompt_tokens`,
+/// `completion_tokens`, `prompt_tokens_details.cached_tokens`, the cached
+/// part counted in `prompt_tokens`).
+pub fn token_usage(v: &Value) -> Option<TokenUsage> {
+    let item = rollout_item(v);
+    let u = inner(item)
+        .get("usage")
+        .or_else(|| item.get("usage"))
+        .filter(|u| u.is_object())?;
+    let n = |k: &str| u.get(k).and_then(Value::as_u64);
+    if let Some(input) = n("input_tokens") {
+        return Some(TokenUsage {
+            input,
+            output: n("output_tokens").unwrap_or(0),
+            cache_read: n("cache_read_input_tokens").unwrap_or(0),
+            cache_write: n("cache_creation_input_tokens").unwrap_or(0),
+        });
+    }
+    let prompt = n("prompt_tokens")?;
+    let cached = u
+        .get("prompt_tokens_details")
+        .and_then(|d| d.get("cached_tokens"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    Some(TokenUsage {
+        input: prompt.saturating_sub(cached),
+        output: n("completion_tokens").unwrap_or(0),
+        cache_read: cached,
+        cache_write: 0,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,5 +441,58 @@ mod tests {
         let r = &tool_results(&anthropic_result)[0];
         assert_eq!((r.call_id.as_deref(), r.is_error), (Some("t2"), true));
         assert_eq!(tool_results(&codex_out)[0].content, json!("x"));
+    }
+
+    #[test]
+    fn search_text_reads_every_shape() {
+        let claude = json!({"type": "assistant", "uuid": "u", "message": {"role": "assistant",
+            "model": "claude-x", "usage": {"input_tokens": 3, "output_tokens": 4,
+            "cache_read_input_tokens": 5, "cache_creation_input_tokens": 6},
+            "content": [{"type": "thinking", "thinking": "hmm"},
+                        {"type": "text", "text": "line one\nline two"},
+                        {"type": "tool_use", "id": "t", "name": "Bash", "input": {"cmd": "ls"}}]}});
+        assert_eq!(
+            search_text(&claude),
+            "hmm\nline one\nline two\nBash {\"cmd\":\"ls\"}"
+        );
+        assert_eq!(model_of(&claude), Some("claude-x"));
+        assert_eq!(
+            token_usage(&claude),
+            Some(TokenUsage {
+                input: 3,
+                output: 4,
+                cache_read: 5,
+                cache_write: 6
+            })
+        );
+        let result = json!({"role": "user", "content": [{"type": "tool_result",
+            "tool_use_id": "t", "content": [{"type": "text", "text": "a.rs"}]}]});
+        assert_eq!(search_text(&result), "a.rs");
+        let codex_call = json!({"type": "response_item", "payload": {"type": "function_call",
+            "name": "exec", "arguments": "{\"cmd\":\"rg x\"}", "call_id": "c"}});
+        assert_eq!(search_text(&codex_call), "exec {\"cmd\":\"rg x\"}");
+        assert_eq!(tool_calls(rollout_item(&codex_call))[0].name, "exec");
+        let codex_out = json!({"type": "response_item", "payload": {
+            "type": "function_call_output", "call_id": "c", "output": "found"}});
+        assert_eq!(search_text(&codex_out), "found");
+        let event = json!({"type": "event_msg", "payload": {"type": "user_message",
+            "message": "hello codex"}});
+        assert_eq!(search_text(&event), "hello codex");
+        let openai = json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2,
+                      "prompt_tokens_details": {"cached_tokens": 4}}});
+        assert_eq!(search_text(&openai), "f {}");
+        assert_eq!(
+            token_usage(&openai),
+            Some(TokenUsage {
+                input: 6,
+                output: 2,
+                cache_read: 4,
+                cache_write: 0
+            })
+        );
+        let odd = json!({"kind": "note", "body": {"words": ["x", 1, "y"]}});
+        assert_eq!(search_text(&odd), "x\ny\nnote");
     }
 }

@@ -26,6 +26,24 @@ pub struct LogArgs {
     /// One JSON array of objects (see README, "Lineage JSON").
     #[arg(long, conflicts_with_all = ["oneline", "graph"])]
     json: bool,
+    /// Only sessions whose title or added messages (their text, tool calls
+    /// and results) match this regular expression.
+    #[arg(long, value_name = "PATTERN")]
+    grep: Option<String>,
+    /// Only sessions created at or after DATE (2025-11-01, an RFC 3339
+    /// time, yesterday, 2.weeks.ago).
+    #[arg(long, value_name = "DATE")]
+    since: Option<String>,
+    /// Only sessions created at or before DATE.
+    #[arg(long, value_name = "DATE")]
+    until: Option<String>,
+    /// Only sessions made by an actor matching this regular expression: the
+    /// session's `actor` metadata, else who the ref log says wrote it.
+    #[arg(long, value_name = "ACTOR")]
+    author: Option<String>,
+    /// --grep and --author match regardless of case.
+    #[arg(short = 'i', long = "regexp-ignore-case")]
+    ignore_case: bool,
 }
 
 /// How `log` and `graph` print.
@@ -38,6 +56,13 @@ struct LogFormat {
 
 pub fn log(ctx: &Ctx, args: LogArgs) -> CmdResult {
     check_revs(&args.revs)?;
+    let filter = crate::search::LogFilter::new(
+        args.grep.as_deref(),
+        args.author.as_deref(),
+        args.since.as_deref(),
+        args.until.as_deref(),
+        args.ignore_case,
+    )?;
     let store = ctx.open_store_read()?;
     let mut starts = resolve_all(&store, &args.revs)?;
     if args.all {
@@ -55,7 +80,7 @@ pub fn log(ctx: &Ctx, args: LogArgs) -> CmdResult {
         graph: args.graph,
         json: args.json,
     };
-    write_log(&store, &starts, follow, args.max_count, format)
+    write_log(&store, &starts, follow, args.max_count, format, filter)
 }
 
 fn write_log(
@@ -64,9 +89,20 @@ fn write_log(
     follow: Follow,
     limit: Option<usize>,
     format: LogFormat,
+    mut filter: Option<crate::search::LogFilter>,
 ) -> CmdResult {
     let decorations = Decorations::load(store)?;
-    let walk = TopoWalk::new(store, starts, follow)?.take(limit.unwrap_or(usize::MAX));
+    let mut left = limit.unwrap_or(usize::MAX);
+    let walk: Box<dyn Iterator<Item = Result<Node, Error>> + '_> = match filter.as_mut() {
+        // Lanes need each shown session's shown parents: the walk is
+        // filtered first, then parents are rewritten (as git's --graph).
+        Some(f) if format.graph => {
+            let shown = crate::search::filter_with_parents(store, starts, follow, f)?;
+            filter = None;
+            Box::new(shown.into_iter().map(Ok))
+        }
+        _ => Box::new(TopoWalk::new(store, starts, follow)?),
+    };
     let mut out = Out::new();
     let mut lanes = Lanes::new();
     let mut first = true;
@@ -74,7 +110,16 @@ fn write_log(
         return out.finish();
     }
     for node in walk {
+        if left == 0 {
+            break;
+        }
         let node = node?;
+        if let Some(f) = filter.as_mut() {
+            if !f.accepts(store, &node.id)? {
+                continue;
+            }
+        }
+        left -= 1;
         let text = if format.json {
             let v = entry_json(store, &decorations, &node.id)?;
             format!("{}{v}", if first { "" } else { "," })
@@ -207,6 +252,7 @@ pub fn graph(ctx: &Ctx, args: GraphArgs) -> CmdResult {
                 graph: true,
                 json: false,
             },
+            None,
         ),
         GraphFormat::Dot => {
             let deco = Decorations::load(&store)?;
