@@ -32,16 +32,20 @@ Exit codes:
   3  corruption detected: stored bytes do not match their ids or checksums
   4  the store is in use: another process held its write lock for longer than --wait";
 
+/// The heading of the options every command takes.
+const GLOBAL: &str = "Global options";
+
 /// Git-like, content-addressed storage for AI-agent sessions.
 #[derive(Debug, Parser)]
 #[command(name = "sessctl", version, after_help = EXIT_CODES, max_term_width = 100)]
 struct Cli {
-    /// The store to use.
-    #[arg(long, global = true, env = "SESSCTL_STORE", default_value = ".sessctl")]
-    store: PathBuf,
+    /// The store to use (default: the nearest .sessctl in this directory or
+    /// a parent; init creates ./.sessctl).
+    #[arg(long, global = true, env = "SESSCTL_STORE", value_name = "DIR", help_heading = GLOBAL)]
+    store: Option<PathBuf>,
     /// How many seconds a write waits for another process's short hold of the
     /// store's write lock (default 5; 0: fail at once). Reads never wait.
-    #[arg(long, global = true, value_name = "SECONDS")]
+    #[arg(long, global = true, value_name = "SECONDS", help_heading = GLOBAL)]
     wait: Option<f64>,
     #[command(subcommand)]
     command: Command,
@@ -139,6 +143,8 @@ pub enum CommandError {
     Failed(String),
     /// A plain "no" (merge-base): exit with this code, print nothing.
     Silent(u8),
+    /// No `--store`, no `SESSCTL_STORE`, and no `.sessctl` here or above.
+    NoStore,
 }
 
 impl From<Error> for CommandError {
@@ -161,11 +167,36 @@ const DEFAULT_WRITER_WAIT: Duration = sessctl_store::odb::DEFAULT_WAIT;
 /// What commands need from the global flags.
 #[derive(Debug)]
 pub struct Ctx {
+    /// `--store`, `SESSCTL_STORE`, the `.sessctl` found in the working
+    /// directory or a parent, or (none found) `.sessctl`, where `init`
+    /// creates one.
     pub store: PathBuf,
+    /// No store was given and none was found: opening one fails with a
+    /// message that says how to get one.
+    pub store_missing: bool,
     pub wait: Option<Duration>,
 }
 
+/// The directory a store found by discovery has.
+const STORE_DIR: &str = ".sessctl";
+
+/// The nearest `.sessctl` holding a store, in `dir` or a parent, as git
+/// looks for `.git`: a `.sessctl` without a FORMAT file is not one.
+fn discover_store(dir: &std::path::Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .map(|d| d.join(STORE_DIR))
+        .find(|s| s.join("FORMAT").is_file())
+}
+
 impl Ctx {
+    /// The store's path, or the error that says how to get a store.
+    pub fn store_path(&self) -> CmdResult<&std::path::Path> {
+        if self.store_missing {
+            return Err(CommandError::NoStore);
+        }
+        Ok(&self.store)
+    }
+
     /// Opens the store for writing, printing what recovery did.
     pub fn open_write(&self) -> CmdResult<Odb> {
         self.open(false)
@@ -197,7 +228,7 @@ impl Ctx {
 
     fn open_store_with(&self, read_only: bool, wait: Option<Duration>) -> CmdResult<Store> {
         let store = Store::open(
-            &self.store,
+            self.store_path()?,
             &OpenOptions {
                 read_only,
                 wait,
@@ -212,7 +243,7 @@ impl Ctx {
 
     fn open(&self, read_only: bool) -> CmdResult<Odb> {
         let odb = Odb::open(
-            &self.store,
+            self.store_path()?,
             &OpenOptions {
                 read_only,
                 wait: (!read_only).then(|| self.writer_wait()),
@@ -243,8 +274,21 @@ fn main() -> ExitCode {
         // Beyond what a Duration holds is as good as forever.
         w => w.map(|s| Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)),
     };
+    let (store, store_missing) = match cli.store {
+        Some(s) => (s, false),
+        // Like git init: here, whatever store a parent holds.
+        None if matches!(cli.command, Command::Init) => (PathBuf::from(STORE_DIR), false),
+        None => match std::env::current_dir()
+            .ok()
+            .and_then(|d| discover_store(&d))
+        {
+            Some(s) => (s, false),
+            None => (PathBuf::from(STORE_DIR), true),
+        },
+    };
     let ctx = Ctx {
-        store: cli.store,
+        store,
+        store_missing,
         wait,
     };
     let result = match cli.command {
@@ -340,6 +384,13 @@ fn report(e: CommandError) -> ExitCode {
         CommandError::Usage(m) => (m, 2),
         CommandError::Failed(m) => (m, 1),
         CommandError::Silent(code) => return ExitCode::from(code),
+        CommandError::NoStore => (
+            format!(
+                "not in a sessctl store: no {STORE_DIR} in this directory or any parent; \
+                 run sessctl init to create one here, or give --store DIR or set SESSCTL_STORE"
+            ),
+            1,
+        ),
     };
     eprintln!("sessctl: {msg}");
     ExitCode::from(code)

@@ -108,7 +108,7 @@ fn create(ctx: &Ctx, args: CreateArgs) -> CmdResult {
 fn optional_store(ctx: &Ctx) -> CmdResult<Option<Store>> {
     match ctx.open_store_read() {
         Ok(s) => Ok(Some(s)),
-        Err(CommandError::Store(Error::NotAStore { .. })) => Ok(None),
+        Err(CommandError::Store(Error::NotAStore { .. }) | CommandError::NoStore) => Ok(None),
         Err(e) => Err(e),
     }
 }
