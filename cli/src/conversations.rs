@@ -531,6 +531,10 @@ pub struct PruneArgs {
     dry_run: bool,
     #[arg(long, help = NO_SYNC_HELP)]
     no_sync: bool,
+    /// Print one JSON object: "action" (archive or delete), "dry_run", and
+    /// "conversations", oldest first (on a failure, those done before it).
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn prune(ctx: &Ctx, args: PruneArgs) -> CmdResult {
@@ -546,17 +550,29 @@ pub fn prune(ctx: &Ctx, args: PruneArgs) -> CmdResult {
         .collect();
     let verb = if args.delete { "delete" } else { "archive" };
     let durability = durability(args.no_sync);
+    let mut done = Vec::new();
+    let mut result = Ok(());
     for c in active.iter().skip(args.keep).rev() {
-        if args.dry_run {
-            print(&format!("would {verb} {}\n", c.name))?;
-            continue;
+        if !args.dry_run {
+            let r = if args.delete {
+                store.delete(&c.name, durability)
+            } else {
+                store.archive(&c.name, durability)
+            };
+            if let Err(e) = r {
+                result = Err(e.into());
+                break;
+            }
         }
-        if args.delete {
-            store.delete(&c.name, durability)?;
-        } else {
-            store.archive(&c.name, durability)?;
+        if !args.json {
+            let would = if args.dry_run { "would " } else { "" };
+            print(&format!("{would}{verb} {}\n", c.name))?;
         }
-        print(&format!("{verb} {}\n", c.name))?;
+        done.push(c.name.clone());
     }
-    Ok(())
+    if args.json {
+        let v = serde_json::json!({"action": verb, "dry_run": args.dry_run, "conversations": done});
+        print(&format!("{v}\n"))?;
+    }
+    result
 }

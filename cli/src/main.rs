@@ -60,7 +60,7 @@ enum Command {
     /// Show an object: its type, size, content or JSON form.
     CatObject(plumbing::CatObjectArgs),
     /// Move journal segments and packs into one new pack.
-    Repack,
+    Repack(plumbing::RepackArgs),
     /// Record a turn: start a conversation (--new) or continue one.
     Commit(conversations::CommitArgs),
     /// Start a new conversation from any session, optionally cut short.
@@ -79,7 +79,7 @@ enum Command {
     Reflog(refs::ReflogArgs),
     /// Rebuild every derived index from the objects and operations: the index
     /// tables and the lineage index ("reindexed N operations").
-    Reindex,
+    Reindex(refs::ReindexArgs),
     /// Drop what no ref, recent ref-log entry or open run reaches, past the
     /// grace period; repack what is kept.
     Gc(maintenance::GcArgs),
@@ -295,7 +295,7 @@ fn main() -> ExitCode {
         Command::Init => plumbing::init(&ctx),
         Command::HashObject(args) => plumbing::hash_object(&ctx, args),
         Command::CatObject(args) => plumbing::cat_object(&ctx, args),
-        Command::Repack => plumbing::repack(&ctx),
+        Command::Repack(args) => plumbing::repack(&ctx, args),
         Command::Commit(args) => conversations::commit(&ctx, args),
         Command::Fork(args) => conversations::fork(&ctx, args),
         Command::Archive(args) => conversations::archive(&ctx, args),
@@ -304,7 +304,7 @@ fn main() -> ExitCode {
         Command::Ls(args) => conversations::ls(&ctx, args),
         Command::Prune(args) => conversations::prune(&ctx, args),
         Command::Reflog(args) => refs::reflog(&ctx, args),
-        Command::Reindex => refs::reindex(&ctx),
+        Command::Reindex(args) => refs::reindex(&ctx, args),
         Command::Gc(args) => maintenance::gc(&ctx, args),
         Command::Fsck(args) => maintenance::fsck(&ctx, args),
         Command::Completions { shell } => {

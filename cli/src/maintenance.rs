@@ -19,6 +19,10 @@ pub struct GcArgs {
     /// 2.weeks.ago.
     #[arg(long, value_name = "WHEN")]
     prune: Option<String>,
+    /// Print one JSON object: the counts, bytes and what went from each
+    /// conversation ("dry_run" says whether anything did).
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn gc(ctx: &Ctx, args: GcArgs) -> CmdResult {
@@ -34,6 +38,11 @@ pub fn gc(ctx: &Ctx, args: GcArgs) -> CmdResult {
     let r = store.gc(&opts);
     crate::output::progress_done();
     let r = r?;
+    if args.json {
+        let mut v = r.to_json();
+        v["dry_run"] = args.dry_run.into();
+        return print(&format!("{v}\n"));
+    }
     let mut out = String::new();
     if args.dry_run {
         out.push_str(&format!(

@@ -83,12 +83,22 @@ pub fn reflog(ctx: &Ctx, args: ReflogArgs) -> CmdResult {
 
 // ---- reindex ----
 
-pub fn reindex(ctx: &Ctx) -> CmdResult {
+#[derive(Debug, Args)]
+pub struct ReindexArgs {
+    /// Print one JSON object: {"operations": N}.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn reindex(ctx: &Ctx, args: ReindexArgs) -> CmdResult {
     let store = ctx.open_store()?;
     crate::output::progress("reindex: applying every operation, reading every session...");
     let n = store.reindex();
     crate::output::progress_done();
     let n = n?;
+    if args.json {
+        return print(&format!("{}\n", json!({ "operations": n })));
+    }
     print(&format!("reindexed {n} operations\n"))
 }
 

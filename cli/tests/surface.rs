@@ -135,3 +135,179 @@ fn without_a_store_one_error_names_init_store_and_the_variable() {
     let r = run_in(dir.path(), &["completions", "bash"], &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
+
+// ---- --json on every report verb ----
+
+#[test]
+fn gc_prune_repack_reindex_and_merge_base_speak_json() {
+    let (_d, s) = two_conversations();
+    let fix = ok(&s, &["rev-parse", "fix"], None).trim().to_owned();
+    let alt = ok(&s, &["rev-parse", "alt"], None).trim().to_owned();
+    let base = ok(&s, &["rev-parse", "fix~1"], None).trim().to_owned();
+
+    let v = json(&ok(&s, &["merge-base", "--json", "fix", "alt"], None));
+    assert_eq!(v["a"], fix.as_str());
+    assert_eq!(v["b"], alt.as_str());
+    assert_eq!(v["bases"], serde_json::json!([base]));
+    let v = json(&ok(
+        &s,
+        &["merge-base", "--all", "--json", "fix", "alt"],
+        None,
+    ));
+    assert_eq!(v["bases"], serde_json::json!([base]));
+    let v = json(&ok(
+        &s,
+        &["merge-base", "--is-ancestor", "--json", "fix~1", "fix"],
+        None,
+    ));
+    assert_eq!(v["is_ancestor"], true);
+    let r = sessctl(
+        &s,
+        &["merge-base", "--is-ancestor", "--json", "fix", "alt"],
+        None,
+    );
+    assert_eq!(r.code, 1, "the exit status says no, as without --json");
+    assert_eq!(json(&r.stdout)["is_ancestor"], false);
+
+    let v = json(&ok(&s, &["gc", "--dry-run", "--json"], None));
+    assert_eq!(v["dry_run"], true);
+    assert_eq!(v["pruned"], 0);
+    assert!(v["objects"].as_u64().unwrap() > 0, "{v}");
+    let v = json(&ok(&s, &["gc", "--json"], None));
+    assert_eq!(v["dry_run"], false);
+    assert!(v["bytes_after"].is_u64(), "{v}");
+
+    let v = json(&ok(&s, &["repack", "--json"], None));
+    assert!(v["objects"].as_u64().unwrap() > 0, "{v}");
+    let v = json(&ok(&s, &["reindex", "--json"], None));
+    assert!(v["operations"].as_u64().unwrap() >= 3, "{v}");
+
+    // prune: what would go, then what went, oldest first.
+    let v = json(&ok(
+        &s,
+        &["prune", "--keep", "0", "--dry-run", "--json"],
+        None,
+    ));
+    assert_eq!(
+        v,
+        serde_json::json!({"action": "archive", "dry_run": true, "conversations": ["fix", "alt"]})
+    );
+    let v = json(&ok(&s, &["prune", "--keep", "1", "--json"], None));
+    assert_eq!(
+        v,
+        serde_json::json!({"action": "archive", "dry_run": false, "conversations": ["fix"]})
+    );
+    let ls = json(&ok(&s, &["ls", "--json"], None));
+    assert_eq!(ls.as_array().unwrap().len(), 1, "{ls}");
+}
+
+#[test]
+fn clone_push_and_pull_speak_json_and_clone_prints_one_summary() {
+    let (d, a) = two_conversations();
+    let b = d.path().join("b");
+    let (ap, bp) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let out = ok(&a, &["clone", ap, bp], None);
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(
+        out.starts_with(&format!("cloned {ap} into {bp}: 2 conversations, 2 refs, ")),
+        "{out}"
+    );
+    assert!(out.ends_with("s\n"), "the time it took: {out}");
+
+    let c = d.path().join("c");
+    let v = json(&ok(&a, &["clone", "--json", ap, c.to_str().unwrap()], None));
+    assert_eq!(v["conversations"], 2);
+    assert_eq!(v["applied"], true);
+    assert!(v["objects"].as_u64().unwrap() > 0);
+    assert!(v["seconds"].is_f64(), "{v}");
+    let names: Vec<&str> = v["refs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            assert_eq!(r["outcome"], "created", "{r}");
+            r["name"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(names.len(), 2);
+    assert!(names.contains(&"refs/heads/fix"), "{names:?}");
+
+    let old = ok(&a, &["rev-parse", "fix"], None).trim().to_owned();
+    ok(
+        &a,
+        &["commit", "fix", "--messages", "-"],
+        Some(r#"[{"role":"user","content":"again"}]"#),
+    );
+    let new = ok(&a, &["rev-parse", "fix"], None).trim().to_owned();
+    let v = json(&ok(&a, &["push", "--json", bp, "fix"], None));
+    assert_eq!(
+        v["refs"],
+        serde_json::json!([{"name": "refs/heads/fix", "outcome": "fast-forward", "old": old, "new": new}])
+    );
+    assert_eq!(v["objects"], 2, "{v}");
+    let v = json(&ok(&a, &["pull", "--json", bp, "fix"], None));
+    assert_eq!(
+        v["refs"],
+        serde_json::json!([{"name": "refs/heads/fix", "outcome": "up-to-date"}])
+    );
+    assert_eq!(v["objects"], 0);
+
+    // A diverged ref: the JSON says refused, and the exit status is 1.
+    ok(
+        &b,
+        &["commit", "fix", "--messages", "-"],
+        Some(r#"[{"role":"user","content":"b's own"}]"#),
+    );
+    ok(
+        &a,
+        &["commit", "fix", "--messages", "-"],
+        Some(r#"[{"role":"user","content":"a's own"}]"#),
+    );
+    let r = sessctl(&a, &["push", "--json", bp, "fix"], None);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let v = json(&r.stdout);
+    assert_eq!(v["applied"], false);
+    assert_eq!(v["refs"][0]["outcome"], "refused");
+    assert!(v["refs"][0]["message"].is_string(), "{v}");
+}
+
+#[test]
+fn compact_speaks_json() {
+    let (_d, s) = two_conversations();
+    let head = ok(&s, &["rev-parse", "fix"], None).trim().to_owned();
+    let summarizer = r#"cat >/dev/null; echo '[{"role":"system","content":"summary"}]'"#;
+    let v = json(&ok(
+        &s,
+        &[
+            "compact",
+            "fix",
+            "--summarizer",
+            summarizer,
+            "--keep-last",
+            "1",
+            "--json",
+        ],
+        None,
+    ));
+    let new = ok(&s, &["rev-parse", "fix"], None).trim().to_owned();
+    assert_eq!(
+        v,
+        serde_json::json!({"compacted": true, "conversation": "fix", "old_head": head, "head": new})
+    );
+    let v = json(&ok(
+        &s,
+        &[
+            "compact",
+            "fix",
+            "--summarizer",
+            summarizer,
+            "--max-tokens",
+            "100000",
+            "--json",
+        ],
+        None,
+    ));
+    assert_eq!(v["compacted"], false);
+    assert_eq!(v["head"], new.as_str());
+    assert!(v["estimated_tokens"].is_u64(), "{v}");
+}
