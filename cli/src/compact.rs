@@ -18,6 +18,7 @@ use crate::{CmdResult, CommandError, Ctx};
 #[derive(Debug, Args)]
 pub struct CompactArgs {
     /// The conversation to compact.
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::complete::conversations))]
     conv: String,
     /// The summarizer, a shell command (run with sh -c): it reads the
     /// messages to summarise as a JSON array on stdin and prints a

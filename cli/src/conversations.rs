@@ -106,6 +106,7 @@ pub struct CommitArgs {
     /// The conversation to continue (default: the one HEAD names), or with
     /// --new the name of the new one (default: the first 12 hex digits of
     /// its first session's id).
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::complete::conversations))]
     conv: Option<String>,
     /// Start a new conversation.
     #[arg(long)]
@@ -332,6 +333,7 @@ pub fn commit(ctx: &Ctx, args: CommitArgs) -> CmdResult {
 pub struct ForkArgs {
     /// The session to fork from: a conversation name, HEAD, a ref, an id or
     /// a unique prefix.
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     rev: String,
     /// Keep only the first N messages of its history.
     #[arg(long, value_name = "N", conflicts_with = "at_message_id")]
@@ -383,6 +385,7 @@ pub fn fork(ctx: &Ctx, args: ForkArgs) -> CmdResult {
 #[derive(Debug, Args)]
 pub struct NameArgs {
     /// The conversation.
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::complete::conversations))]
     conv: String,
     #[arg(long, help = NO_SYNC_HELP)]
     no_sync: bool,
@@ -419,7 +422,9 @@ pub struct LsArgs {
     /// At most N conversations (counted after --archived or --all).
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
-    /// One JSON array (its fields are documented in README.md).
+    /// One JSON array, an object a conversation: name, title, status,
+    /// conversation_id, head, sessions, messages, usage, created_at,
+    /// updated_at, last_activity, metadata, preview and running.
     #[arg(long)]
     json: bool,
 }

@@ -13,7 +13,7 @@ use crate::{CmdResult, CommandError, Ctx};
 #[derive(Debug, Args)]
 pub struct ImportArgs {
     /// The files' format: claude-code, codex, openai or swe-agent.
-    #[arg(long = "from", value_name = "FORMAT", value_parser = parse_format)]
+    #[arg(long = "from", value_name = "FORMAT", value_parser = parse_format, add = clap_complete::engine::ArgValueCandidates::new(crate::complete::import_formats))]
     from: Format,
     /// Files, or directories searched recursively for the format's files
     /// (claude-code and codex: *.jsonl; openai: *.json and *.jsonl;
@@ -87,10 +87,11 @@ pub fn import(ctx: &Ctx, args: ImportArgs) -> CmdResult {
 #[derive(Debug, Args)]
 pub struct ExportArgs {
     /// The session (a conversation name, id, HEAD~2, ...).
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     rev: String,
     /// json (a JSON array), jsonl (a message a line), openai
     /// ({"messages": [...]}, chat shape) or claude-code (session JSONL).
-    #[arg(long, value_name = "FORMAT", default_value = "json", value_parser = parse_export_format)]
+    #[arg(long, value_name = "FORMAT", default_value = "json", value_parser = parse_export_format, add = clap_complete::engine::ArgValueCandidates::new(crate::complete::export_formats))]
     format: ExportFormat,
     /// Write to FILE instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "FILE")]

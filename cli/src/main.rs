@@ -6,11 +6,14 @@
 
 mod checkout;
 mod compact;
+mod complete;
 mod conversations;
 mod history;
 mod import;
 mod maintenance;
 mod output;
+mod pager;
+mod paint;
 mod plumbing;
 mod refs;
 mod remote;
@@ -47,6 +50,14 @@ struct Cli {
     /// store's write lock (default 5; 0: fail at once). Reads never wait.
     #[arg(long, global = true, value_name = "SECONDS", help_heading = GLOBAL)]
     wait: Option<f64>,
+    /// Do not page log, show and diff (on a terminal they go through
+    /// $SESSCTL_PAGER, $PAGER or less -FRX).
+    #[arg(long, global = true, help_heading = GLOBAL)]
+    no_pager: bool,
+    /// Colour ids, refs and diff lines: auto (on a terminal, unless
+    /// NO_COLOR is set), always or never.
+    #[arg(long, global = true, value_name = "WHEN", value_enum, default_value = "auto", help_heading = GLOBAL)]
+    color: paint::ColorWhen,
     #[command(subcommand)]
     command: Command,
 }
@@ -86,8 +97,10 @@ enum Command {
     /// Check every object, reference, history length and chain; exit 0 only
     /// when clean.
     Fsck(maintenance::FsckArgs),
-    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    /// Print the script that wires a shell's completion to sessctl: it
+    /// completes commands, flags, conversation names and format values.
     Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
@@ -258,6 +271,10 @@ impl Ctx {
 }
 
 fn main() -> ExitCode {
+    // A shell asking for completions (see complete.rs) is answered here.
+    clap_complete::CompleteEnv::with_factory(<Cli as clap::CommandFactory>::command)
+        .var(complete::VAR)
+        .complete();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -291,6 +308,18 @@ fn main() -> ExitCode {
         store_missing,
         wait,
     };
+    {
+        use std::io::IsTerminal;
+        let tty = std::io::stdout().is_terminal();
+        paint::set_enabled(paint::decide(cli.color, tty));
+        let pages = matches!(
+            cli.command,
+            Command::Log(_) | Command::Show(_) | Command::Diff(_)
+        );
+        if let Some(cmd) = pager::command().filter(|_| pages && tty && !cli.no_pager) {
+            pager::want(cmd);
+        }
+    }
     let result = match cli.command {
         Command::Init => plumbing::init(&ctx),
         Command::HashObject(args) => plumbing::hash_object(&ctx, args),
@@ -308,14 +337,7 @@ fn main() -> ExitCode {
         Command::Gc(args) => maintenance::gc(&ctx, args),
         Command::Fsck(args) => maintenance::fsck(&ctx, args),
         Command::Completions { shell } => {
-            let mut script = Vec::new();
-            clap_complete::generate(
-                shell,
-                &mut <Cli as clap::CommandFactory>::command(),
-                "sessctl",
-                &mut script,
-            );
-            output::print(&String::from_utf8_lossy(&script))
+            complete::registration(shell).and_then(|s| output::print(&s))
         }
         Command::Checkout(args) => checkout::checkout(&ctx, args),
         Command::Resume(args) => checkout::resume(&ctx, args),
@@ -336,6 +358,7 @@ fn main() -> ExitCode {
         Command::Push(args) => remote::push(&ctx, args),
         Command::Pull(args) => remote::pull(&ctx, args),
     };
+    pager::finish();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => report(e),

@@ -5,9 +5,10 @@ use std::io::{self, Write};
 
 use crate::{CmdResult, CommandError};
 
-/// Writes all of `text` to stdout; a broken pipe is success.
+/// Writes all of `text` to stdout (or the pager); a broken pipe (or a
+/// pager quit early) is success.
 pub fn print(text: &str) -> CmdResult {
-    let mut out = io::stdout().lock();
+    let mut out = crate::pager::Sink;
     match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),

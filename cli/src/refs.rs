@@ -33,7 +33,7 @@ fn parse_full_ref(text: &str) -> CmdResult<RefName> {
 #[derive(Debug, Args)]
 pub struct ReflogArgs {
     /// HEAD, a full ref name or a conversation name (default: every ref).
-    #[arg(value_name = "REF")]
+    #[arg(value_name = "REF", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::ref_names))]
     name: Option<String>,
     /// One JSON array, newest entry first.
     #[arg(long)]

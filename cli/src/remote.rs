@@ -39,7 +39,7 @@ struct CreateArgs {
     /// The bundle file to write.
     file: PathBuf,
     /// Conversations (their refs and records come along) or any revision.
-    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    #[arg(required_unless_present = "all", conflicts_with = "all", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     revs: Vec<String>,
     /// Every ref but HEAD, and every conversation record.
     #[arg(long)]
@@ -88,6 +88,7 @@ pub struct RemoteArgs {
     /// The other store's directory.
     remote: PathBuf,
     /// Conversations to transfer (default: every ref).
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::complete::conversations))]
     conversations: Vec<String>,
     /// Print one JSON object: every ref and what became of it, and the
     /// totals (a refusal still exits 1).

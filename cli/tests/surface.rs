@@ -311,3 +311,375 @@ fn compact_speaks_json() {
     assert_eq!(v["head"], new.as_str());
     assert!(v["estimated_tokens"].is_u64(), "{v}");
 }
+
+// ---- completions ----
+
+/// What `sessctl` answers a fish shell completing `line` (the last word is
+/// the one being completed), run in `dir` with `env`.
+fn complete(dir: &Path, line: &[&str], env: &[(&str, &str)]) -> Vec<String> {
+    let mut args = vec!["--", "sessctl"];
+    args.extend_from_slice(line);
+    let mut all = vec![("COMPLETE", "fish")];
+    all.extend_from_slice(env);
+    let r = run_in(dir, &args, &all);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // Flags are offered beside values; these tests look at the values.
+    r.stdout
+        .lines()
+        .map(|l| l.split('\t').next().unwrap().to_owned())
+        .filter(|c| !c.starts_with('-'))
+        .collect()
+}
+
+#[test]
+fn completion_offers_the_stores_conversation_names_and_format_values() {
+    let (d, s) = two_conversations();
+    ok(&s, &["archive", "alt"], None);
+    let sp = s.to_str().unwrap();
+    let env = [("SESSCTL_STORE", sp)];
+
+    assert_eq!(complete(d.path(), &["log", "f"], &env), ["fix"]);
+    let all = complete(d.path(), &["show", ""], &env);
+    assert!(all.contains(&"HEAD".to_owned()), "{all:?}");
+    assert!(all.contains(&"fix".to_owned()), "{all:?}");
+    assert!(all.contains(&"archive/alt".to_owned()), "{all:?}");
+    assert_eq!(complete(d.path(), &["rm", ""], &env), ["fix"]);
+    assert_eq!(
+        complete(d.path(), &["diff", "fix", "arch"], &env),
+        ["archive/alt"]
+    );
+    assert_eq!(
+        complete(d.path(), &["merge-base", "--all", "f"], &env),
+        ["fix"]
+    );
+    // --store on the line being completed names the store.
+    assert_eq!(
+        complete(d.path(), &["--store", sp, "checkout", "fi"], &[]),
+        ["fix"]
+    );
+    // Found from a subdirectory as every command finds it.
+    let root = tempfile::tempdir().unwrap();
+    assert_eq!(run_in(root.path(), &["init"], &[]).code, 0);
+    ok(
+        &root.path().join(".sessctl"),
+        &["commit", "--new", "deep-work", "--messages", "-"],
+        Some(TURN),
+    );
+    let sub = root.path().join("src/x");
+    std::fs::create_dir_all(&sub).unwrap();
+    assert_eq!(complete(&sub, &["log", "d"], &[]), ["deep-work"]);
+    // No store: no names, and no error.
+    let none = tempfile::tempdir().unwrap();
+    assert_eq!(
+        complete(none.path(), &["log", "f"], &[]),
+        Vec::<String>::new()
+    );
+
+    assert_eq!(
+        complete(d.path(), &["import", "--from", ""], &env),
+        ["claude-code", "codex", "openai", "swe-agent"]
+    );
+    assert_eq!(
+        complete(d.path(), &["export", "fix", "--format", "js"], &env),
+        ["json", "jsonl"]
+    );
+    assert_eq!(
+        complete(d.path(), &["graph", "--format", ""], &env),
+        ["text", "dot"]
+    );
+    let cmds = complete(d.path(), &["merge-"], &env);
+    assert_eq!(cmds, ["merge-base"]);
+}
+
+#[test]
+fn the_completion_script_asks_the_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let r = run_in(dir.path(), &["completions", shell], &[]);
+        assert_eq!(r.code, 0, "{shell}: {}", r.stderr);
+        assert!(r.stdout.contains("COMPLETE"), "{shell}: {}", r.stdout);
+        assert!(r.stdout.contains("sessctl"), "{shell}: {}", r.stdout);
+    }
+}
+
+// ---- --help ----
+
+/// Every subcommand's name, nested ones as "bundle create".
+fn subcommands(dir: &Path, prefix: &[&str]) -> Vec<Vec<String>> {
+    let mut args: Vec<&str> = prefix.to_vec();
+    args.push("--help");
+    let r = run_in(dir, &args, &[]);
+    assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+    let mut out = Vec::new();
+    let mut in_cmds = false;
+    for line in r.stdout.lines() {
+        if line == "Commands:" {
+            in_cmds = true;
+            continue;
+        }
+        if in_cmds {
+            let Some(name) = line
+                .strip_prefix("  ")
+                .and_then(|l| l.split_whitespace().next())
+            else {
+                break;
+            };
+            if name == "help" {
+                continue;
+            }
+            let mut path: Vec<String> = prefix.iter().map(|s| s.to_string()).collect();
+            path.push(name.to_owned());
+            out.push(path.clone());
+            let p: Vec<&str> = path.iter().map(String::as_str).collect();
+            out.extend(subcommands(dir, &p));
+        }
+    }
+    out
+}
+
+#[test]
+fn help_sets_global_options_apart_and_describes_every_argument() {
+    let dir = tempfile::tempdir().unwrap();
+    let cmds = subcommands(dir.path(), &[]);
+    assert!(cmds.len() > 30, "{cmds:?}");
+    for cmd in &cmds {
+        let mut args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        args.push("-h");
+        let r = run_in(dir.path(), &args, &[]);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+        let help = &r.stdout;
+        // Global options under their own heading, after the command's own.
+        let global = help
+            .find("\nGlobal options:\n")
+            .unwrap_or_else(|| panic!("{cmd:?}: {help}"));
+        let own = help.find("\nOptions:\n").unwrap();
+        assert!(own < global, "{cmd:?}: {help}");
+        for flag in [
+            "--store <DIR>",
+            "--wait <SECONDS>",
+            "--no-pager",
+            "--color <WHEN>",
+        ] {
+            assert!(
+                help[global..].contains(flag),
+                "{cmd:?} lacks {flag}: {help}"
+            );
+            assert!(!help[..global].contains(flag), "{cmd:?}: {help}");
+        }
+        // Every argument and option has a description.
+        for line in help.lines() {
+            let t = line.trim_start();
+            if !(line.starts_with("  ")
+                && (t.starts_with('-') || t.starts_with('<') || t.starts_with('[')))
+            {
+                continue;
+            }
+            let (name, desc) = t.split_once("  ").unwrap_or((t, ""));
+            assert!(
+                !desc.trim().is_empty(),
+                "{cmd:?}: {name} has no description"
+            );
+        }
+        // Nothing points to a file an installed binary does not have.
+        assert!(!help.contains("README"), "{cmd:?}: {help}");
+        assert!(!help.contains(".md"), "{cmd:?}: {help}");
+    }
+}
+
+// ---- pager and colour ----
+
+const YELLOW: &str = "\x1b[33m";
+
+/// Whether `script` (util-linux) can give a child a pseudo-terminal here.
+fn have_script() -> bool {
+    Command::new("script")
+        .args(["-qec", "true", "/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Runs `sessctl ARGS` with its stdin, stdout and stderr on a
+/// pseudo-terminal (`script`), in `dir`, with `env`; returns what the
+/// terminal showed.
+fn run_on_terminal(dir: &Path, store: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut line = format!(
+        "'{}' --store '{}'",
+        env!("CARGO_BIN_EXE_sessctl"),
+        store.display()
+    );
+    for a in args {
+        line.push_str(&format!(" '{a}'"));
+    }
+    let mut cmd = Command::new("script");
+    cmd.current_dir(dir)
+        .args(["-qec", &line, "/dev/null"])
+        .env_remove("SESSCTL_STORE")
+        .env_remove("NO_COLOR")
+        .env_remove("PAGER")
+        .env_remove("SESSCTL_PAGER")
+        .env_remove("LESS")
+        .env("TERM", "xterm")
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    // `script -e` exits as sessctl did: only `show nope` fails here.
+    assert!(out.status.code().is_some(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap().replace("\r\n", "\n")
+}
+
+/// A pager that records what it was given, and its LESS, in `out`.
+fn fake_pager(dir: &Path) -> (String, std::path::PathBuf) {
+    let script = dir.join("pager.sh");
+    let out = dir.join("paged");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n{{ echo \"LESS=$LESS\"; cat; }} > '{}'\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (script.display().to_string(), out)
+}
+
+#[test]
+fn on_a_terminal_log_show_and_diff_are_paged_and_coloured() {
+    if !have_script() {
+        eprintln!("skipped: no `script` to give sessctl a terminal");
+        return;
+    }
+    let (d, s) = two_conversations();
+    let (pager, paged) = fake_pager(d.path());
+    let plain = ok(&s, &["log", "--oneline", "--all"], None);
+    for (args, shows) in [
+        (&["log", "--oneline", "--all"][..], "(\x1b[m\x1b[1;32mfix"),
+        (&["show", "fix"], "\x1b[33msession "),
+        (&["diff", "fix", "alt"], "\x1b[32m+ [2] user: other\x1b[m"),
+    ] {
+        let _ = std::fs::remove_file(&paged);
+        let term = run_on_terminal(d.path(), &s, args, &[("PAGER", &pager)]);
+        assert_eq!(term, "", "{args:?}: all went to the pager");
+        let text = std::fs::read_to_string(&paged).unwrap();
+        assert!(text.starts_with("LESS=FRX\n"), "{args:?}: {text:?}");
+        assert!(text.contains(shows), "{args:?}: {text:?}");
+    }
+    // SESSCTL_PAGER comes first; an empty one means none.
+    let _ = std::fs::remove_file(&paged);
+    let term = run_on_terminal(
+        d.path(),
+        &s,
+        &["log", "--oneline", "--all"],
+        &[("PAGER", "false"), ("SESSCTL_PAGER", &pager)],
+    );
+    assert_eq!(term, "");
+    assert!(paged.exists());
+    let term = run_on_terminal(
+        d.path(),
+        &s,
+        &["log", "--oneline", "--all"],
+        &[("PAGER", &pager), ("SESSCTL_PAGER", "")],
+    );
+    assert!(term.contains(YELLOW), "{term:?}");
+
+    // --no-pager: on the terminal, still coloured.
+    let _ = std::fs::remove_file(&paged);
+    let term = run_on_terminal(
+        d.path(),
+        &s,
+        &["--no-pager", "log", "--oneline", "--all"],
+        &[("PAGER", &pager)],
+    );
+    assert!(!paged.exists(), "--no-pager ran the pager");
+    assert!(term.contains(YELLOW), "{term:?}");
+    // Without the escapes it is what a pipe gets.
+    let stripped = strip_ansi(&term);
+    assert_eq!(stripped, plain);
+    // NO_COLOR and --color=never: no escapes; --color=always beats NO_COLOR.
+    for (args, env) in [
+        (
+            &["--no-pager", "log", "--oneline", "--all"][..],
+            &[("NO_COLOR", "1")][..],
+        ),
+        (
+            &["--no-pager", "--color=never", "log", "--oneline", "--all"],
+            &[],
+        ),
+    ] {
+        let term = run_on_terminal(d.path(), &s, args, env);
+        assert_eq!(term, plain, "{args:?} {env:?}");
+    }
+    let term = run_on_terminal(
+        d.path(),
+        &s,
+        &["--no-pager", "--color=always", "log", "--oneline", "--all"],
+        &[("NO_COLOR", "1")],
+    );
+    assert!(term.contains(YELLOW), "{term:?}");
+    // Other commands are never paged.
+    let _ = std::fs::remove_file(&paged);
+    let term = run_on_terminal(d.path(), &s, &["ls"], &[("PAGER", &pager)]);
+    assert!(!paged.exists());
+    assert!(term.contains("fix"), "{term:?}");
+    // A failure before any output starts no pager.
+    let term = run_on_terminal(d.path(), &s, &["show", "nope"], &[("PAGER", &pager)]);
+    assert!(!paged.exists());
+    assert!(term.starts_with("sessctl: "), "{term:?}");
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::new();
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        if c == '\x1b' {
+            for d in it.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[test]
+fn in_a_pipe_nothing_changes_and_color_always_paints() {
+    let (d, s) = two_conversations();
+    let (pager, paged) = fake_pager(d.path());
+    for args in [
+        &["log", "--oneline", "--all"][..],
+        &["log", "--graph", "--all"],
+        &["show", "fix"],
+        &["diff", "fix", "alt"],
+    ] {
+        let plain = sessctl(&s, args, None);
+        let mut env_args = vec!["--store", s.to_str().unwrap()];
+        env_args.extend_from_slice(args);
+        let r = run_in(d.path(), &env_args, &[("PAGER", &pager)]);
+        assert_eq!(r.stdout, plain.stdout, "{args:?}");
+        assert!(!r.stdout.contains('\x1b'), "{args:?}");
+        assert!(!paged.exists(), "{args:?}: a pipe was paged");
+
+        let mut coloured = vec!["--color", "always"];
+        coloured.extend_from_slice(args);
+        let c = ok(&s, &coloured, None);
+        assert!(c.contains(YELLOW), "{args:?}: {c:?}");
+        assert_eq!(strip_ansi(&c), plain.stdout, "{args:?}");
+    }
+    let c = ok(&s, &["--color=always", "diff", "fix", "alt"], None);
+    assert!(c.contains("\x1b[31m- [2] user: more\x1b[m\n"), "{c:?}");
+    assert!(c.contains("\x1b[32m+ [2] user: other\x1b[m\n"), "{c:?}");
+    // JSON is never painted.
+    let j = ok(&s, &["--color=always", "log", "--json"], None);
+    assert!(!j.contains('\x1b'));
+    let r = sessctl(&s, &["--color=sometimes", "log"], None);
+    assert_eq!(r.code, 2);
+}

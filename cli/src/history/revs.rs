@@ -16,10 +16,10 @@ pub struct MergeBaseArgs {
     json: bool,
     /// The first session: a conversation, HEAD, a ref, an id or a prefix,
     /// with ~N and ^N steps.
-    #[arg(value_name = "A")]
+    #[arg(value_name = "A", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     a: String,
     /// The second session, written as A is.
-    #[arg(value_name = "B")]
+    #[arg(value_name = "B", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     b: String,
 }
 
@@ -66,7 +66,7 @@ pub fn merge_base(ctx: &Ctx, args: MergeBaseArgs) -> CmdResult {
 #[derive(Debug, Args)]
 pub struct RevParseArgs {
     /// Revisions: names, tags, ids or prefixes, with ~N and ^N steps.
-    #[arg(value_name = "REV", required = true)]
+    #[arg(value_name = "REV", required = true, add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     revs: Vec<String>,
 }
 
