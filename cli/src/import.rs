@@ -1,13 +1,16 @@
 //! `import` and `export`: other agents' session files in, a session's history
 //! out in their formats (see `sessctl_store::import` and `::export`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
 use sessctl_store::export::{export as export_history, ExportFormat};
 use sessctl_store::import::{import_paths, Format, ImportOptions};
 
-use crate::output::{print, progress, progress_done};
+use sessctl_store::progress::Progress as _;
+
+use crate::output::print;
+use crate::progress::Bar;
 use crate::{CmdResult, CommandError, Ctx};
 
 #[derive(Debug, Args)]
@@ -35,24 +38,21 @@ fn parse_format(s: &str) -> Result<Format, String> {
     })
 }
 
-fn show_progress(path: &Path) {
-    progress(&format!("importing {}", path.display()));
-}
-
 /// Prints the summary; exits 1 when lines were skipped (all else is
 /// imported and durable).
 pub fn import(ctx: &Ctx, args: ImportArgs) -> CmdResult {
     let store = ctx.open_store()?;
+    let bar = std::sync::Arc::new(Bar::new("import"));
     let report = import_paths(
         &store,
         args.from,
         &args.paths,
         &ImportOptions {
             no_sync: args.no_sync,
-            progress: Some(show_progress),
+            progress: Some(bar.clone()),
         },
     );
-    progress_done();
+    bar.finish();
     let r = report?;
     if args.json {
         print(&format!("{}\n", r.to_json()))?;

@@ -15,6 +15,7 @@ mod output;
 mod pager;
 mod paint;
 mod plumbing;
+mod progress;
 mod refs;
 mod remote;
 mod replay;

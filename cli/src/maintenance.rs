@@ -34,9 +34,9 @@ pub fn gc(ctx: &Ctx, args: GcArgs) -> CmdResult {
         opts.prune = parse_prune(p).map_err(|e| CommandError::Usage(crate::message(&e)))?;
     }
     let store = ctx.open_store()?;
-    crate::output::progress("gc: marking and sweeping...");
-    let r = store.gc(&opts);
-    crate::output::progress_done();
+    let bar = crate::progress::Bar::new("gc");
+    let r = store.gc_with(&opts, &bar);
+    drop(bar);
     let r = r?;
     if args.json {
         let mut v = r.to_json();
@@ -74,15 +74,11 @@ pub struct FsckArgs {
 pub fn fsck(ctx: &Ctx, args: FsckArgs) -> CmdResult {
     let store = ctx.open_store_read()?;
     let tty = std::io::stderr().is_terminal();
-    let mut progress = |done: usize, total: usize| {
-        if tty {
-            eprint!("\rfsck: checking objects {done}/{total}");
-        }
-    };
-    let r = store.fsck(&FsckOptions { full: args.full }, &mut progress)?;
-    if tty {
-        eprint!("\r\x1b[K");
-    }
+    let bar = crate::progress::Bar::new("fsck");
+    let mut progress = |done: usize, total: usize| bar.set(done as u64, total as u64);
+    let r = store.fsck(&FsckOptions { full: args.full }, &mut progress);
+    drop(bar);
+    let r = r?;
     let text = if args.json {
         format!("{}\n", r.to_json())
     } else {

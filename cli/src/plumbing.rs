@@ -192,10 +192,10 @@ pub struct RepackArgs {
 
 pub fn repack(ctx: &Ctx, args: RepackArgs) -> CmdResult {
     let store = ctx.open_store()?;
-    crate::output::progress("repack: writing a pack of every object...");
+    let bar = crate::progress::Bar::new("repack");
     // The lineage index and the index tables follow the objects repacked.
-    let stats = store.repack(&RepackOptions::default());
-    crate::output::progress_done();
+    let stats = store.repack_with(&RepackOptions::default(), &bar);
+    drop(bar);
     let stats = stats?;
     for c in &stats.corrupt {
         eprintln!("sessctl: warning: left in place, damaged: {c}");

@@ -92,9 +92,9 @@ pub struct ReindexArgs {
 
 pub fn reindex(ctx: &Ctx, args: ReindexArgs) -> CmdResult {
     let store = ctx.open_store()?;
-    crate::output::progress("reindex: applying every operation, reading every session...");
-    let n = store.reindex();
-    crate::output::progress_done();
+    let bar = crate::progress::Bar::new("reindex");
+    let n = store.reindex_with(&bar);
+    drop(bar);
     let n = n?;
     if args.json {
         return print(&format!("{}\n", json!({ "operations": n })));

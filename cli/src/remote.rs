@@ -12,6 +12,7 @@ use sessctl_store::remote::{self, RefOutcome, TransferReport};
 use sessctl_store::{Durability, Error, OpenOptions, RefName, Store};
 
 use crate::output::print;
+use crate::progress::Bar;
 use crate::{CmdResult, CommandError, Ctx};
 
 #[derive(Debug, Args)]
@@ -280,7 +281,10 @@ fn finish(report: &TransferReport, verb: &str, json: bool) -> CmdResult {
 /// refs): conversations, refs, objects, bytes and time.
 pub fn clone(_ctx: &Ctx, args: CloneArgs) -> CmdResult {
     let started = Instant::now();
-    let (_, report) = remote::clone(&args.path, &args.dest)?;
+    let bar = Bar::new("clone");
+    let cloned = remote::clone_with(&args.path, &args.dest, &bar);
+    drop(bar);
+    let (_, report) = cloned?;
     let elapsed = started.elapsed();
     let conversations = report
         .refs
@@ -328,13 +332,31 @@ fn open_remote(ctx: &Ctx, path: &Path, write: bool) -> CmdResult<Store> {
 pub fn push(ctx: &Ctx, args: RemoteArgs) -> CmdResult {
     let local = ctx.open_store_read()?;
     let remote_store = open_remote(ctx, &args.remote, true)?;
-    let report = remote::push(&local, &remote_store, &args.conversations, Durability::Sync)?;
+    let bar = Bar::new("push");
+    let report = remote::push_with(
+        &local,
+        &remote_store,
+        &args.conversations,
+        Durability::Sync,
+        &bar,
+    );
+    drop(bar);
+    let report = report?;
     finish(&report, "sent", args.json)
 }
 
 pub fn pull(ctx: &Ctx, args: RemoteArgs) -> CmdResult {
     let local = ctx.open_store()?;
     let remote_store = open_remote(ctx, &args.remote, false)?;
-    let report = remote::pull(&local, &remote_store, &args.conversations, Durability::Sync)?;
+    let bar = Bar::new("pull");
+    let report = remote::pull_with(
+        &local,
+        &remote_store,
+        &args.conversations,
+        Durability::Sync,
+        &bar,
+    );
+    drop(bar);
+    let report = report?;
     finish(&report, "sent", args.json)
 }

@@ -683,3 +683,93 @@ fn in_a_pipe_nothing_changes_and_color_always_paints() {
     let r = sessctl(&s, &["--color=sometimes", "log"], None);
     assert_eq!(r.code, 2);
 }
+
+// ---- progress ----
+
+/// Three OpenAI chat files to import.
+fn chat_files(dir: &Path) -> std::path::PathBuf {
+    let files = dir.join("chats");
+    std::fs::create_dir_all(&files).unwrap();
+    for k in 1..=3 {
+        std::fs::write(
+            files.join(format!("c{k}.json")),
+            format!(
+                r#"{{"messages":[{{"role":"user","content":"q{k}"}},{{"role":"assistant","content":"a{k}"}}]}}"#
+            ),
+        )
+        .unwrap();
+    }
+    files
+}
+
+#[test]
+fn long_commands_draw_progress_on_a_terminal_only() {
+    let (d, s) = two_conversations();
+    let files = chat_files(d.path());
+    let f = files.to_str().unwrap();
+    let b = d.path().join("b");
+    let bp = b.to_str().unwrap();
+    // In a pipe: not a byte of progress on stderr.
+    for args in [
+        &["import", "--from", "openai", f][..],
+        &["clone", s.to_str().unwrap(), bp],
+        &["push", bp],
+        &["pull", bp],
+        &["gc"],
+        &["repack"],
+        &["reindex"],
+        &["fsck"],
+    ] {
+        let r = sessctl(&s, args, None);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+        assert_eq!(r.stderr, "", "{args:?}");
+    }
+    if !have_script() {
+        eprintln!("skipped: no `script` to give sessctl a terminal");
+        return;
+    }
+    let (d, s) = two_conversations();
+    let files = chat_files(d.path());
+    let term = run_on_terminal(
+        d.path(),
+        &s,
+        &["import", "--from", "openai", files.to_str().unwrap()],
+        &[],
+    );
+    assert!(term.contains("import: reading files ["), "{term:?}");
+    assert!(term.contains("] 3/3 "), "N/M: {term:?}");
+    assert!(term.contains("/s "), "a rate: {term:?}");
+    assert!(
+        term.contains("import: importing conversations ["),
+        "{term:?}"
+    );
+    // Each redraw clears its line; the summary starts on a cleared line and
+    // nothing of the bar follows it.
+    let last = term.rsplit("\x1b[2K").next().unwrap();
+    assert!(
+        last.starts_with("imported 3 files: 3 sessions (3 new)"),
+        "{last:?}"
+    );
+    assert_eq!(last.lines().count(), 1, "{last:?}");
+
+    let c = d.path().join("c");
+    let term = run_on_terminal(
+        d.path(),
+        &s,
+        &["clone", s.to_str().unwrap(), c.to_str().unwrap()],
+        &[],
+    );
+    assert!(term.contains("clone: checking objects ["), "{term:?}");
+    assert!(term.contains("clone: writing objects ["), "{term:?}");
+    let last = term.rsplit("\x1b[2K").next().unwrap();
+    assert!(last.starts_with("cloned "), "{last:?}");
+    for (args, shows) in [
+        (&["gc"][..], "gc: sweeping ["),
+        (&["fsck"], "fsck: "),
+        (&["repack"], "repack: repacking objects"),
+        (&["reindex"], "reindex: applying operations"),
+    ] {
+        let term = run_on_terminal(d.path(), &s, args, &[]);
+        assert!(term.contains(shows), "{args:?}: {term:?}");
+    }
+}

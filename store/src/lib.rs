@@ -120,6 +120,7 @@ pub mod message;
 pub mod object;
 #[allow(unsafe_code)] // memmap2, in odb::pack only
 pub mod odb;
+pub mod progress;
 pub mod reach;
 pub mod refs;
 pub mod remote;

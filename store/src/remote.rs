@@ -15,6 +15,7 @@ use crate::bundle::{select, Bundle, ProblemKind, Selected, Selection};
 use crate::error::{Error, Result};
 use crate::hash::ObjectId;
 use crate::odb::{Durability, OpenOptions};
+use crate::progress::{Progress, Silent};
 use crate::reach;
 use crate::refs::{ConversationUpdate, PreviousValue, RefEdit, RefName, RefTarget};
 use crate::store::{Store, Transaction};
@@ -116,7 +117,19 @@ pub fn apply(
     source: &str,
     durability: Durability,
 ) -> Result<TransferReport> {
-    let problems = bundle.problems(Some(store))?;
+    apply_with(store, bundle, reason, source, durability, &Silent)
+}
+
+/// [`apply`], telling `progress` of the objects checked and written.
+pub fn apply_with(
+    store: &Store,
+    bundle: &Bundle,
+    reason: &str,
+    source: &str,
+    durability: Durability,
+    progress: &dyn Progress,
+) -> Result<TransferReport> {
+    let problems = bundle.problems_with(Some(store), progress)?;
     if let Some(p) = problems.iter().find(|p| p.kind == ProblemKind::Corrupt) {
         return Err(p.clone().into_error());
     }
@@ -185,6 +198,7 @@ pub fn apply(
         }
     }
     report.objects = objects.len();
+    progress.phase("writing objects", Some(objects.len() as u64));
     store.transact(
         Transaction {
             reason: reason.to_owned(),
@@ -195,6 +209,7 @@ pub fn apply(
         },
         durability,
     )?;
+    progress.advance(report.objects as u64);
     report.applied = true;
     Ok(report)
 }
@@ -264,6 +279,16 @@ fn selection(conversations: &[String]) -> Result<Selection> {
 /// and the objects `receiver` lacks (the walk stops at every session it
 /// holds already).
 pub fn pack_for(sender: &Store, receiver: &Store, conversations: &[String]) -> Result<Bundle> {
+    pack_for_with(sender, receiver, conversations, &Silent)
+}
+
+/// [`pack_for`], telling `progress` of the objects found.
+pub fn pack_for_with(
+    sender: &Store,
+    receiver: &Store,
+    conversations: &[String],
+    progress: &dyn Progress,
+) -> Result<Bundle> {
     for c in conversations {
         if sender.conversation(c)?.is_none() {
             return Err(Error::NoSuchConversation { name: c.clone() });
@@ -275,8 +300,10 @@ pub fn pack_for(sender: &Store, receiver: &Store, conversations: &[String]) -> R
         tips,
     } = select(sender, &selection(conversations)?)?;
     let odb = receiver.odb();
+    progress.phase("counting objects", None);
     let (objects, prerequisites) =
         reach::missing_from(sender.odb(), &tips, &mut |id| odb.contains(id))?;
+    progress.advance(objects.len() as u64);
     Ok(Bundle::new(refs, records, prerequisites, objects))
 }
 
@@ -287,8 +314,19 @@ pub fn push(
     conversations: &[String],
     durability: Durability,
 ) -> Result<TransferReport> {
-    let bundle = pack_for(local, remote, conversations)?;
-    apply(remote, &bundle, "push", "this store", durability)
+    push_with(local, remote, conversations, durability, &Silent)
+}
+
+/// [`push`], telling `progress` how it goes.
+pub fn push_with(
+    local: &Store,
+    remote: &Store,
+    conversations: &[String],
+    durability: Durability,
+    progress: &dyn Progress,
+) -> Result<TransferReport> {
+    let bundle = pack_for_with(local, remote, conversations, progress)?;
+    apply_with(remote, &bundle, "push", "this store", durability, progress)
 }
 
 /// Fetches `remote`'s conversations (all when none are named) into `local`.
@@ -298,12 +336,23 @@ pub fn pull(
     conversations: &[String],
     durability: Durability,
 ) -> Result<TransferReport> {
-    let bundle = pack_for(remote, local, conversations)?;
+    pull_with(local, remote, conversations, durability, &Silent)
+}
+
+/// [`pull`], telling `progress` how it goes.
+pub fn pull_with(
+    local: &Store,
+    remote: &Store,
+    conversations: &[String],
+    durability: Durability,
+    progress: &dyn Progress,
+) -> Result<TransferReport> {
+    let bundle = pack_for_with(remote, local, conversations, progress)?;
     let source = match remote.root() {
         Some(p) => p.display().to_string(),
         None => "the remote".to_owned(),
     };
-    apply(local, &bundle, "pull", &source, durability)
+    apply_with(local, &bundle, "pull", &source, durability, progress)
 }
 
 /// Creates a store at `dest` (which must not exist, or be an empty
@@ -311,6 +360,15 @@ pub fn pull(
 /// at `source`, opened read-only (no lock taken). `HEAD` follows the
 /// source's when it names a conversation.
 pub fn clone(source: &Path, dest: &Path) -> Result<(Store, TransferReport)> {
+    clone_with(source, dest, &Silent)
+}
+
+/// [`clone`], telling `progress` how it goes.
+pub fn clone_with(
+    source: &Path,
+    dest: &Path,
+    progress: &dyn Progress,
+) -> Result<(Store, TransferReport)> {
     if let (Ok(a), Ok(b)) = (source.canonicalize(), dest.canonicalize()) {
         if a == b {
             return Err(Error::Invalid(format!(
@@ -341,13 +399,14 @@ pub fn clone(source: &Path, dest: &Path) -> Result<(Store, TransferReport)> {
         },
     )?;
     let store = Store::init(dest)?;
-    let bundle = pack_for(&from, &store, &[])?;
-    let report = apply(
+    let bundle = pack_for_with(&from, &store, &[], progress)?;
+    let report = apply_with(
         &store,
         &bundle,
         "clone",
         &source.display().to_string(),
         Durability::Sync,
+        progress,
     )?;
     if let Some(RefTarget::Symbolic(head)) = from.get_ref(&RefName::Head)? {
         if store.get_ref(&head)?.is_some() {

@@ -28,7 +28,13 @@ pub(super) fn import_trees(
     let mut names_used: HashSet<String> = HashSet::new();
     let mut queued: HashSet<ObjectId> = HashSet::new();
     let mut claimed: HashSet<RefName> = HashSet::new();
+    if let Some(p) = &opts.progress {
+        p.phase("importing conversations", Some(trees.len() as u64));
+    }
     for mut tree in sources_first(trees) {
+        if let Some(p) = &opts.progress {
+            p.advance(1);
+        }
         if tree.nodes.is_empty() {
             continue;
         }
