@@ -276,6 +276,10 @@ fn main() -> ExitCode {
     clap_complete::CompleteEnv::with_factory(<Cli as clap::CommandFactory>::command)
         .var(complete::VAR)
         .complete();
+    // An empty SESSCTL_STORE is no store given, as an empty GIT_DIR is.
+    if std::env::var_os("SESSCTL_STORE").is_some_and(|s| s.is_empty()) {
+        std::env::remove_var("SESSCTL_STORE");
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -1,6 +1,7 @@
 //! The pager for `log`, `show` and `diff` on a terminal, as git runs one:
-//! `$SESSCTL_PAGER`, else `$PAGER`, else `less -FRX` (quits when the text
-//! fits one screen, passes colour through, leaves the screen as it was);
+//! `$SESSCTL_PAGER`, else `$PAGER`, else `less -FRX` when less is on PATH
+//! (it quits when the text fits one screen, passes colour through, and
+//! leaves the screen as it was);
 //! an empty value or `cat` means none. It is run with `sh -c`, with
 //! `LESS=FRX` and `LV=-c` unless already set.
 //!
@@ -29,11 +30,20 @@ static STATE: Mutex<State> = Mutex::new(State::Off);
 /// The pager command to run, or None for none: `SESSCTL_PAGER`, `PAGER`,
 /// `less -FRX`.
 pub fn command() -> Option<String> {
-    let cmd = std::env::var("SESSCTL_PAGER")
-        .or_else(|_| std::env::var("PAGER"))
-        .unwrap_or_else(|_| "less -FRX".to_owned());
+    let cmd = match std::env::var("SESSCTL_PAGER").or_else(|_| std::env::var("PAGER")) {
+        Ok(c) => c,
+        // Without less on PATH the default would swallow the output.
+        Err(_) if !on_path("less") => return None,
+        Err(_) => "less -FRX".to_owned(),
+    };
     let trimmed = cmd.trim();
     (!trimmed.is_empty() && trimmed != "cat").then(|| trimmed.to_owned())
+}
+
+/// Whether `program` is a file in one of PATH's directories.
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
 }
 
 /// Asks for a pager for this command's output.
