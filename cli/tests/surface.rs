@@ -149,6 +149,11 @@ fn gc_prune_repack_reindex_and_merge_base_speak_json() {
     let alt = ok(&s, &["rev-parse", "alt"], None).trim().to_owned();
     let base = ok(&s, &["rev-parse", "fix~1"], None).trim().to_owned();
 
+    let v = json(&ok(&s, &["rev-parse", "--json", "fix", "fix~1"], None));
+    assert_eq!(
+        v,
+        serde_json::json!([{"rev": "fix", "id": fix}, {"rev": "fix~1", "id": base}])
+    );
     let v = json(&ok(&s, &["merge-base", "--json", "fix", "alt"], None));
     assert_eq!(v["a"], fix.as_str());
     assert_eq!(v["b"], alt.as_str());

@@ -68,12 +68,24 @@ pub struct RevParseArgs {
     /// Revisions: names, tags, ids or prefixes, with ~N and ^N steps.
     #[arg(value_name = "REV", required = true, add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     revs: Vec<String>,
+    /// Print one JSON array: {"rev", "id"} for each revision, in order.
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn rev_parse(ctx: &Ctx, args: RevParseArgs) -> CmdResult {
     check_revs(&args.revs)?;
     let store = ctx.open_store_read()?;
     let ids = resolve_all(&store, &args.revs)?;
+    if args.json {
+        let v: Vec<Value> = args
+            .revs
+            .iter()
+            .zip(&ids)
+            .map(|(r, id)| json!({"rev": r, "id": id.to_hex()}))
+            .collect();
+        return print(&format!("{}\n", Value::Array(v)));
+    }
     let text: String = ids.iter().map(|i| format!("{i}\n")).collect();
     print(&text)
 }
