@@ -210,7 +210,17 @@ fn verify(ctx: &Ctx, args: VerifyArgs) -> CmdResult {
 fn unbundle(ctx: &Ctx, args: UnbundleArgs) -> CmdResult {
     let bundle = Bundle::read(&args.file)?;
     let store = ctx.open_store()?;
-    let report = remote::apply(&store, &bundle, "unbundle", "the bundle", Durability::Sync)?;
+    let bar = Bar::new("unbundle");
+    let report = remote::apply_with(
+        &store,
+        &bundle,
+        "unbundle",
+        "the bundle",
+        Durability::Sync,
+        &bar,
+    );
+    drop(bar);
+    let report = report?;
     finish(&report, "unbundled", args.json)
 }
 
