@@ -1,8 +1,8 @@
 //! Progress bars for long commands (import, clone, push, pull, gc, repack,
 //! fsck, reindex): the library reports phases and counts through
 //! `sessctl_store::progress::Progress`, and this draws them on stderr with
-//! `indicatif`: `import: reading files [=====>    ] 120/400 35/s 2s`, or a
-//! spinner and the time so far when the total is not known. When
+//! `indicatif`: `import: reading files [=====>    ] 120/400 35/s 2s`, or
+//! when the total is not known a spinner, the count so far and its rate. When
 //! stderr is not a terminal nothing is drawn at all, so pipes and scripts
 //! see exactly what they always did. Each line is cut to the terminal's
 //! width and cleared when the command ends: no redraw debris.
@@ -57,8 +57,9 @@ fn counted() -> ProgressStyle {
 }
 
 fn uncounted() -> ProgressStyle {
-    // No count: a phase without a total reports its units at its end.
-    ProgressStyle::with_template("{prefix} {spinner} {elapsed}")
+    // The count, once there is one, is the message (see `advance`): a
+    // phase that counts nothing as it goes shows no "0".
+    ProgressStyle::with_template("{prefix} {spinner} {msg} {elapsed}")
         .unwrap_or_else(|_| ProgressStyle::default_spinner())
 }
 
@@ -67,6 +68,7 @@ impl Progress for Bar {
         // Style, length and count first: the next draw shows the new phase
         // whole, never the old count under the new name.
         self.bar.reset();
+        self.bar.set_message("");
         match total {
             Some(n) => {
                 self.bar.disable_steady_tick();
@@ -84,6 +86,13 @@ impl Progress for Bar {
 
     fn advance(&self, n: u64) {
         self.bar.inc(n);
+        if self.bar.length().is_none() {
+            self.bar.set_message(format!(
+                "{} {}/s",
+                indicatif::HumanCount(self.bar.position()),
+                indicatif::HumanCount(self.bar.per_sec() as u64)
+            ));
+        }
     }
 
     fn finish(&self) {

@@ -300,10 +300,12 @@ pub fn pack_for_with(
         tips,
     } = select(sender, &selection(conversations)?)?;
     let odb = receiver.odb();
+    // Counted as the walk examines them: what goes and where it stops.
     progress.phase("counting objects", None);
-    let (objects, prerequisites) =
-        reach::missing_from(sender.odb(), &tips, &mut |id| odb.contains(id))?;
-    progress.advance(objects.len() as u64);
+    let (objects, prerequisites) = reach::missing_from(sender.odb(), &tips, &mut |id| {
+        progress.advance(1);
+        odb.contains(id)
+    })?;
     Ok(Bundle::new(refs, records, prerequisites, objects))
 }
 
