@@ -20,6 +20,7 @@ use crate::{CmdResult, Ctx};
 pub struct CheckoutArgs {
     /// A conversation (HEAD then names it), or any other revision: a session
     /// id or prefix, a tag, archive/NAME (HEAD is then detached there).
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     rev: String,
     /// Also write the seed layout into DIR (created if missing):
     /// state.json ({"context_state", "environment_state",
@@ -46,7 +47,7 @@ pub fn checkout(ctx: &Ctx, args: CheckoutArgs) -> CmdResult {
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
     /// The session to resume: a conversation, a session id or prefix, a tag.
-    #[arg(default_value = "HEAD")]
+    #[arg(default_value = "HEAD", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     rev: String,
     /// Print {"history": [...], "summary": {...}} as one line of JSON.
     #[arg(long)]

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use clap::Args;
+use serde_json::json;
 use sessctl_store::compact::{compact_at, estimate_tokens, threshold_reached, AutoCompaction};
 use sessctl_store::{Durability, Error};
 
@@ -17,6 +18,7 @@ use crate::{CmdResult, CommandError, Ctx};
 #[derive(Debug, Args)]
 pub struct CompactArgs {
     /// The conversation to compact.
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::complete::conversations))]
     conv: String,
     /// The summarizer, a shell command (run with sh -c): it reads the
     /// messages to summarise as a JSON array on stdin and prints a
@@ -41,6 +43,10 @@ pub struct CompactArgs {
     /// Kill the summarizer (and what it started) after this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = CommandSummarizer::DEFAULT_TIMEOUT.as_secs_f64())]
     timeout: f64,
+    /// Print one JSON object: "compacted", the conversation, the old and
+    /// new heads (or, under --max-tokens, the estimate that made it wait).
+    #[arg(long)]
+    json: bool,
 }
 
 /// Prints the new session's id.
@@ -77,6 +83,13 @@ pub fn compact(ctx: &Ctx, args: CompactArgs) -> CmdResult {
     if let Some(max) = args.max_tokens {
         let estimate = estimate_tokens(&store.odb().load_messages(&head)?);
         if !threshold_reached(estimate, max, threshold) {
+            if args.json {
+                let v = json!({
+                    "compacted": false, "conversation": args.conv, "head": head.to_hex(),
+                    "estimated_tokens": estimate, "max_tokens": max, "threshold": threshold,
+                });
+                return print(&format!("{v}\n"));
+            }
             return print(&format!(
                 "no compaction needed: ~{estimate} of {max} tokens\n"
             ));
@@ -86,13 +99,18 @@ pub fn compact(ctx: &Ctx, args: CompactArgs) -> CmdResult {
         command: args.summarizer,
         timeout: Duration::from_secs_f64(args.timeout),
     };
+    let conv = args.conv;
     let id = compact_at(
         &store,
-        &args.conv,
+        &conv,
         head,
         &summarizer,
         args.keep_last,
         Durability::Sync,
     )?;
+    if args.json {
+        let v = json!({"compacted": true, "conversation": conv, "old_head": head.to_hex(), "head": id.to_hex()});
+        return print(&format!("{v}\n"));
+    }
     print(&format!("{id}\n"))
 }

@@ -107,6 +107,7 @@ pub struct CommitArgs {
     /// The conversation to continue (default: the one HEAD names), or with
     /// --new the name of the new one (default: the first 12 hex digits of
     /// its first session's id).
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::complete::conversations))]
     conv: Option<String>,
     /// Start a new conversation.
     #[arg(long)]
@@ -333,6 +334,7 @@ pub fn commit(ctx: &Ctx, args: CommitArgs) -> CmdResult {
 pub struct ForkArgs {
     /// The session to fork from: a conversation name, HEAD, a ref, an id or
     /// a unique prefix.
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     rev: String,
     /// Keep only the first N messages of its history.
     #[arg(long, value_name = "N", conflicts_with = "at_message_id")]
@@ -390,6 +392,7 @@ pub fn fork(ctx: &Ctx, args: ForkArgs) -> CmdResult {
 #[derive(Debug, Args)]
 pub struct NameArgs {
     /// The conversation.
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::complete::conversations))]
     conv: String,
     #[arg(long, help = NO_SYNC_HELP)]
     no_sync: bool,
@@ -426,7 +429,9 @@ pub struct LsArgs {
     /// At most N conversations (counted after --archived or --all).
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
-    /// One JSON array (its fields are documented in README.md).
+    /// One JSON array, an object a conversation: name, title, status,
+    /// conversation_id, head, sessions, messages, usage, created_at,
+    /// updated_at, last_activity, metadata, preview and running.
     #[arg(long)]
     json: bool,
     /// Only conversations active at or after DATE (2025-11-01, an RFC 3339
@@ -573,6 +578,10 @@ pub struct PruneArgs {
     dry_run: bool,
     #[arg(long, help = NO_SYNC_HELP)]
     no_sync: bool,
+    /// Print one JSON object: "action" (archive or delete), "dry_run", and
+    /// "conversations", oldest first (on a failure, those done before it).
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn prune(ctx: &Ctx, args: PruneArgs) -> CmdResult {
@@ -588,17 +597,29 @@ pub fn prune(ctx: &Ctx, args: PruneArgs) -> CmdResult {
         .collect();
     let verb = if args.delete { "delete" } else { "archive" };
     let durability = durability(args.no_sync);
+    let mut done = Vec::new();
+    let mut result = Ok(());
     for c in active.iter().skip(args.keep).rev() {
-        if args.dry_run {
-            print(&format!("would {verb} {}\n", c.name))?;
-            continue;
+        if !args.dry_run {
+            let r = if args.delete {
+                store.delete(&c.name, durability)
+            } else {
+                store.archive(&c.name, durability)
+            };
+            if let Err(e) = r {
+                result = Err(e.into());
+                break;
+            }
         }
-        if args.delete {
-            store.delete(&c.name, durability)?;
-        } else {
-            store.archive(&c.name, durability)?;
+        if !args.json {
+            let would = if args.dry_run { "would " } else { "" };
+            print(&format!("{would}{verb} {}\n", c.name))?;
         }
-        print(&format!("{verb} {}\n", c.name))?;
+        done.push(c.name.clone());
     }
-    Ok(())
+    if args.json {
+        let v = serde_json::json!({"action": verb, "dry_run": args.dry_run, "conversations": done});
+        print(&format!("{v}\n"))?;
+    }
+    result
 }

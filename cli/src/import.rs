@@ -1,19 +1,22 @@
 //! `import` and `export`: other agents' session files in, a session's history
 //! out in their formats (see `sessctl_store::import` and `::export`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
 use sessctl_store::export::{export as export_history, ExportFormat};
 use sessctl_store::import::{import_paths, Format, ImportOptions};
 
-use crate::output::{print, progress, progress_done};
+use sessctl_store::progress::Progress as _;
+
+use crate::output::print;
+use crate::progress::Bar;
 use crate::{CmdResult, CommandError, Ctx};
 
 #[derive(Debug, Args)]
 pub struct ImportArgs {
     /// The files' format: claude-code, codex, openai or swe-agent.
-    #[arg(long = "from", value_name = "FORMAT", value_parser = parse_format)]
+    #[arg(long = "from", value_name = "FORMAT", value_parser = parse_format, add = clap_complete::engine::ArgValueCandidates::new(crate::complete::import_formats))]
     from: Format,
     /// Files, or directories searched recursively for the format's files
     /// (claude-code and codex: *.jsonl; openai: *.json and *.jsonl;
@@ -35,24 +38,21 @@ fn parse_format(s: &str) -> Result<Format, String> {
     })
 }
 
-fn show_progress(path: &Path) {
-    progress(&format!("importing {}", path.display()));
-}
-
 /// Prints the summary; exits 1 when lines were skipped (all else is
 /// imported and durable).
 pub fn import(ctx: &Ctx, args: ImportArgs) -> CmdResult {
     let store = ctx.open_store()?;
+    let bar = std::sync::Arc::new(Bar::new("import"));
     let report = import_paths(
         &store,
         args.from,
         &args.paths,
         &ImportOptions {
             no_sync: args.no_sync,
-            progress: Some(show_progress),
+            progress: Some(bar.clone()),
         },
     );
-    progress_done();
+    bar.finish();
     let r = report?;
     if args.json {
         print(&format!("{}\n", r.to_json()))?;
@@ -92,10 +92,11 @@ pub fn import(ctx: &Ctx, args: ImportArgs) -> CmdResult {
 #[derive(Debug, Args)]
 pub struct ExportArgs {
     /// The session (a conversation name, id, HEAD~2, ...).
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     rev: String,
     /// json (a JSON array), jsonl (a message a line), openai
     /// ({"messages": [...]}, chat shape) or claude-code (session JSONL).
-    #[arg(long, value_name = "FORMAT", default_value = "json", value_parser = parse_export_format)]
+    #[arg(long, value_name = "FORMAT", default_value = "json", value_parser = parse_export_format, add = clap_complete::engine::ArgValueCandidates::new(crate::complete::export_formats))]
     format: ExportFormat,
     /// Write to FILE instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "FILE")]

@@ -6,13 +6,17 @@
 
 mod checkout;
 mod compact;
+mod complete;
 mod conversations;
 mod history;
 mod import;
 mod maintenance;
 mod output;
+mod pager;
+mod paint;
 mod plumbing;
 mod porcelain;
+mod progress;
 mod purge;
 mod refs;
 mod remote;
@@ -35,17 +39,29 @@ Exit codes:
   3  corruption detected: stored bytes do not match their ids or checksums
   4  the store is in use: another process held its write lock for longer than --wait";
 
+/// The heading of the options every command takes.
+const GLOBAL: &str = "Global options";
+
 /// Git-like, content-addressed storage for AI-agent sessions.
 #[derive(Debug, Parser)]
 #[command(name = "sessctl", version, after_help = EXIT_CODES, max_term_width = 100)]
 struct Cli {
-    /// The store to use.
-    #[arg(long, global = true, env = "SESSCTL_STORE", default_value = ".sessctl")]
-    store: PathBuf,
+    /// The store to use (default: the nearest .sessctl in this directory or
+    /// a parent; init creates ./.sessctl).
+    #[arg(long, global = true, env = "SESSCTL_STORE", value_name = "DIR", help_heading = GLOBAL)]
+    store: Option<PathBuf>,
     /// How many seconds a write waits for another process's short hold of the
     /// store's write lock (default 5; 0: fail at once). Reads never wait.
-    #[arg(long, global = true, value_name = "SECONDS")]
+    #[arg(long, global = true, value_name = "SECONDS", help_heading = GLOBAL)]
     wait: Option<f64>,
+    /// Do not page log, show and diff (on a terminal they go through
+    /// $SESSCTL_PAGER, $PAGER or less -FRX).
+    #[arg(long, global = true, help_heading = GLOBAL)]
+    no_pager: bool,
+    /// Colour ids, refs and diff lines: auto (on a terminal, unless
+    /// NO_COLOR is set), always or never.
+    #[arg(long, global = true, value_name = "WHEN", value_enum, default_value = "auto", help_heading = GLOBAL)]
+    color: paint::ColorWhen,
     #[command(subcommand)]
     command: Command,
 }
@@ -59,7 +75,7 @@ enum Command {
     /// Show an object: its type, size, content or JSON form.
     CatObject(plumbing::CatObjectArgs),
     /// Move journal segments and packs into one new pack.
-    Repack,
+    Repack(plumbing::RepackArgs),
     /// Record a turn: start a conversation (--new) or continue one.
     Commit(conversations::CommitArgs),
     /// Start a new conversation from any session, optionally cut short.
@@ -78,15 +94,17 @@ enum Command {
     Reflog(refs::ReflogArgs),
     /// Rebuild every derived index from the objects and operations: the index
     /// tables and the lineage index ("reindexed N operations").
-    Reindex,
+    Reindex(refs::ReindexArgs),
     /// Drop what no ref, recent ref-log entry or open run reaches, past the
     /// grace period; repack what is kept.
     Gc(maintenance::GcArgs),
     /// Check every object, reference, history length and chain; exit 0 only
     /// when clean.
     Fsck(maintenance::FsckArgs),
-    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    /// Print the script that wires a shell's completion to sessctl: it
+    /// completes commands, flags, conversation names and format values.
     Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
@@ -160,6 +178,8 @@ pub enum CommandError {
     Failed(String),
     /// A plain "no" (merge-base): exit with this code, print nothing.
     Silent(u8),
+    /// No `--store`, no `SESSCTL_STORE`, and no `.sessctl` here or above.
+    NoStore,
 }
 
 impl From<Error> for CommandError {
@@ -182,11 +202,36 @@ const DEFAULT_WRITER_WAIT: Duration = sessctl_store::odb::DEFAULT_WAIT;
 /// What commands need from the global flags.
 #[derive(Debug)]
 pub struct Ctx {
+    /// `--store`, `SESSCTL_STORE`, the `.sessctl` found in the working
+    /// directory or a parent, or (none found) `.sessctl`, where `init`
+    /// creates one.
     pub store: PathBuf,
+    /// No store was given and none was found: opening one fails with a
+    /// message that says how to get one.
+    pub store_missing: bool,
     pub wait: Option<Duration>,
 }
 
+/// The directory a store found by discovery has.
+const STORE_DIR: &str = ".sessctl";
+
+/// The nearest `.sessctl` holding a store, in `dir` or a parent, as git
+/// looks for `.git`: a `.sessctl` without a FORMAT file is not one.
+fn discover_store(dir: &std::path::Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .map(|d| d.join(STORE_DIR))
+        .find(|s| s.join("FORMAT").is_file())
+}
+
 impl Ctx {
+    /// The store's path, or the error that says how to get a store.
+    pub fn store_path(&self) -> CmdResult<&std::path::Path> {
+        if self.store_missing {
+            return Err(CommandError::NoStore);
+        }
+        Ok(&self.store)
+    }
+
     /// Opens the store for writing, printing what recovery did.
     pub fn open_write(&self) -> CmdResult<Odb> {
         self.open(false)
@@ -218,7 +263,7 @@ impl Ctx {
 
     fn open_store_with(&self, read_only: bool, wait: Option<Duration>) -> CmdResult<Store> {
         let store = Store::open(
-            &self.store,
+            self.store_path()?,
             &OpenOptions {
                 read_only,
                 wait,
@@ -233,7 +278,7 @@ impl Ctx {
 
     fn open(&self, read_only: bool) -> CmdResult<Odb> {
         let odb = Odb::open(
-            &self.store,
+            self.store_path()?,
             &OpenOptions {
                 read_only,
                 wait: (!read_only).then(|| self.writer_wait()),
@@ -248,6 +293,14 @@ impl Ctx {
 }
 
 fn main() -> ExitCode {
+    // A shell asking for completions (see complete.rs) is answered here.
+    clap_complete::CompleteEnv::with_factory(<Cli as clap::CommandFactory>::command)
+        .var(complete::VAR)
+        .complete();
+    // An empty SESSCTL_STORE is no store given, as an empty GIT_DIR is.
+    if std::env::var_os("SESSCTL_STORE").is_some_and(|s| s.is_empty()) {
+        std::env::remove_var("SESSCTL_STORE");
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -264,15 +317,40 @@ fn main() -> ExitCode {
         // Beyond what a Duration holds is as good as forever.
         w => w.map(|s| Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)),
     };
+    let (store, store_missing) = match cli.store {
+        Some(s) => (s, false),
+        // Like git init: here, whatever store a parent holds.
+        None if matches!(cli.command, Command::Init) => (PathBuf::from(STORE_DIR), false),
+        None => match std::env::current_dir()
+            .ok()
+            .and_then(|d| discover_store(&d))
+        {
+            Some(s) => (s, false),
+            None => (PathBuf::from(STORE_DIR), true),
+        },
+    };
     let ctx = Ctx {
-        store: cli.store,
+        store,
+        store_missing,
         wait,
     };
+    {
+        use std::io::IsTerminal;
+        let tty = std::io::stdout().is_terminal();
+        paint::set_enabled(paint::decide(cli.color, tty));
+        let pages = matches!(
+            cli.command,
+            Command::Log(_) | Command::Show(_) | Command::Diff(_)
+        );
+        if let Some(cmd) = pager::command().filter(|_| pages && tty && !cli.no_pager) {
+            pager::want(cmd);
+        }
+    }
     let result = match cli.command {
         Command::Init => plumbing::init(&ctx),
         Command::HashObject(args) => plumbing::hash_object(&ctx, args),
         Command::CatObject(args) => plumbing::cat_object(&ctx, args),
-        Command::Repack => plumbing::repack(&ctx),
+        Command::Repack(args) => plumbing::repack(&ctx, args),
         Command::Commit(args) => conversations::commit(&ctx, args),
         Command::Fork(args) => conversations::fork(&ctx, args),
         Command::Archive(args) => conversations::archive(&ctx, args),
@@ -281,18 +359,11 @@ fn main() -> ExitCode {
         Command::Ls(args) => conversations::ls(&ctx, args),
         Command::Prune(args) => conversations::prune(&ctx, args),
         Command::Reflog(args) => refs::reflog(&ctx, args),
-        Command::Reindex => refs::reindex(&ctx),
+        Command::Reindex(args) => refs::reindex(&ctx, args),
         Command::Gc(args) => maintenance::gc(&ctx, args),
         Command::Fsck(args) => maintenance::fsck(&ctx, args),
         Command::Completions { shell } => {
-            let mut script = Vec::new();
-            clap_complete::generate(
-                shell,
-                &mut <Cli as clap::CommandFactory>::command(),
-                "sessctl",
-                &mut script,
-            );
-            output::print(&String::from_utf8_lossy(&script))
+            complete::registration(shell).and_then(|s| output::print(&s))
         }
         Command::Checkout(args) => checkout::checkout(&ctx, args),
         Command::Resume(args) => checkout::resume(&ctx, args),
@@ -320,6 +391,7 @@ fn main() -> ExitCode {
         Command::Grep(args) => search::grep(&ctx, args),
         Command::Stats(args) => search::stats(&ctx, args),
     };
+    pager::finish();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => report(e),
@@ -368,6 +440,13 @@ fn report(e: CommandError) -> ExitCode {
         CommandError::Usage(m) => (m, 2),
         CommandError::Failed(m) => (m, 1),
         CommandError::Silent(code) => return ExitCode::from(code),
+        CommandError::NoStore => (
+            format!(
+                "not in a sessctl store: no {STORE_DIR} in this directory or any parent; \
+                 run sessctl init to create one here, or give --store DIR or set SESSCTL_STORE"
+            ),
+            1,
+        ),
     };
     eprintln!("sessctl: {msg}");
     ExitCode::from(code)

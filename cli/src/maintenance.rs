@@ -28,6 +28,10 @@ pub struct GcArgs {
     /// ref or ref-log entry to it), and do nothing else.
     #[arg(long, value_name = "ID", requires = "dry_run")]
     why: Option<String>,
+    /// Print one JSON object: the counts, bytes and what went from each
+    /// conversation ("dry_run" says whether anything did).
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn gc(ctx: &Ctx, args: GcArgs) -> CmdResult {
@@ -48,10 +52,15 @@ pub fn gc(ctx: &Ctx, args: GcArgs) -> CmdResult {
     if let Some(id) = &args.why {
         return crate::purge::gc_why(&store, id, &opts);
     }
-    crate::output::progress("gc: marking and sweeping...");
-    let r = store.gc(&opts);
-    crate::output::progress_done();
+    let bar = crate::progress::Bar::new("gc");
+    let r = store.gc_with(&opts, &bar);
+    drop(bar);
     let r = r?;
+    if args.json {
+        let mut v = r.to_json();
+        v["dry_run"] = args.dry_run.into();
+        return print(&format!("{v}\n"));
+    }
     let mut out = String::new();
     if args.dry_run {
         out.push_str(&format!(
@@ -83,15 +92,11 @@ pub struct FsckArgs {
 pub fn fsck(ctx: &Ctx, args: FsckArgs) -> CmdResult {
     let store = ctx.open_store_read()?;
     let tty = std::io::stderr().is_terminal();
-    let mut progress = |done: usize, total: usize| {
-        if tty {
-            eprint!("\rfsck: checking objects {done}/{total}");
-        }
-    };
-    let r = store.fsck(&FsckOptions { full: args.full }, &mut progress)?;
-    if tty {
-        eprint!("\r\x1b[K");
-    }
+    let bar = crate::progress::Bar::new("fsck");
+    let mut progress = |done: usize, total: usize| bar.set(done as u64, total as u64);
+    let r = store.fsck(&FsckOptions { full: args.full }, &mut progress);
+    drop(bar);
+    let r = r?;
     let text = if args.json {
         format!("{}\n", r.to_json())
     } else {

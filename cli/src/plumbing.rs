@@ -181,15 +181,36 @@ fn session_text(id: &ObjectId, s: &Session) -> String {
     t
 }
 
-pub fn repack(ctx: &Ctx) -> CmdResult {
+#[derive(Debug, Args)]
+pub struct RepackArgs {
+    /// Print one JSON object: the objects packed, the pack's name, what was
+    /// there before, the bytes before and after, and damaged objects left
+    /// in place.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn repack(ctx: &Ctx, args: RepackArgs) -> CmdResult {
     let store = ctx.open_store()?;
-    crate::output::progress("repack: writing a pack of every object...");
+    let bar = crate::progress::Bar::new("repack");
     // The lineage index and the index tables follow the objects repacked.
-    let stats = store.repack(&RepackOptions::default());
-    crate::output::progress_done();
+    let stats = store.repack_with(&RepackOptions::default(), &bar);
+    drop(bar);
     let stats = stats?;
     for c in &stats.corrupt {
         eprintln!("sessctl: warning: left in place, damaged: {c}");
+    }
+    if args.json {
+        let v = serde_json::json!({
+            "objects": stats.objects,
+            "pack": stats.pack_name,
+            "segments_packed": stats.segments_packed,
+            "packs_before": stats.packs_before,
+            "bytes_before": stats.bytes_before,
+            "bytes_after": stats.bytes_after,
+            "corrupt": stats.corrupt,
+        });
+        return print(&format!("{v}\n"));
     }
     let name = stats.pack_name.as_deref().unwrap_or("(no objects)");
     print(&format!(

@@ -268,7 +268,8 @@ pub fn redact(ctx: &Ctx, args: RedactArgs) -> CmdResult {
             )
         })
     };
-    crate::output::progress("redact: reading sessions...");
+    let bar = crate::progress::Bar::new("redact");
+    sessctl_store::progress::Progress::phase(&bar, "reading sessions", None);
     let r = store.redact(
         refs.as_deref(),
         &redactor,
@@ -278,7 +279,7 @@ pub fn redact(ctx: &Ctx, args: RedactArgs) -> CmdResult {
             durability: Durability::Sync,
         },
     );
-    crate::output::progress_done();
+    drop(bar);
     let r = r.map_err(|e| match e {
         // Another process moved a ref between the read and the write.
         Error::RefOutOfDate { .. } => CommandError::Failed(format!(

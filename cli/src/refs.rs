@@ -36,7 +36,7 @@ pub struct ReflogArgs {
     #[command(subcommand)]
     action: Option<crate::purge::ReflogAction>,
     /// HEAD, a full ref name or a conversation name (default: every ref).
-    #[arg(value_name = "REF")]
+    #[arg(value_name = "REF", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::ref_names))]
     name: Option<String>,
     /// One JSON array, newest entry first.
     #[arg(long)]
@@ -89,12 +89,22 @@ pub fn reflog(ctx: &Ctx, args: ReflogArgs) -> CmdResult {
 
 // ---- reindex ----
 
-pub fn reindex(ctx: &Ctx) -> CmdResult {
+#[derive(Debug, Args)]
+pub struct ReindexArgs {
+    /// Print one JSON object: {"operations": N}.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn reindex(ctx: &Ctx, args: ReindexArgs) -> CmdResult {
     let store = ctx.open_store()?;
-    crate::output::progress("reindex: applying every operation, reading every session...");
-    let n = store.reindex();
-    crate::output::progress_done();
+    let bar = crate::progress::Bar::new("reindex");
+    let n = store.reindex_with(&bar);
+    drop(bar);
     let n = n?;
+    if args.json {
+        return print(&format!("{}\n", json!({ "operations": n })));
+    }
     print(&format!("reindexed {n} operations\n"))
 }
 

@@ -3,14 +3,16 @@
 //! module reads arguments and prints what moved.
 
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 use sessctl_store::bundle::{Bundle, ProblemKind, Selection};
-use sessctl_store::remote::{self, TransferReport};
-use sessctl_store::{Durability, Error, OpenOptions, Store};
+use sessctl_store::remote::{self, RefOutcome, TransferReport};
+use sessctl_store::{Durability, Error, OpenOptions, RefName, Store};
 
 use crate::output::print;
+use crate::progress::Bar;
 use crate::{CmdResult, CommandError, Ctx};
 
 #[derive(Debug, Args)]
@@ -38,7 +40,7 @@ struct CreateArgs {
     /// The bundle file to write.
     file: PathBuf,
     /// Conversations (their refs and records come along) or any revision.
-    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    #[arg(required_unless_present = "all", conflicts_with = "all", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     revs: Vec<String>,
     /// Every ref but HEAD, and every conversation record.
     #[arg(long)]
@@ -46,10 +48,14 @@ struct CreateArgs {
     /// Leave out what these revisions reach: the receiver has it.
     #[arg(long, value_name = "REV", num_args = 1.., action = clap::ArgAction::Append)]
     since: Vec<String>,
+    /// Print one JSON object: the file, its refs and counts.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
 struct VerifyArgs {
+    /// The bundle file to check.
     file: PathBuf,
     /// Print one JSON object.
     #[arg(long)]
@@ -58,7 +64,12 @@ struct VerifyArgs {
 
 #[derive(Debug, Args)]
 struct UnbundleArgs {
+    /// The bundle file to read.
     file: PathBuf,
+    /// Print one JSON object: every ref and what became of it, and the
+    /// totals.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -67,6 +78,10 @@ pub struct CloneArgs {
     path: PathBuf,
     /// The new store's directory: must not exist, or be empty.
     dest: PathBuf,
+    /// Print one JSON object: every ref and what became of it, and the
+    /// totals.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -74,7 +89,12 @@ pub struct RemoteArgs {
     /// The other store's directory.
     remote: PathBuf,
     /// Conversations to transfer (default: every ref).
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::complete::conversations))]
     conversations: Vec<String>,
+    /// Print one JSON object: every ref and what became of it, and the
+    /// totals (a refusal still exits 1).
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn bundle(ctx: &Ctx, args: BundleArgs) -> CmdResult {
@@ -94,6 +114,17 @@ fn create(ctx: &Ctx, args: CreateArgs) -> CmdResult {
     };
     let bundle = Bundle::create(&store, &selection, &args.since)?;
     let size = bundle.write(&args.file)?;
+    if args.json {
+        let v = json!({
+            "file": args.file.display().to_string(),
+            "refs": bundle.refs.iter().map(|(n, id)| json!({"name": n.to_string(), "target": id.to_hex()})).collect::<Vec<_>>(),
+            "objects": bundle.objects.len(),
+            "sessions": bundle.session_count(),
+            "prerequisites": bundle.prerequisites.iter().map(|id| id.to_hex()).collect::<Vec<_>>(),
+            "bytes": size,
+        });
+        return print(&format!("{v}\n"));
+    }
     print(&format!(
         "wrote {}: {} refs, {} objects ({} sessions), {} prerequisites, {size} bytes\n",
         args.file.display(),
@@ -108,7 +139,7 @@ fn create(ctx: &Ctx, args: CreateArgs) -> CmdResult {
 fn optional_store(ctx: &Ctx) -> CmdResult<Option<Store>> {
     match ctx.open_store_read() {
         Ok(s) => Ok(Some(s)),
-        Err(CommandError::Store(Error::NotAStore { .. })) => Ok(None),
+        Err(CommandError::Store(Error::NotAStore { .. }) | CommandError::NoStore) => Ok(None),
         Err(e) => Err(e),
     }
 }
@@ -179,12 +210,72 @@ fn verify(ctx: &Ctx, args: VerifyArgs) -> CmdResult {
 fn unbundle(ctx: &Ctx, args: UnbundleArgs) -> CmdResult {
     let bundle = Bundle::read(&args.file)?;
     let store = ctx.open_store()?;
-    let report = remote::apply(&store, &bundle, "unbundle", "the bundle", Durability::Sync)?;
-    finish(&report, "unbundled")
+    let bar = Bar::new("unbundle");
+    let report = remote::apply_with(
+        &store,
+        &bundle,
+        "unbundle",
+        "the bundle",
+        Durability::Sync,
+        &bar,
+    );
+    drop(bar);
+    let report = report?;
+    finish(&report, "unbundled", args.json)
 }
 
-/// Prints one line per ref and the summary; a refusal exits 1.
-fn finish(report: &TransferReport, verb: &str) -> CmdResult {
+/// A transfer report as one JSON object: `refs` (name, outcome: created,
+/// fast-forward, forced, up-to-date or refused; old and new ids; the refusal's
+/// message), `objects`, `bytes`, `applied`.
+fn report_json(report: &TransferReport) -> Value {
+    let refs: Vec<Value> = report
+        .refs
+        .iter()
+        .map(|(name, outcome)| {
+            let name = name.to_string();
+            match outcome {
+                RefOutcome::Created(id) => {
+                    json!({"name": name, "outcome": "created", "new": id.to_hex()})
+                }
+                RefOutcome::FastForward { from, to } => json!({
+                    "name": name, "outcome": "fast-forward", "old": from.to_hex(), "new": to.to_hex()
+                }),
+                RefOutcome::Forced { from, to } => json!({
+                    "name": name, "outcome": "forced", "old": from.to_hex(), "new": to.to_hex()
+                }),
+                RefOutcome::UpToDate => json!({"name": name, "outcome": "up-to-date"}),
+                RefOutcome::Refused(m) => {
+                    json!({"name": name, "outcome": "refused", "message": m})
+                }
+            }
+        })
+        .collect();
+    json!({
+        "refs": refs,
+        "objects": report.objects,
+        "bytes": report.bytes,
+        "applied": report.applied,
+    })
+}
+
+/// A refusal exits 1, whatever was printed.
+fn refused(report: &TransferReport) -> CmdResult {
+    match report.refusals().len() {
+        0 => Ok(()),
+        n => Err(CommandError::Failed(format!(
+            "{n} ref{} refused; nothing was updated",
+            if n == 1 { "" } else { "s" }
+        ))),
+    }
+}
+
+/// Prints one line per ref and the summary (or, with `json`, one JSON
+/// object); a refusal exits 1.
+fn finish(report: &TransferReport, verb: &str, json: bool) -> CmdResult {
+    if json {
+        print(&format!("{}\n", report_json(report)))?;
+        return refused(report);
+    }
     let mut out = String::new();
     for (name, outcome) in &report.refs {
         out.push_str(&format!("{name}: {outcome}\n"));
@@ -196,18 +287,42 @@ fn finish(report: &TransferReport, verb: &str) -> CmdResult {
         ));
     }
     print(&out)?;
-    match report.refusals().len() {
-        0 => Ok(()),
-        n => Err(CommandError::Failed(format!(
-            "{n} ref{} refused; nothing was updated",
-            if n == 1 { "" } else { "s" }
-        ))),
-    }
+    refused(report)
 }
 
+/// Copies a store, then prints one summary (a store may hold thousands of
+/// refs): conversations, refs, objects, bytes and time.
 pub fn clone(_ctx: &Ctx, args: CloneArgs) -> CmdResult {
-    let (_, report) = remote::clone(&args.path, &args.dest)?;
-    finish(&report, "sent")
+    let started = Instant::now();
+    let bar = Bar::new("clone");
+    let cloned = remote::clone_with(&args.path, &args.dest, &bar);
+    drop(bar);
+    let (_, report) = cloned?;
+    let elapsed = started.elapsed();
+    let conversations = report
+        .refs
+        .iter()
+        .filter(|(n, _)| matches!(n, RefName::Conversation(_) | RefName::Archived(_)))
+        .count();
+    if args.json {
+        let mut v = report_json(&report);
+        v["conversations"] = json!(conversations);
+        v["seconds"] = json!(elapsed.as_secs_f64());
+        print(&format!("{v}\n"))?;
+        return refused(&report);
+    }
+    print(&format!(
+        "cloned {} into {}: {conversations} conversation{}, {} ref{}, {} objects ({} bytes) in {:.1}s\n",
+        args.path.display(),
+        args.dest.display(),
+        if conversations == 1 { "" } else { "s" },
+        report.refs.len(),
+        if report.refs.len() == 1 { "" } else { "s" },
+        report.objects,
+        report.bytes,
+        elapsed.as_secs_f64(),
+    ))?;
+    refused(&report)
 }
 
 /// Opens the other store: for writing (each write waiting up to `--wait` for
@@ -300,19 +415,32 @@ pub fn push(ctx: &Ctx, args: PushArgs) -> CmdResult {
     };
     let args_remote = args.remote;
     let remote_store = open_remote(ctx, &args_remote.remote, true)?;
-    let report = remote::push_forced(
+    let bar = Bar::new("push");
+    let report = remote::push_with(
         &local,
         &remote_store,
         &args_remote.conversations,
         &force,
         Durability::Sync,
-    )?;
-    finish(&report, "sent")
+        &bar,
+    );
+    drop(bar);
+    let report = report?;
+    finish(&report, "sent", args_remote.json)
 }
 
 pub fn pull(ctx: &Ctx, args: RemoteArgs) -> CmdResult {
     let local = ctx.open_store()?;
     let remote_store = open_remote(ctx, &args.remote, false)?;
-    let report = remote::pull(&local, &remote_store, &args.conversations, Durability::Sync)?;
-    finish(&report, "sent")
+    let bar = Bar::new("pull");
+    let report = remote::pull_with(
+        &local,
+        &remote_store,
+        &args.conversations,
+        Durability::Sync,
+        &bar,
+    );
+    drop(bar);
+    let report = report?;
+    finish(&report, "sent", args.json)
 }

@@ -12,7 +12,7 @@ use crate::{CmdResult, Ctx};
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
     /// The last turn's session: a conversation, a session id or prefix, a tag.
-    #[arg(default_value = "HEAD")]
+    #[arg(default_value = "HEAD", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     rev: String,
     /// One JSON object a line, one line a turn: turn, session, parent,
     /// status, created_at, duration_ms, usage, base, request_messages,

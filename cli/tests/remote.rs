@@ -207,9 +207,15 @@ fn clone_push_pull_and_divergence() {
     let b = dir.path().join("b");
     let (ap, bp) = (a.to_str().unwrap(), b.to_str().unwrap());
     let out = ok(&dir.path().join("unused"), &["clone", ap, bp]);
-    assert_eq!(out.lines().count(), 3, "{out}");
+    assert_eq!(
+        out.lines().count(),
+        1,
+        "one summary, not a line per ref: {out}"
+    );
     assert!(
-        out.lines().last().unwrap().starts_with("sent 6 objects ("),
+        out.starts_with(&format!(
+            "cloned {ap} into {bp}: 2 conversations, 2 refs, 6 objects ("
+        )),
         "{out}"
     );
     assert_eq!(ls(&b), ls(&a));

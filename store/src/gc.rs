@@ -223,13 +223,24 @@ fn rescued(
 impl Store {
     /// Collects garbage; see [`GcOptions`]. In a dry run nothing changes.
     pub fn gc(&self, opts: &GcOptions) -> Result<GcReport> {
+        self.gc_with(opts, &crate::progress::Silent)
+    }
+
+    /// [`Store::gc`], telling `progress` of its phases and the objects swept.
+    pub fn gc_with(
+        &self,
+        opts: &GcOptions,
+        progress: &dyn crate::progress::Progress,
+    ) -> Result<GcReport> {
         self.catch_up()?;
         let marked_at = self.index().applied()?.map_or(0, |a| a.0);
         let odb = self.odb();
         let before = odb.stats()?;
         let all = odb.backend().ids()?;
         let roots = roots(self, Some(opts.reflog_expiry_ms))?;
+        progress.phase("marking reachable objects", None);
         let (live, _) = reach::closure(self.odb(), &roots)?;
+        progress.advance(live.len() as u64);
         let now = now_ms();
         let stored = odb.backend().stored_at()?;
         let root_dir = self.root().map(Path::to_path_buf);
@@ -244,7 +255,9 @@ impl Store {
         };
         let mut doomed: HashSet<ObjectId> = HashSet::new();
         let mut next_ledger = HashMap::new();
+        progress.phase("sweeping", Some(all.len() as u64));
         for id in &all {
+            progress.advance(1);
             if live.contains(id) {
                 report.reachable += 1;
                 continue;
@@ -305,6 +318,7 @@ impl Store {
         let keep = |id: &ObjectId| !doomed.contains(id);
         let known: HashSet<ObjectId> = all.iter().copied().collect();
         let rescue = || rescued(self, marked_at, &known, &live, &doomed);
+        progress.phase("repacking", Some((all.len() - doomed.len()) as u64));
         let repacked = odb.backend().repack_filtered(
             &RepackOptions { pack: opts.pack },
             if doomed.is_empty() { None } else { Some(&keep) },
@@ -314,9 +328,11 @@ impl Store {
                 Some(&rescue)
             },
         )?;
+        progress.advance((all.len() - doomed.len()) as u64);
         if let Some(r) = &root_dir {
             write_ledger(&ledger_path(r), &next_ledger)?;
         }
+        progress.phase("writing indexes", None);
         self.refresh_lineage_from(repacked.sessions)?;
         self.catch_up()?;
         if prunes_sessions {

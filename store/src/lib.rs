@@ -121,6 +121,7 @@ pub mod message;
 pub mod object;
 #[allow(unsafe_code)] // memmap2, in odb::pack only
 pub mod odb;
+pub mod progress;
 pub mod purge;
 pub mod reach;
 pub mod refs;

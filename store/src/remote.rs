@@ -16,6 +16,7 @@ use crate::bundle::{select, Bundle, ProblemKind, Selected, Selection};
 use crate::error::{Error, Result};
 use crate::hash::ObjectId;
 use crate::odb::{Durability, OpenOptions};
+use crate::progress::{Progress, Silent};
 use crate::reach;
 use crate::refs::{ConversationUpdate, PreviousValue, RefEdit, RefName, RefTarget};
 use crate::store::{Store, Transaction};
@@ -176,9 +177,30 @@ pub fn apply(
     source: &str,
     durability: Durability,
 ) -> Result<TransferReport> {
-    apply_forced(store, bundle, reason, source, &|_| RefForce::No, durability)
+    apply_with(store, bundle, reason, source, durability, &Silent)
 }
 
+/// [`apply`], telling `progress` of the objects checked and written.
+pub fn apply_with(
+    store: &Store,
+    bundle: &Bundle,
+    reason: &str,
+    source: &str,
+    durability: Durability,
+    progress: &dyn Progress,
+) -> Result<TransferReport> {
+    apply_forced(
+        store,
+        bundle,
+        reason,
+        source,
+        &|_| RefForce::No,
+        durability,
+        progress,
+    )
+}
+
+/// [`apply_with`], overwriting the refs `force` says may be overwritten.
 fn apply_forced(
     store: &Store,
     bundle: &Bundle,
@@ -186,8 +208,9 @@ fn apply_forced(
     source: &str,
     force: &dyn Fn(&RefName) -> RefForce,
     durability: Durability,
+    progress: &dyn Progress,
 ) -> Result<TransferReport> {
-    let problems = bundle.problems(Some(store))?;
+    let problems = bundle.problems_with(Some(store), progress)?;
     if let Some(p) = problems.iter().find(|p| p.kind == ProblemKind::Corrupt) {
         return Err(p.clone().into_error());
     }
@@ -278,6 +301,7 @@ fn apply_forced(
         }
     }
     report.objects = objects.len();
+    progress.phase("writing objects", Some(objects.len() as u64));
     store.transact(
         Transaction {
             reason: reason.to_owned(),
@@ -288,6 +312,7 @@ fn apply_forced(
         },
         durability,
     )?;
+    progress.advance(report.objects as u64);
     report.applied = true;
     Ok(report)
 }
@@ -373,6 +398,16 @@ fn selection(conversations: &[String]) -> Result<Selection> {
 /// and the objects `receiver` lacks (the walk stops at every session it
 /// holds already).
 pub fn pack_for(sender: &Store, receiver: &Store, conversations: &[String]) -> Result<Bundle> {
+    pack_for_with(sender, receiver, conversations, &Silent)
+}
+
+/// [`pack_for`], telling `progress` of the objects found.
+pub fn pack_for_with(
+    sender: &Store,
+    receiver: &Store,
+    conversations: &[String],
+    progress: &dyn Progress,
+) -> Result<Bundle> {
     for c in conversations {
         if sender.conversation(c)?.is_none() {
             return Err(Error::NoSuchConversation { name: c.clone() });
@@ -384,8 +419,12 @@ pub fn pack_for(sender: &Store, receiver: &Store, conversations: &[String]) -> R
         tips,
     } = select(sender, &selection(conversations)?)?;
     let odb = receiver.odb();
-    let (objects, prerequisites) =
-        reach::missing_from(sender.odb(), &tips, &mut |id| odb.contains(id))?;
+    // Counted as the walk examines them: what goes and where it stops.
+    progress.phase("counting objects", None);
+    let (objects, prerequisites) = reach::missing_from(sender.odb(), &tips, &mut |id| {
+        progress.advance(1);
+        odb.contains(id)
+    })?;
     Ok(Bundle::new(refs, records, prerequisites, objects))
 }
 
@@ -408,7 +447,19 @@ pub fn push_forced(
     force: &Force,
     durability: Durability,
 ) -> Result<TransferReport> {
-    let bundle = pack_for(local, remote, conversations)?;
+    push_with(local, remote, conversations, force, durability, &Silent)
+}
+
+/// [`push_forced`], telling `progress` how it goes.
+pub fn push_with(
+    local: &Store,
+    remote: &Store,
+    conversations: &[String],
+    force: &Force,
+    durability: Durability,
+    progress: &dyn Progress,
+) -> Result<TransferReport> {
+    let bundle = pack_for_with(local, remote, conversations, progress)?;
     let reflog = match force {
         Force::Leases(l) if l.iter().any(|l| l.expect == LeaseExpect::Seen) => {
             local.reflog_entries()?
@@ -443,7 +494,15 @@ pub fn push_forced(
                 .collect(),
         })
     };
-    apply_forced(remote, &bundle, "push", "this store", &rule, durability)
+    apply_forced(
+        remote,
+        &bundle,
+        "push",
+        "this store",
+        &rule,
+        durability,
+        progress,
+    )
 }
 
 /// Fetches `remote`'s conversations (all when none are named) into `local`.
@@ -453,12 +512,23 @@ pub fn pull(
     conversations: &[String],
     durability: Durability,
 ) -> Result<TransferReport> {
-    let bundle = pack_for(remote, local, conversations)?;
+    pull_with(local, remote, conversations, durability, &Silent)
+}
+
+/// [`pull`], telling `progress` how it goes.
+pub fn pull_with(
+    local: &Store,
+    remote: &Store,
+    conversations: &[String],
+    durability: Durability,
+    progress: &dyn Progress,
+) -> Result<TransferReport> {
+    let bundle = pack_for_with(remote, local, conversations, progress)?;
     let source = match remote.root() {
         Some(p) => p.display().to_string(),
         None => "the remote".to_owned(),
     };
-    apply(local, &bundle, "pull", &source, durability)
+    apply_with(local, &bundle, "pull", &source, durability, progress)
 }
 
 /// Creates a store at `dest` (which must not exist, or be an empty
@@ -466,6 +536,15 @@ pub fn pull(
 /// at `source`, opened read-only (no lock taken). `HEAD` follows the
 /// source's when it names a conversation.
 pub fn clone(source: &Path, dest: &Path) -> Result<(Store, TransferReport)> {
+    clone_with(source, dest, &Silent)
+}
+
+/// [`clone`], telling `progress` how it goes.
+pub fn clone_with(
+    source: &Path,
+    dest: &Path,
+    progress: &dyn Progress,
+) -> Result<(Store, TransferReport)> {
     if let (Ok(a), Ok(b)) = (source.canonicalize(), dest.canonicalize()) {
         if a == b {
             return Err(Error::Invalid(format!(
@@ -496,13 +575,14 @@ pub fn clone(source: &Path, dest: &Path) -> Result<(Store, TransferReport)> {
         },
     )?;
     let store = Store::init(dest)?;
-    let bundle = pack_for(&from, &store, &[])?;
-    let report = apply(
+    let bundle = pack_for_with(&from, &store, &[], progress)?;
+    let report = apply_with(
         &store,
         &bundle,
         "clone",
         &source.display().to_string(),
         Durability::Sync,
+        progress,
     )?;
     if let Some(RefTarget::Symbolic(head)) = from.get_ref(&RefName::Head)? {
         if store.get_ref(&head)?.is_some() {

@@ -6,7 +6,7 @@ use super::*;
 pub struct LogArgs {
     /// Where to start (default: HEAD): conversation names, tags, ids or
     /// prefixes, with ~N and ^N steps (fix~2, HEAD^2).
-    #[arg(value_name = "REV")]
+    #[arg(value_name = "REV", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     revs: Vec<String>,
     /// Start from every ref (conversations, archived ones, tags) and HEAD.
     #[arg(long)]
@@ -23,7 +23,9 @@ pub struct LogArgs {
     /// Draw the lines of history beside the sessions.
     #[arg(long)]
     graph: bool,
-    /// One JSON array of objects (see README, "Lineage JSON").
+    /// One JSON array, an object a session: id, parents, conversation,
+    /// conversation_name, status, created_at, messages, title, usage,
+    /// summary and refs.
     #[arg(long, conflicts_with_all = ["oneline", "graph"])]
     json: bool,
     /// Only sessions whose title or added messages (their text, tool calls
@@ -169,6 +171,11 @@ fn write_log(
             t
         };
         first = false;
+        let text = if format.json {
+            text.into()
+        } else {
+            crate::paint::log(&text)
+        };
         if !out.put(&text)? {
             return out.finish();
         }
@@ -229,7 +236,7 @@ pub struct GraphArgs {
     #[arg(long, value_enum, default_value = "text")]
     format: GraphFormat,
     /// Where to start (default: every ref and HEAD).
-    #[arg(value_name = "REV")]
+    #[arg(value_name = "REV", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     revs: Vec<String>,
 }
 

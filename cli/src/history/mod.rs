@@ -69,14 +69,14 @@ fn all_starts(store: &Store) -> CmdResult<Vec<ObjectId>> {
 /// Buffered stdout for long listings: once the reader has gone
 /// (`sessctl log | head`), the listing stops quietly.
 struct Out {
-    w: BufWriter<io::StdoutLock<'static>>,
+    w: BufWriter<crate::pager::Sink>,
     closed: bool,
 }
 
 impl Out {
     fn new() -> Out {
         Out {
-            w: BufWriter::with_capacity(64 << 10, io::stdout().lock()),
+            w: BufWriter::with_capacity(64 << 10, crate::pager::Sink),
             closed: false,
         }
     }

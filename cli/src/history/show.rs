@@ -5,12 +5,13 @@ use super::*;
 #[derive(Debug, Args)]
 pub struct ShowArgs {
     /// The session (default: HEAD).
-    #[arg(value_name = "REV", default_value = "HEAD")]
+    #[arg(value_name = "REV", default_value = "HEAD", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     rev: String,
     /// Show the whole history, not only the messages this session added.
     #[arg(long)]
     messages: bool,
-    /// One JSON object (see README, "Lineage JSON").
+    /// One JSON object: the session's JSON form plus conversation_name,
+    /// refs, history_length and shown_messages ([{index, id, value}]).
     #[arg(long)]
     json: bool,
 }
@@ -66,7 +67,7 @@ pub fn show(ctx: &Ctx, args: ShowArgs) -> CmdResult {
         );
         return print(&format!("{v}\n"));
     }
-    print(&show_text(
+    print(&crate::paint::show(&show_text(
         &id,
         &s,
         name,
@@ -74,7 +75,7 @@ pub fn show(ctx: &Ctx, args: ShowArgs) -> CmdResult {
         history.len(),
         &messages,
         args.messages,
-    ))
+    )))
 }
 
 fn show_text(
@@ -173,11 +174,16 @@ fn show_text(
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
-    #[arg(value_name = "A")]
+    /// The first session: a conversation, HEAD, a ref, an id or a prefix,
+    /// with ~N and ^N steps.
+    #[arg(value_name = "A", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     a: String,
-    #[arg(value_name = "B")]
+    /// The session to compare it with, written as A is.
+    #[arg(value_name = "B", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     b: String,
-    /// One JSON object (see README, "Lineage JSON").
+    /// One JSON object: a, b, merge_base(s), common_prefix, each side's
+    /// messages, only_in_a, only_in_b, and the changes to title, metadata
+    /// and states ({path, op, old, new}).
     #[arg(long)]
     json: bool,
 }
@@ -332,5 +338,5 @@ pub fn diff(ctx: &Ctx, args: DiffArgs) -> CmdResult {
             };
         }
     }
-    print(&t)
+    print(&crate::paint::diff(&t))
 }

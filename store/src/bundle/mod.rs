@@ -296,6 +296,16 @@ impl Bundle {
     /// prerequisite (or is of the wrong kind), and, given the receiving
     /// store, prerequisites it lacks. Empty when the bundle can be applied.
     pub fn problems(&self, store: Option<&Store>) -> Result<Vec<Problem>> {
+        self.problems_with(store, &crate::progress::Silent)
+    }
+
+    /// [`Bundle::problems`], telling `progress` of the objects checked.
+    pub fn problems_with(
+        &self,
+        store: Option<&Store>,
+        progress: &dyn crate::progress::Progress,
+    ) -> Result<Vec<Problem>> {
+        progress.phase("checking objects", Some(self.objects.len() as u64));
         let mut problems = Vec::new();
         let kinds: HashMap<ObjectId, ObjectKind> =
             self.objects.iter().map(|o| (o.id(), o.kind())).collect();
@@ -322,6 +332,7 @@ impl Bundle {
             }
         };
         for o in &self.objects {
+            progress.advance(1);
             match o.kind() {
                 ObjectKind::Blob => {
                     if let Err(e) = Blob::decode(o.payload()) {

@@ -219,8 +219,8 @@ pub struct ImportOptions {
     /// every batch but the last is written unsynced and the last is synced,
     /// which makes them all durable with one `fdatasync`.
     pub no_sync: bool,
-    /// Called with each file as it is read (progress display).
-    pub progress: Option<fn(&Path)>,
+    /// Told of the files read (N of M) and the conversations written.
+    pub progress: Option<std::sync::Arc<dyn crate::progress::Progress>>,
 }
 
 /// Reads `paths` (files, or directories walked recursively for the
@@ -244,9 +244,12 @@ pub fn import_paths(
     files.dedup();
     let mut report = ImportReport::default();
     let mut sources = Vec::with_capacity(files.len());
+    if let Some(p) = &opts.progress {
+        p.phase("reading files", Some(files.len() as u64));
+    }
     for f in &files {
-        if let Some(cb) = opts.progress {
-            cb(f);
+        if let Some(p) = &opts.progress {
+            p.advance(1);
         }
         let bytes = std::fs::read(f).map_err(|e| Error::io(f, e))?;
         report.files += 1;

@@ -31,7 +31,13 @@ pub(super) fn import_trees(
     // The most recently active conversation the import brings (ties: the
     // later one), for HEAD.
     let mut newest: Option<(i64, String)> = None;
+    if let Some(p) = &opts.progress {
+        p.phase("importing conversations", Some(trees.len() as u64));
+    }
     for mut tree in sources_first(trees) {
+        if let Some(p) = &opts.progress {
+            p.advance(1);
+        }
         if tree.nodes.is_empty() {
             continue;
         }

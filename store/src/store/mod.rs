@@ -235,13 +235,21 @@ impl Store {
     /// decoded again, none of the old file's records reused). Returns how
     /// many operations the index applied.
     pub fn reindex(&self) -> Result<usize> {
+        self.reindex_with(&crate::progress::Silent)
+    }
+
+    /// [`Store::reindex`], telling `progress` of its phases.
+    pub fn reindex_with(&self, progress: &dyn crate::progress::Progress) -> Result<usize> {
         self.catch_up()?;
+        progress.phase("applying operations", None);
         if !self.writable {
             // A read-only handle rebuilds what it holds in memory only.
             return self.index.rebuild_in_memory(&self.odb);
         }
         let applied = self.index.rebuild(&self.odb)?;
+        progress.advance(applied as u64);
         if let Some(root) = &self.root {
+            progress.phase("rebuilding the lineage index", None);
             crate::lineage_index::rebuild(&self.odb, root)?;
             *self.lineage.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
@@ -307,7 +315,20 @@ impl Store {
     /// processes go on meanwhile: only the final replacement of files takes
     /// the write lock.
     pub fn repack(&self, opts: &RepackOptions) -> Result<RepackStats> {
+        self.repack_with(opts, &crate::progress::Silent)
+    }
+
+    /// [`Store::repack`], telling `progress` of its phases and the objects
+    /// packed.
+    pub fn repack_with(
+        &self,
+        opts: &RepackOptions,
+        progress: &dyn crate::progress::Progress,
+    ) -> Result<RepackStats> {
+        progress.phase("repacking objects", None);
         let stats = self.odb().repack(opts)?;
+        progress.advance(stats.objects as u64);
+        progress.phase("writing indexes", None);
         self.refresh_lineage_from(stats.sessions.clone())?;
         self.catch_up()?;
         self.index.write_tables(&self.odb, true)?;

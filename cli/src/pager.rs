@@ -1,0 +1,129 @@
+//! The pager for `log`, `show` and `diff` on a terminal, as git runs one:
+//! `$SESSCTL_PAGER`, else `$PAGER`, else `less -FRX` when less is on PATH
+//! (it quits when the text fits one screen, passes colour through, and
+//! leaves the screen as it was);
+//! an empty value or `cat` means none. It is run with `sh -c`, with
+//! `LESS=FRX` and `LV=-c` unless already set.
+//!
+//! The pager starts at the first byte written ([`Sink`]), so that a
+//! command that fails before printing anything shows its error without
+//! one; [`finish`] closes its input and waits for the person to quit it.
+
+use std::io::{self, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Mutex;
+
+/// The pager's state in this process.
+enum State {
+    /// No pager for this command (a pipe, `--no-pager`, another command).
+    Off,
+    /// A pager is wanted; it starts at the first write.
+    Wanted(String),
+    /// Running: its input, and the child to wait for.
+    Running(ChildStdin, Child),
+    /// It could not start, or was finished: write to stdout.
+    Done,
+}
+
+static STATE: Mutex<State> = Mutex::new(State::Off);
+
+/// The pager command to run, or None for none: `SESSCTL_PAGER`, `PAGER`,
+/// `less -FRX`.
+pub fn command() -> Option<String> {
+    let cmd = match std::env::var("SESSCTL_PAGER").or_else(|_| std::env::var("PAGER")) {
+        Ok(c) => c,
+        // Without less on PATH the default would swallow the output.
+        Err(_) if !on_path("less") => return None,
+        Err(_) => "less -FRX".to_owned(),
+    };
+    let trimmed = cmd.trim();
+    (!trimmed.is_empty() && trimmed != "cat").then(|| trimmed.to_owned())
+}
+
+/// Whether `program` is a file in one of PATH's directories.
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+/// Asks for a pager for this command's output.
+pub fn want(cmd: String) {
+    if let Ok(mut s) = STATE.lock() {
+        *s = State::Wanted(cmd);
+    }
+}
+
+fn spawn(cmd: &str) -> io::Result<(ChildStdin, Child)> {
+    let mut c = Command::new("sh");
+    c.arg("-c").arg(cmd).stdin(Stdio::piped());
+    if std::env::var_os("LESS").is_none() {
+        c.env("LESS", "FRX");
+    }
+    if std::env::var_os("LV").is_none() {
+        c.env("LV", "-c");
+    }
+    let mut child = c.spawn()?;
+    let stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| io::Error::other("the pager has no input"))?;
+    Ok((stdin, child))
+}
+
+/// Closes the pager's input and waits until it exits (the person quit it).
+pub fn finish() {
+    let state = match STATE.lock() {
+        Ok(mut s) => std::mem::replace(&mut *s, State::Done),
+        Err(_) => return,
+    };
+    if let State::Running(stdin, mut child) = state {
+        drop(stdin);
+        let _ = child.wait();
+    }
+}
+
+/// Standard output, or the pager's input once one is wanted.
+#[derive(Debug, Default)]
+pub struct Sink;
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut state = STATE
+            .lock()
+            .map_err(|_| io::Error::other("the pager's state is poisoned"))?;
+        if let State::Wanted(cmd) = &*state {
+            *state = match spawn(cmd) {
+                Ok((stdin, child)) => State::Running(stdin, child),
+                Err(e) => {
+                    eprintln!("sessctl: warning: cannot run the pager '{cmd}': {e}");
+                    State::Done
+                }
+            };
+        }
+        match &mut *state {
+            State::Running(stdin, _) => stdin.write(buf),
+            _ => io::stdout().lock().write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let mut state = STATE
+            .lock()
+            .map_err(|_| io::Error::other("the pager's state is poisoned"))?;
+        match &mut *state {
+            State::Running(stdin, _) => stdin.flush(),
+            _ => io::stdout().lock().flush(),
+        }
+    }
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            State::Off => "Off",
+            State::Wanted(_) => "Wanted",
+            State::Running(..) => "Running",
+            State::Done => "Done",
+        })
+    }
+}
