@@ -107,6 +107,11 @@ pub enum Error {
         /// What the ref held (`None`: nothing).
         actual: Option<String>,
     },
+    /// A conversation's record did not hold what a transaction expected
+    /// (a lost compare-and-swap on the record: another process changed its
+    /// title, metadata or conversation id meanwhile).
+    #[error("the record of conversation {name} changed meanwhile")]
+    RecordOutOfDate { name: String },
     /// Only `HEAD` may be symbolic, and never pointing at itself.
     #[error("only HEAD may point at another ref, and not at itself ({name} -> {target})")]
     SymbolicRef { name: RefName, target: RefName },

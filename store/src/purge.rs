@@ -495,6 +495,8 @@ impl Store {
         }
         // The conversations' records: title and metadata.
         let mut conversations = Vec::new();
+        // Each record is written only if it is still the one read here.
+        let mut expect_records = Vec::new();
         for (name, _) in &selected {
             let (RefName::Conversation(c) | RefName::Archived(c)) = name else {
                 continue;
@@ -511,6 +513,7 @@ impl Store {
                 record.updated_at = now_ms().max(record.updated_at);
                 rw.report.matches += n;
                 rw.report.records.push(c.clone());
+                expect_records.push((c.clone(), Some(info.record.clone())));
                 conversations.push(ConversationUpdate {
                     name: c.clone(),
                     record: Some(record),
@@ -551,13 +554,20 @@ impl Store {
         );
         // A run in progress on a conversation would commit onto the old
         // head: refused (`Busy`) rather than racing it.
-        let require_unclaimed: Vec<String> = edits
+        // So would one on a conversation whose record alone is redacted:
+        // its commit would write the old record back.
+        let mut require_unclaimed: Vec<String> = edits
             .iter()
             .filter_map(|e| match &e.name {
                 RefName::Conversation(c) => Some(c.clone()),
                 _ => None,
             })
             .collect();
+        for c in &report.records {
+            if !require_unclaimed.contains(c) {
+                require_unclaimed.push(c.clone());
+            }
+        }
         let committed = self.transact(
             Transaction {
                 reason,
@@ -565,6 +575,7 @@ impl Store {
                 conversations,
                 objects: rw.objects,
                 require_unclaimed,
+                expect_records,
                 ..Transaction::default()
             },
             opts.durability,

@@ -295,3 +295,55 @@ fn a_conversation_with_a_run_in_progress_is_not_redacted() {
     let r = store.redact(None, &redactor, &opts()).unwrap();
     assert_eq!(r.refs.len(), 1);
 }
+
+#[test]
+fn a_record_changed_during_a_redaction_is_not_written_back() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    let (_, root) = store
+        .create(Some("main"), turn("hello"), Durability::Sync)
+        .unwrap();
+    // A fork not committed on yet: its record names no conversation id.
+    store
+        .fork(
+            root,
+            ForkOptions {
+                name: Some("f".into()),
+                ..ForkOptions::default()
+            },
+            Durability::Sync,
+        )
+        .unwrap();
+    let mut note = std::collections::BTreeMap::new();
+    note.insert("note".to_owned(), Some(json!("key SECRET")));
+    store
+        .set_conversation_metadata("f", note, Durability::Sync)
+        .unwrap();
+    // Only f's record holds the text: redact moves no ref. Another process
+    // makes the fork's first commit while the redaction reads the record.
+    let other = open(&path);
+    let moved = std::cell::Cell::new(false);
+    let racing = |text: &str| {
+        if text.contains("SECRET") && !moved.replace(true) {
+            other
+                .commit("f", None, turn("first on the fork"), Durability::Sync)
+                .unwrap();
+        }
+        redactor(text)
+    };
+    let e = store.redact(None, &racing, &opts()).unwrap_err();
+    assert!(
+        matches!(e, sessctl_store::Error::RecordOutOfDate { .. }),
+        "{e}"
+    );
+    // The commit's record stands: the fork has its conversation id.
+    let f = store.conversation("f").unwrap().unwrap();
+    assert!(f.record.conversation_id.is_some());
+    assert_eq!(f.record.metadata["note"], json!("key SECRET"));
+    // Run again: it goes through and keeps the conversation id.
+    let r = store.redact(None, &redactor, &opts()).unwrap();
+    assert_eq!(r.records, vec!["f".to_owned()]);
+    let g = store.conversation("f").unwrap().unwrap();
+    assert_eq!(g.record.conversation_id, f.record.conversation_id);
+    assert_eq!(g.record.metadata["note"], json!("key [REDACTED]"));
+}

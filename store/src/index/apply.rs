@@ -176,6 +176,24 @@ pub(super) fn ref_effects(op: &Operation) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
     out
 }
 
+/// What an operation does to the conversation records, for a writer's
+/// compare-and-swap on a record under the write lock: kept ahead only
+/// (key `q:`), never in the overlay or the tables (see
+/// [`Index::current_record`]).
+pub(super) fn record_effects(op: &Operation) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    op.conversations
+        .iter()
+        .map(|cu| {
+            (
+                key("q:", cu.name.as_bytes()),
+                cu.record
+                    .as_ref()
+                    .map(|r| ConversationInfo::new(&cu.name, r.clone()).to_index_bytes()),
+            )
+        })
+        .collect()
+}
+
 /// Indexes `id` and every session it reaches that is not indexed yet,
 /// parents before children. A session that cannot be read is indexed as a
 /// placeholder (fsck reports it) so that one damaged object cannot stop

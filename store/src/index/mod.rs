@@ -34,7 +34,7 @@ use std::sync::RwLock;
 use crate::error::{Error, IndexError, Result};
 use crate::odb::lock::LockFile;
 use crate::odb::Odb;
-use crate::refs::{Hash, Operation};
+use crate::refs::{ConversationRecord, Hash, Operation};
 
 /// How long a rebuild waits for another process's table write.
 const REBUILD_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -295,6 +295,25 @@ impl Index {
         }
     }
 
+    /// A conversation's record as the operations this handle knows leave
+    /// it, those read ahead under the write lock included
+    /// ([`Index::catch_up_refs`]): what a compare-and-swap on the record
+    /// checks.
+    pub fn current_record(&self, name: &str) -> Result<Option<ConversationRecord>> {
+        let ahead = self.view().ahead.get(&key("q:", name.as_bytes())).cloned();
+        match ahead {
+            Some(None) => Ok(None),
+            Some(Some(b)) => ConversationInfo::from_index_bytes(name, &b)
+                .map(|i| Some(i.record))
+                .ok_or_else(|| {
+                    Error::from(IndexError::UnreadableRecord {
+                        name: name.to_owned(),
+                    })
+                }),
+            None => Ok(self.conversation(name)?.map(|i| i.record)),
+        }
+    }
+
     /// What a writer needs under the write lock: the refs, their newest
     /// reflog hashes and the run claims as the operations after this
     /// handle's leave them, read from the journal without reading any
@@ -317,6 +336,7 @@ impl Index {
         for (seq, bytes) in &raw {
             let op = decode_op(*seq, bytes)?;
             effects.extend(apply::ref_effects(&op));
+            effects.extend(apply::record_effects(&op));
             last = Some((op.seq, op.hash()));
         }
         let mut v = self.view_mut();

@@ -294,13 +294,12 @@ impl Store {
                 ));
             }
         }
-        let mut record = info.record.clone();
         // A fork's first commit starts its conversation: the session names
         // none, so its own id becomes the conversation's.
-        let conversation = record.conversation_id;
-        if let Some(t) = &turn.title {
-            record.title = Some(t.clone());
-        }
+        let conversation = info.record.conversation_id;
+        let title = turn.title.clone();
+        #[cfg(test)]
+        tests::before_commit_builds();
         let built = self.build_session(
             Some(head),
             conversation,
@@ -310,13 +309,58 @@ impl Store {
             compaction,
         )?;
         let id = built.id;
-        if record.conversation_id.is_none() {
-            record.conversation_id = Some(id);
-        }
-        record.updated_at = built.session.created_at.max(record.updated_at);
         let conv_ref = RefName::conversation(name)?;
+        // The record read above is written back changed only if it is still
+        // the current one (another process may have set its metadata or
+        // redacted it meanwhile); if not, the change is made again on the
+        // current record. The ref's compare-and-swap guards the rest.
+        let mut read = info.record;
+        loop {
+            let mut record = read.clone();
+            if let Some(t) = &title {
+                record.title = Some(t.clone());
+            }
+            if record.conversation_id.is_none() {
+                record.conversation_id = Some(id);
+            }
+            record.updated_at = built.session.created_at.max(record.updated_at);
+            match self.commit_record(
+                name,
+                &conv_ref,
+                head,
+                (read, record),
+                (&built, extra_parents, run, compaction.is_some()),
+                durability,
+            ) {
+                Err(Error::RecordOutOfDate { .. }) => match self.index.current_record(name)? {
+                    Some(r) => read = r,
+                    None => {
+                        return Err(Error::NoSuchConversation {
+                            name: name.to_owned(),
+                        })
+                    }
+                },
+                r => return r.map(|()| id),
+            }
+        }
+    }
+
+    /// The transaction of [`Store::commit_with`]: `records` is the record
+    /// read and the one to write.
+    #[allow(clippy::type_complexity)]
+    fn commit_record(
+        &self,
+        name: &str,
+        conv_ref: &RefName,
+        head: ObjectId,
+        records: (ConversationRecord, ConversationRecord),
+        (built, extra_parents, run, compaction): (&Built, &[ObjectId], Option<&Run>, bool),
+        durability: Durability,
+    ) -> Result<()> {
+        let id = built.id;
+        let (read, record) = records;
         let mut tx = Transaction {
-            reason: if compaction.is_some() {
+            reason: if compaction {
                 "compact"
             } else if extra_parents.is_empty() {
                 "commit"
@@ -330,13 +374,14 @@ impl Store {
                     expected: PreviousValue::MustMatch(RefTarget::Session(head)),
                     new: Some(RefTarget::Session(id)),
                 },
-                RefEdit::head_to(conv_ref),
+                RefEdit::head_to(conv_ref.clone()),
             ],
             conversations: vec![ConversationUpdate {
                 name: name.to_owned(),
                 record: Some(record),
             }],
-            objects: built.objects,
+            expect_records: vec![(name.to_owned(), Some(read))],
+            objects: built.objects.clone(),
             ..Transaction::default()
         };
         match run {
@@ -350,8 +395,8 @@ impl Store {
             }
             None => tx.require_unclaimed.push(name.to_owned()),
         }
-        self.transact_decoded(tx, &[(id, built.session)], durability)?;
-        Ok(id)
+        self.transact_decoded(tx, &[(id, built.session.clone())], durability)?;
+        Ok(())
     }
 
     /// Forks a new conversation from any session. A plain fork (no cut, no
@@ -607,5 +652,63 @@ impl Store {
             durability,
         )?;
         Ok(head)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+    use crate::store::Messages;
+
+    thread_local! {
+        /// Run once by the next commit of this thread, between reading the
+        /// record and writing it.
+        static BEFORE_BUILD: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+    }
+
+    pub(super) fn before_commit_builds() {
+        if let Some(f) = BEFORE_BUILD.with(|b| b.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    fn turn(text: &str) -> Turn {
+        Turn {
+            messages: Messages::Added(vec![serde_json::json!({"role": "user", "content": text})]),
+            ..Turn::default()
+        }
+    }
+
+    #[test]
+    fn a_commit_never_writes_back_a_record_replaced_meanwhile() {
+        let store = std::sync::Arc::new(Store::in_memory().unwrap());
+        store
+            .create(Some("a"), turn("hello"), Durability::Sync)
+            .unwrap();
+        let mut m = BTreeMap::new();
+        m.insert("note".to_owned(), Some(serde_json::json!("key SECRET")));
+        store
+            .set_conversation_metadata("a", m, Durability::Sync)
+            .unwrap();
+        // Between the commit's read of the record and its write, the
+        // record is cleaned (as a redaction of it alone would).
+        let other = std::sync::Arc::clone(&store);
+        BEFORE_BUILD.with(|b| {
+            *b.borrow_mut() = Some(Box::new(move || {
+                let mut m = BTreeMap::new();
+                m.insert("note".to_owned(), Some(serde_json::json!("clean")));
+                other
+                    .set_conversation_metadata("a", m, Durability::Sync)
+                    .unwrap();
+            }))
+        });
+        store
+            .commit("a", None, turn("more"), Durability::Sync)
+            .unwrap();
+        let info = store.conversation("a").unwrap().unwrap();
+        assert_eq!(info.record.metadata["note"], serde_json::json!("clean"));
+        assert!(info.head.is_some());
     }
 }

@@ -213,12 +213,29 @@ impl Store {
         changes: BTreeMap<String, Option<Value>>,
         durability: Durability,
     ) -> Result<()> {
+        // Made again on the current record if another process replaced
+        // the one read meanwhile (`RecordOutOfDate`).
+        loop {
+            match self.set_metadata_once(name, &changes, durability) {
+                Err(Error::RecordOutOfDate { .. }) => continue,
+                r => return r,
+            }
+        }
+    }
+
+    fn set_metadata_once(
+        &self,
+        name: &str,
+        changes: &BTreeMap<String, Option<Value>>,
+        durability: Durability,
+    ) -> Result<()> {
         let info = self.require_conversation(name)?;
+        let read = info.record.clone();
         let mut record = info.record;
         for (k, v) in changes {
             match v {
-                Some(v) => record.metadata.insert(k, v),
-                None => record.metadata.remove(&k),
+                Some(v) => record.metadata.insert(k.clone(), v.clone()),
+                None => record.metadata.remove(k),
             };
         }
         let conv_ref = match record.status {
@@ -243,6 +260,7 @@ impl Store {
                     name: name.to_owned(),
                     record: Some(record),
                 }],
+                expect_records: vec![(name.to_owned(), Some(read))],
                 ..Transaction::default()
             },
             durability,
