@@ -280,13 +280,18 @@ pub fn redact(ctx: &Ctx, args: RedactArgs) -> CmdResult {
     );
     crate::output::progress_done();
     let r = r.map_err(|e| match e {
-        // Another process moved a ref between the read and the write.
+        // Another process moved a ref or changed a record between the
+        // read and the write.
         Error::RefOutOfDate { .. } | Error::RecordOutOfDate { .. } => {
             CommandError::Failed(format!(
                 "{}; nothing was rewritten: run redact again",
                 crate::message(&e)
             ))
         }
+        Error::Busy { .. } => CommandError::Failed(format!(
+            "{}; nothing was rewritten: run redact again once it ends",
+            crate::message(&e)
+        )),
         e => e.into(),
     })?;
     if args.json {

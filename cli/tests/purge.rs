@@ -439,3 +439,28 @@ fn redact_on_chosen_refs_warns_of_the_others_and_never_echoes_the_pattern() {
     let r = sessctl(&s, &["fsck"], None);
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
+
+#[test]
+fn redact_refused_by_a_run_in_progress_says_nothing_was_rewritten() {
+    let (_d, s) = new_store();
+    commit(
+        &s,
+        &["--new", "busy"],
+        &serde_json::json!([user(&format!("key {SECRET}"))]),
+    );
+    // This test process holds a run on it (and stays alive).
+    let store = sessctl_store::Store::open(&s, &sessctl_store::OpenOptions::default()).unwrap();
+    let run = store.begin_run("busy").unwrap();
+    let r = sessctl(&s, &["redact", PATTERN], None);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.starts_with("sessctl: conversation busy is busy"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("nothing was rewritten"), "{}", r.stderr);
+    assert!(!r.stderr.contains(SECRET));
+    store.fail_run(&run, "stopped").unwrap();
+    drop(store);
+    ok(&s, &["redact", PATTERN], None);
+}
