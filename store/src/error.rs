@@ -112,6 +112,12 @@ pub enum Error {
     /// title, metadata or conversation id meanwhile).
     #[error("the record of conversation {name} changed meanwhile")]
     RecordOutOfDate { name: String },
+    /// gc swept, but the index rebuild that follows failed: `index/REBUILD`
+    /// stays, and the next gc (or `reindex`) rebuilds it.
+    #[error(
+        "pruned {pruned} objects; index rebuild pending (the next gc or reindex does it): {source}"
+    )]
+    IndexRebuildPending { pruned: usize, source: Box<Error> },
     /// Only `HEAD` may be symbolic, and never pointing at itself.
     #[error("only HEAD may point at another ref, and not at itself ({name} -> {target})")]
     SymbolicRef { name: RefName, target: RefName },
