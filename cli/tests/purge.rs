@@ -90,6 +90,29 @@ fn zstd_frames_in(dir: &Path) -> usize {
         .sum()
 }
 
+/// Per conversation (`ls --all --json`): sessions, messages and usage.
+fn figures(store: &Path) -> Vec<(String, serde_json::Value)> {
+    let out = ok(store, &["ls", "--all", "--json"], None);
+    let items: Vec<serde_json::Value> = match serde_json::from_str(&out) {
+        Ok(serde_json::Value::Array(a)) => a,
+        _ => out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect(),
+    };
+    let mut v: Vec<(String, serde_json::Value)> = items
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_owned(),
+                serde_json::json!([c["sessions"], c["messages"], c["usage"]]),
+            )
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
 #[test]
 fn a_redacted_secret_leaves_no_byte_in_the_store() {
     let (_d, s) = new_store();
@@ -215,6 +238,7 @@ fn a_redacted_secret_leaves_no_byte_in_the_store() {
     assert_eq!(ok(&s, &["reflog"], None), reflog_before);
 
     // Redact: the pattern, never echoed; the reason and counts recorded.
+    let figures_before = figures(&s);
     let r = sessctl(
         &s,
         &["redact", PATTERN, "--reason", "leaked deploy key"],
@@ -231,6 +255,8 @@ fn a_redacted_secret_leaves_no_byte_in_the_store() {
         "{newest}"
     );
     assert!(!ok(&s, &["reflog", "--json"], None).contains("sk-live"));
+    // The same history: ls counts the same sessions and usage.
+    assert_eq!(figures(&s), figures_before);
     // A second run finds nothing.
     let again = ok(&s, &["redact", PATTERN], None);
     assert_eq!(again, "no match: nothing to redact\n");

@@ -347,3 +347,77 @@ fn a_record_changed_during_a_redaction_is_not_written_back() {
     assert_eq!(g.record.conversation_id, f.record.conversation_id);
     assert_eq!(g.record.metadata["note"], json!("key [REDACTED]"));
 }
+
+#[test]
+fn a_redaction_leaves_session_counts_and_usage_as_they_were() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    let used = |text: &str, tokens: u64| Turn {
+        run: sessctl_store::RunSummary {
+            duration_ms: 5,
+            usage: sessctl_store::Usage {
+                total_tokens: tokens,
+                prompt_tokens: tokens / 2,
+                completion_tokens: tokens - tokens / 2,
+                requests: 1,
+            },
+        },
+        ..turn(text)
+    };
+    store
+        .create(Some("main"), used("hello", 10), Durability::Sync)
+        .unwrap();
+    let leak = store
+        .commit("main", None, used("key SECRET", 20), Durability::Sync)
+        .unwrap();
+    store
+        .commit("main", None, used("later", 40), Durability::Sync)
+        .unwrap();
+    store
+        .fork(
+            leak,
+            ForkOptions {
+                name: Some("side".into()),
+                ..ForkOptions::default()
+            },
+            Durability::Sync,
+        )
+        .unwrap();
+    store
+        .commit("side", None, used("side", 80), Durability::Sync)
+        .unwrap();
+    let figures = |store: &Store| {
+        ["main", "side"]
+            .map(|c| {
+                let i = store.conversation(c).unwrap().unwrap();
+                (
+                    i.sessions,
+                    i.usage.total_tokens,
+                    i.usage.requests,
+                    i.messages,
+                )
+            })
+            .to_vec()
+    };
+    let before = figures(&store);
+    let r = store.redact(None, &redactor, &opts()).unwrap();
+    assert_eq!(r.sessions.len(), 3);
+    assert_eq!(figures(&store), before);
+    // The same from a rebuilt index, and from a handle that opened after.
+    store.reindex().unwrap();
+    assert_eq!(figures(&store), before);
+    drop(store);
+    let store = open(&path);
+    assert_eq!(figures(&store), before);
+    // Once the old sessions are pruned, the new ones count in their place.
+    store
+        .expire_reflog(None, expiry_cutoff(Prune::Now), false, Durability::Sync)
+        .unwrap();
+    store
+        .gc(&GcOptions {
+            prune: Prune::Now,
+            ..GcOptions::default()
+        })
+        .unwrap();
+    assert_eq!(figures(&store), before);
+}
