@@ -243,10 +243,40 @@ impl RedactReport {
     }
 }
 
+/// Two keys of one JSON object that the replacement would make one (its
+/// value would silently lose the other's): the key they would become.
+struct KeyCollision(String);
+
+impl KeyCollision {
+    /// The error, naming what holds the object (`blob <id>`), never the
+    /// keys as they were (they hold the text).
+    fn error(self, holder: &str) -> Error {
+        Error::Invalid(format!(
+            "redacting {holder} would merge two keys of one JSON object into {:?}, losing a value: \
+             nothing was rewritten (choose a --replace that keeps them apart)",
+            self.0
+        ))
+    }
+}
+
+/// Inserts `k` (redacted to `new`, or kept) into `map`, failing when a key
+/// already there is the same.
+fn insert_key(
+    map: &mut serde_json::Map<String, Value>,
+    k: String,
+    v: Value,
+) -> std::result::Result<(), KeyCollision> {
+    if map.contains_key(&k) {
+        return Err(KeyCollision(k));
+    }
+    map.insert(k, v);
+    Ok(())
+}
+
 /// Redacts every string in a JSON value (object keys included); returns
 /// the matches.
-fn redact_json(v: &mut Value, redact: &Redactor<'_>) -> usize {
-    match v {
+fn redact_json(v: &mut Value, redact: &Redactor<'_>) -> std::result::Result<usize, KeyCollision> {
+    Ok(match v {
         Value::String(s) => match redact(s) {
             Some((t, n)) => {
                 *s = t;
@@ -254,12 +284,24 @@ fn redact_json(v: &mut Value, redact: &Redactor<'_>) -> usize {
             }
             None => 0,
         },
-        Value::Array(items) => items.iter_mut().map(|i| redact_json(i, redact)).sum(),
+        Value::Array(items) => {
+            let mut n = 0;
+            for i in items {
+                n += redact_json(i, redact)?;
+            }
+            n
+        }
         Value::Object(map) => {
             let mut n = 0;
+            if !map.keys().any(|k| redact(k).is_some()) {
+                for val in map.values_mut() {
+                    n += redact_json(val, redact)?;
+                }
+                return Ok(n);
+            }
             let old = std::mem::take(map);
             for (k, mut val) in old {
-                n += redact_json(&mut val, redact);
+                n += redact_json(&mut val, redact)?;
                 let k = match redact(&k) {
                     Some((t, m)) => {
                         n += m;
@@ -267,12 +309,39 @@ fn redact_json(v: &mut Value, redact: &Redactor<'_>) -> usize {
                     }
                     None => k,
                 };
-                map.insert(k, val);
+                insert_key(map, k, val)?;
             }
             n
         }
         Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+    })
+}
+
+/// Redacts a metadata map: its values and its keys.
+fn redact_map(
+    map: &mut BTreeMap<String, Value>,
+    redact: &Redactor<'_>,
+) -> std::result::Result<usize, KeyCollision> {
+    let mut n = 0;
+    for v in map.values_mut() {
+        n += redact_json(v, redact)?;
     }
+    if map.keys().any(|k| redact(k).is_some()) {
+        for (k, v) in std::mem::take(map) {
+            let k = match redact(&k) {
+                Some((t, m)) => {
+                    n += m;
+                    t
+                }
+                None => k,
+            };
+            if map.contains_key(&k) {
+                return Err(KeyCollision(k));
+            }
+            map.insert(k, v);
+        }
+    }
+    Ok(n)
 }
 
 fn redact_opt(s: &mut Option<String>, redact: &Redactor<'_>) -> usize {
@@ -301,7 +370,7 @@ impl Rewriter<'_, '_> {
             return Ok((*n, 0));
         }
         let mut v = self.store.odb().blob(&id)?;
-        let n = redact_json(&mut v, self.redact);
+        let n = redact_json(&mut v, self.redact).map_err(|c| c.error(&format!("blob {id}")))?;
         let new = if n == 0 {
             id
         } else {
@@ -384,23 +453,8 @@ impl Rewriter<'_, '_> {
             n += redact_opt(&mut s.title, self.redact);
             n += redact_opt(&mut s.metadata.transport, self.redact);
             n += redact_opt(&mut s.metadata.preset_id, self.redact);
-            for v in s.metadata.extra.values_mut() {
-                n += redact_json(v, self.redact);
-            }
-            if s.metadata.extra.keys().any(|k| (self.redact)(k).is_some()) {
-                let old_extra = std::mem::take(&mut s.metadata.extra);
-                for (k, v) in old_extra {
-                    match (self.redact)(&k) {
-                        Some((t, m)) => {
-                            n += m;
-                            s.metadata.extra.insert(t, v);
-                        }
-                        None => {
-                            s.metadata.extra.insert(k, v);
-                        }
-                    }
-                }
-            }
+            n += redact_map(&mut s.metadata.extra, self.redact)
+                .map_err(|c| c.error(&format!("the metadata of session {id}")))?;
             let new = if s == old {
                 id
             } else {
@@ -506,9 +560,8 @@ impl Store {
             };
             let mut record = info.record.clone();
             let mut n = redact_opt(&mut record.title, redact);
-            for v in record.metadata.values_mut() {
-                n += redact_json(v, redact);
-            }
+            n += redact_map(&mut record.metadata, redact)
+                .map_err(|k| k.error(&format!("the record of conversation {c}")))?;
             if n > 0 {
                 record.updated_at = now_ms().max(record.updated_at);
                 rw.report.matches += n;

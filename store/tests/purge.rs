@@ -421,3 +421,51 @@ fn a_redaction_leaves_session_counts_and_usage_as_they_were() {
         .unwrap();
     assert_eq!(figures(&store), before);
 }
+
+#[test]
+fn keys_that_redaction_would_merge_fail_it_whole() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    let keys = Turn {
+        messages: Messages::Added(vec![json!({
+            "role": "user",
+            "content": "keys",
+            "env": {"SECRET-A": "prod", "SECRET-B": "staging"},
+        })]),
+        ..Turn::default()
+    };
+    store.create(Some("main"), keys, Durability::Sync).unwrap();
+    let head = store
+        .resolve_ref(&RefName::conversation("main").unwrap())
+        .unwrap()
+        .unwrap();
+    let whole = |text: &str| {
+        text.contains("SECRET")
+            .then(|| ("[REDACTED]".to_owned(), 1))
+    };
+    let ops = store.reflog_entries().unwrap().len();
+    let e = store.redact(None, &whole, &opts()).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, sessctl_store::Error::Invalid(_)), "{msg}");
+    assert!(msg.contains("[REDACTED]") && msg.contains("blob "), "{msg}");
+    assert!(!msg.contains("SECRET"), "{msg}");
+    // Nothing written.
+    assert_eq!(store.reflog_entries().unwrap().len(), ops);
+    assert_eq!(
+        store
+            .resolve_ref(&RefName::conversation("main").unwrap())
+            .unwrap(),
+        Some(head)
+    );
+    // A replacement that keeps them apart goes through, values kept.
+    store.redact(None, &redactor, &opts()).unwrap();
+    let head = store
+        .resolve_ref(&RefName::conversation("main").unwrap())
+        .unwrap()
+        .unwrap();
+    let m = store.odb().load_messages(&head).unwrap();
+    assert_eq!(
+        m[0]["env"],
+        json!({"[REDACTED]-A": "prod", "[REDACTED]-B": "staging"})
+    );
+}
