@@ -395,7 +395,7 @@ impl Rewriter<'_, '_> {
     }
 
     /// Rewrites the sessions `roots` reach, each after every session it
-    /// names.
+    /// names (parents, compaction source, spawner).
     fn run(&mut self, roots: &[ObjectId]) -> Result<()> {
         let mut stack: Vec<(ObjectId, bool)> = roots.iter().map(|r| (*r, false)).collect();
         let mut decoded: HashMap<ObjectId, Session> = HashMap::new();
@@ -416,6 +416,13 @@ impl Rewriter<'_, '_> {
                 for n in s.sessions() {
                     if !self.sessions.contains_key(&n) {
                         stack.push((n, false));
+                    }
+                }
+                // The spawner too, if the store has it: what it became is
+                // what this session names, whichever the walk met first.
+                if let Some(sp) = s.metadata.spawned_by {
+                    if !self.sessions.contains_key(&sp) && self.store.odb().contains(&sp)? {
+                        stack.push((sp, false));
                     }
                 }
                 continue;

@@ -469,3 +469,31 @@ fn keys_that_redaction_would_merge_fail_it_whole() {
         json!({"[REDACTED]-A": "prod", "[REDACTED]-B": "staging"})
     );
 }
+
+#[test]
+fn a_subagent_session_names_its_spawner_as_rewritten() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    let (_, spawner) = store
+        .create(Some("main"), turn("key SECRET"), Durability::Sync)
+        .unwrap();
+    // Listed after main, so read first by a walk that pops the last root.
+    let mut sub = turn("sub work");
+    sub.metadata.spawned_by = Some(spawner);
+    store.create(Some("sub"), sub, Durability::Sync).unwrap();
+    let r = store.redact(None, &redactor, &opts()).unwrap();
+    assert_eq!(r.sessions.len(), 2, "{r:?}");
+    let main = store
+        .resolve_ref(&RefName::conversation("main").unwrap())
+        .unwrap()
+        .unwrap();
+    assert_ne!(main, spawner);
+    let sub = store
+        .resolve_ref(&RefName::conversation("sub").unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store.odb().session(&sub).unwrap().metadata.spawned_by,
+        Some(main)
+    );
+}
