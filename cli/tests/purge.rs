@@ -490,3 +490,63 @@ fn redact_refused_by_a_run_in_progress_says_nothing_was_rewritten() {
     drop(store);
     ok(&s, &["redact", PATTERN], None);
 }
+
+#[test]
+fn redact_names_operations_that_keep_an_earlier_title() {
+    let (_d, s) = new_store();
+    // The title held the secret, and was changed later: the current record
+    // is clean, the operation that set the first title is not.
+    commit(
+        &s,
+        &[
+            "--new",
+            "titled",
+            "--title",
+            &format!("deploy with {SECRET}"),
+        ],
+        &serde_json::json!([user("deploy"), assistant("ok")]),
+    );
+    commit(
+        &s,
+        &["titled", "--title", "Deploy"],
+        &serde_json::json!([user("again"), assistant("ok")]),
+    );
+    let first_op = {
+        let v: serde_json::Value =
+            serde_json::from_str(&ok(&s, &["reflog", "--json", "titled"], None)).unwrap();
+        let entries = v.as_array().cloned().unwrap_or_default();
+        entries.last().unwrap()["op"].as_u64().unwrap()
+    };
+    let dry = ok(&s, &["redact", PATTERN, "--dry-run", "--json"], None);
+    let dry: serde_json::Value = serde_json::from_str(&dry).unwrap();
+    assert_eq!(dry["operations"], serde_json::json!([first_op]), "{dry}");
+    let r = sessctl(&s, &["redact", PATTERN], None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!(
+            "warning: 1 operation still holds the text (a conversation record's title or metadata, \
+             or a run's error; operations are never rewritten): {first_op}\n"
+        )),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("sk-live") && !r.stdout.contains("sk-live"));
+    // Nothing left to rewrite; the warning stays, and so do the bytes, in
+    // the operations only, after the purge.
+    let r = sessctl(&s, &["redact", PATTERN], None);
+    assert_eq!(r.stdout, "no match: nothing to redact\n");
+    assert!(
+        r.stderr
+            .contains(&format!("never rewritten): {first_op}\n")),
+        "{}",
+        r.stderr
+    );
+    ok(&s, &["gc", "--prune=now", "--expire-reflog=now"], None);
+    let hits = occurrences(&s, SECRET.as_bytes());
+    assert!(!hits.is_empty());
+    assert!(
+        hits.iter()
+            .all(|h| h.contains("journal") || h.contains("oplog")),
+        "{hits:?}"
+    );
+}

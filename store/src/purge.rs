@@ -218,6 +218,10 @@ pub struct RedactReport {
     pub matches: usize,
     /// Refs not selected that still reach a rewritten session.
     pub still_reachable_from: Vec<RefName>,
+    /// Operations (sequence numbers) whose text still matches: a record's
+    /// title, preset or metadata, a run's error, a reason, actor or name.
+    /// Operations are never rewritten (objects-format.md, "Redaction").
+    pub operations: Vec<u64>,
     /// The operation that moved the refs.
     pub op: Option<u64>,
 }
@@ -238,6 +242,7 @@ impl RedactReport {
             "records": self.records,
             "still_reachable_from": self.still_reachable_from.iter()
                 .map(ToString::to_string).collect::<Vec<_>>(),
+            "operations": self.operations,
             "op": self.op,
         })
     }
@@ -567,6 +572,7 @@ impl Store {
             };
             let mut record = info.record.clone();
             let mut n = redact_opt(&mut record.title, redact);
+            n += redact_opt(&mut record.default_preset_id, redact);
             n += redact_map(&mut record.metadata, redact)
                 .map_err(|k| k.error(&format!("the record of conversation {c}")))?;
             if n > 0 {
@@ -601,6 +607,7 @@ impl Store {
             }
         }
         let mut report = rw.report;
+        report.operations = operations_holding(self, redact)?;
         if opts.dry_run || (edits.is_empty() && conversations.is_empty()) {
             return Ok(report);
         }
@@ -643,6 +650,58 @@ impl Store {
         report.op = Some(committed.op);
         Ok(report)
     }
+}
+
+/// The operations whose own text `redact` matches (see
+/// [`RedactReport::operations`]).
+fn operations_holding(store: &Store, redact: &Redactor<'_>) -> Result<Vec<u64>> {
+    let backend = store.odb().backend();
+    backend.refresh()?;
+    let mut out = Vec::new();
+    for (seq, bytes) in backend.ops_after(0)? {
+        let op = Operation::decode(&bytes).map_err(|e| Error::CorruptOperation {
+            seq,
+            reason: e.to_string(),
+        })?;
+        if op_holds(&op, redact) {
+            out.push(seq);
+        }
+    }
+    Ok(out)
+}
+
+fn op_holds(op: &Operation, redact: &Redactor<'_>) -> bool {
+    let hit = |t: &str| redact(t).is_some();
+    fn json_hit(v: &Value, hit: &dyn Fn(&str) -> bool) -> bool {
+        match v {
+            Value::String(s) => hit(s),
+            Value::Array(a) => a.iter().any(|v| json_hit(v, hit)),
+            Value::Object(m) => m.iter().any(|(k, v)| hit(k) || json_hit(v, hit)),
+            Value::Null | Value::Bool(_) | Value::Number(_) => false,
+        }
+    }
+    if hit(&op.reason) || hit(&op.actor) {
+        return true;
+    }
+    if op.refs.iter().any(|u| hit(&u.name.to_string())) {
+        return true;
+    }
+    let record_hit = |r: &crate::refs::ConversationRecord| {
+        r.title.as_deref().is_some_and(hit)
+            || r.default_preset_id.as_deref().is_some_and(hit)
+            || r.metadata.iter().any(|(k, v)| hit(k) || json_hit(v, &hit))
+    };
+    if op
+        .conversations
+        .iter()
+        .any(|c| hit(&c.name) || c.record.as_ref().is_some_and(record_hit))
+    {
+        return true;
+    }
+    op.runs.iter().any(|r| {
+        hit(&r.conversation)
+            || matches!(&r.kind, crate::refs::RunEventKind::Fail { error } if hit(error))
+    })
 }
 
 /// Whether `from` reaches (through parents and compaction sources, and the

@@ -497,3 +497,43 @@ fn a_subagent_session_names_its_spawner_as_rewritten() {
         Some(main)
     );
 }
+
+#[test]
+fn redact_names_the_operations_that_still_hold_the_text() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    let titled = Turn {
+        title: Some("about SECRET".into()),
+        ..turn("hello")
+    };
+    store
+        .create(Some("main"), titled, Durability::Sync)
+        .unwrap();
+    let first = store.reflog_entries().unwrap().last().unwrap().op;
+    let retitled = Turn {
+        title: Some("about it".into()),
+        ..turn("more")
+    };
+    store
+        .commit("main", None, retitled, Durability::Sync)
+        .unwrap();
+    let run = store.begin_run("main").unwrap();
+    store.fail_run(&run, "tool said SECRET").unwrap();
+    let failed = store
+        .odb()
+        .backend()
+        .ops_after(0)
+        .unwrap()
+        .last()
+        .unwrap()
+        .0;
+    let r = store.redact(None, &redactor, &opts()).unwrap();
+    // The current record is clean: the record stays; the first session's
+    // title is rewritten; the operations are not.
+    assert!(r.records.is_empty(), "{r:?}");
+    assert_eq!(r.operations, vec![first, failed]);
+    assert_eq!(r.to_json()["operations"], json!([first, failed]));
+    // A second run: nothing to rewrite, the operations still named.
+    let again = store.redact(None, &redactor, &opts()).unwrap();
+    assert_eq!((again.matches, again.operations), (0, vec![first, failed]));
+}
