@@ -78,7 +78,7 @@ pub enum Error {
     BadFormatFile { path: PathBuf, found: String },
     #[error("{path} already holds a sessctl store")]
     AlreadyExists { path: PathBuf },
-    #[error("{path} has store format {found}; this sessctl reads format {supported}")]
+    #[error("{path} has store format {found}; this sessctl reads format {supported} and older")]
     UnsupportedFormat {
         path: PathBuf,
         found: String,

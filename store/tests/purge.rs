@@ -537,3 +537,55 @@ fn redact_names_the_operations_that_still_hold_the_text() {
     let again = store.redact(None, &redactor, &opts()).unwrap();
     assert_eq!((again.matches, again.operations), (0, vec![first, failed]));
 }
+
+#[test]
+fn the_first_expiry_raises_the_store_format_so_older_readers_refuse_it_as_newer() {
+    let (_d, path) = new_store();
+    let format = || std::fs::read_to_string(path.join("FORMAT")).unwrap();
+    assert_eq!(format(), "sessctl store format 1\n");
+    let store = open(&path);
+    store
+        .create(Some("a"), turn("one"), Durability::Sync)
+        .unwrap();
+    // Writes without an expiry leave it as it was.
+    store
+        .commit("a", None, turn("two"), Durability::Sync)
+        .unwrap();
+    assert_eq!(format(), "sessctl store format 1\n");
+    // A dry run, or an expiry of nothing, writes nothing.
+    store
+        .expire_reflog(None, expiry_cutoff(Prune::Now), true, Durability::Sync)
+        .unwrap();
+    store
+        .expire_reflog(None, 0, false, Durability::Sync)
+        .unwrap();
+    assert_eq!(format(), "sessctl store format 1\n");
+    let r = store
+        .expire_reflog(None, expiry_cutoff(Prune::Now), false, Durability::Sync)
+        .unwrap();
+    assert!(r.op.is_some());
+    // Format 1 readers accept only format 1: they refuse this store as
+    // newer instead of reading the expiry as damage.
+    assert_eq!(
+        format(),
+        format!(
+            "sessctl store format {}\n",
+            sessctl_store::STORE_FORMAT_VERSION
+        )
+    );
+    assert_eq!(sessctl_store::STORE_FORMAT_VERSION, 2);
+    drop(store);
+    let store = open(&path);
+    store
+        .commit("a", None, turn("three"), Durability::Sync)
+        .unwrap();
+    assert!(!store.live_reflog_entries().unwrap().is_empty());
+    drop(store);
+    // A format this sessctl does not know is refused, naming both.
+    std::fs::write(path.join("FORMAT"), "sessctl store format 3\n").unwrap();
+    let e = Store::open(&path, &OpenOptions::default()).unwrap_err();
+    assert!(
+        matches!(e, sessctl_store::Error::UnsupportedFormat { .. }),
+        "{e}"
+    );
+}

@@ -273,6 +273,14 @@ impl Store {
             runs: tx.runs,
             expire,
         };
+        if !op.expire.is_empty() {
+            // Format 2 before the first operation that needs it: an older
+            // sessctl refuses the store as newer rather than reading this
+            // operation as damage (objects-format.md, "Versioning").
+            if let Some(root) = &self.root {
+                crate::odb::raise_format(root, crate::odb::STORE_FORMAT_VERSION)?;
+            }
+        }
         let bytes = op.encode();
         let (_, ticket) =
             self.odb
