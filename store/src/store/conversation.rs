@@ -88,10 +88,14 @@ impl Store {
 
     pub(super) fn require_conversation(&self, name: &str) -> Result<ConversationInfo> {
         validate_name(name)?;
-        self.conversation(name)?
+        let info = self
+            .conversation(name)?
             .ok_or_else(|| Error::NoSuchConversation {
                 name: name.to_owned(),
-            })
+            })?;
+        #[cfg(test)]
+        tests::after_record_read();
+        Ok(info)
     }
 
     /// Conversations, newest activity first.
@@ -298,8 +302,6 @@ impl Store {
         // none, so its own id becomes the conversation's.
         let conversation = info.record.conversation_id;
         let title = turn.title.clone();
-        #[cfg(test)]
-        tests::before_commit_builds();
         let built = self.build_session(
             Some(head),
             conversation,
@@ -565,7 +567,23 @@ impl Store {
         self.move_between(name, false, durability)
     }
 
+    /// Made again on the current record if another process replaced the
+    /// one read meanwhile (`RecordOutOfDate`).
     fn move_between(&self, name: &str, archive: bool, durability: Durability) -> Result<ObjectId> {
+        loop {
+            match self.move_between_once(name, archive, durability) {
+                Err(Error::RecordOutOfDate { .. }) => continue,
+                r => return r,
+            }
+        }
+    }
+
+    fn move_between_once(
+        &self,
+        name: &str,
+        archive: bool,
+        durability: Durability,
+    ) -> Result<ObjectId> {
         let info = self.require_conversation(name)?;
         let (from, to) = if archive {
             (RefName::conversation(name)?, RefName::archived(name)?)
@@ -610,6 +628,7 @@ impl Store {
                     record: Some(record),
                 }],
                 require_unclaimed: vec![name.to_owned()],
+                expect_records: vec![(name.to_owned(), Some(info.record))],
                 ..Transaction::default()
             },
             durability,
@@ -656,22 +675,34 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::cell::RefCell;
 
     use super::*;
     use crate::store::Messages;
 
     thread_local! {
-        /// Run once by the next commit of this thread, between reading the
-        /// record and writing it.
-        static BEFORE_BUILD: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+        /// Run once, by the next write of this thread that read a
+        /// conversation's record, between reading it and writing it.
+        static AFTER_READ: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
     }
 
-    pub(super) fn before_commit_builds() {
-        if let Some(f) = BEFORE_BUILD.with(|b| b.borrow_mut().take()) {
+    pub(in crate::store) fn after_record_read() {
+        if let Some(f) = AFTER_READ.with(|b| b.borrow_mut().take()) {
             f();
         }
+    }
+
+    fn race(f: impl FnOnce() + 'static) {
+        AFTER_READ.with(|b| *b.borrow_mut() = Some(Box::new(f)));
+    }
+
+    fn note(store: &Store, name: &str, text: &str) {
+        let mut m = BTreeMap::new();
+        m.insert("note".to_owned(), Some(serde_json::json!(text)));
+        store
+            .set_conversation_metadata(name, m, Durability::Sync)
+            .unwrap();
     }
 
     fn turn(text: &str) -> Turn {
@@ -695,20 +726,75 @@ mod tests {
         // Between the commit's read of the record and its write, the
         // record is cleaned (as a redaction of it alone would).
         let other = std::sync::Arc::clone(&store);
-        BEFORE_BUILD.with(|b| {
-            *b.borrow_mut() = Some(Box::new(move || {
-                let mut m = BTreeMap::new();
-                m.insert("note".to_owned(), Some(serde_json::json!("clean")));
-                other
-                    .set_conversation_metadata("a", m, Durability::Sync)
-                    .unwrap();
-            }))
-        });
+        race(move || note(&other, "a", "clean"));
         store
             .commit("a", None, turn("more"), Durability::Sync)
             .unwrap();
         let info = store.conversation("a").unwrap().unwrap();
         assert_eq!(info.record.metadata["note"], serde_json::json!("clean"));
         assert!(info.head.is_some());
+    }
+
+    #[test]
+    fn archive_never_writes_back_a_record_replaced_meanwhile() {
+        let store = std::sync::Arc::new(Store::in_memory().unwrap());
+        store
+            .create(Some("a"), turn("hello"), Durability::Sync)
+            .unwrap();
+        note(&store, "a", "key SECRET");
+        let other = std::sync::Arc::clone(&store);
+        race(move || note(&other, "a", "clean"));
+        store.archive("a", Durability::Sync).unwrap();
+        let info = store.conversation("a").unwrap().unwrap();
+        assert_eq!(info.record.metadata["note"], serde_json::json!("clean"));
+        assert_eq!(info.record.status, ConversationStatus::Archived);
+    }
+
+    #[test]
+    fn a_put_never_writes_back_a_record_replaced_meanwhile() {
+        let store = std::sync::Arc::new(Store::in_memory().unwrap());
+        let (_, head) = store
+            .create(Some("a"), turn("hello"), Durability::Sync)
+            .unwrap();
+        note(&store, "a", "key SECRET");
+        let other = std::sync::Arc::clone(&store);
+        race(move || note(&other, "a", "clean"));
+        store
+            .put(
+                crate::store::Put {
+                    reason: "put".into(),
+                    parent: Some(head),
+                    turn: turn("more"),
+                    conversation: Some(crate::store::PutConversation {
+                        name: "a".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                Durability::Sync,
+            )
+            .unwrap();
+        let info = store.conversation("a").unwrap().unwrap();
+        assert_eq!(info.record.metadata["note"], serde_json::json!("clean"));
+        assert_ne!(info.head, Some(head));
+    }
+
+    #[test]
+    fn a_metadata_write_never_writes_back_a_record_replaced_meanwhile() {
+        let store = std::sync::Arc::new(Store::in_memory().unwrap());
+        store
+            .create(Some("a"), turn("hello"), Durability::Sync)
+            .unwrap();
+        note(&store, "a", "key SECRET");
+        let other = std::sync::Arc::clone(&store);
+        race(move || note(&other, "a", "clean"));
+        let mut m = BTreeMap::new();
+        m.insert("more".to_owned(), Some(serde_json::json!(1)));
+        store
+            .set_conversation_metadata("a", m, Durability::Sync)
+            .unwrap();
+        let info = store.conversation("a").unwrap().unwrap();
+        assert_eq!(info.record.metadata["note"], serde_json::json!("clean"));
+        assert_eq!(info.record.metadata["more"], serde_json::json!(1));
     }
 }
