@@ -312,12 +312,8 @@ impl Store {
         )?;
         let id = built.id;
         let conv_ref = RefName::conversation(name)?;
-        // The record read above is written back changed only if it is still
-        // the current one (another process may have set its metadata or
-        // redacted it meanwhile); if not, the change is made again on the
-        // current record. The ref's compare-and-swap guards the rest.
-        let mut read = info.record;
-        loop {
+        let created_at = built.session.created_at;
+        let changed = |read: &ConversationRecord| {
             let mut record = read.clone();
             if let Some(t) = &title {
                 record.title = Some(t.clone());
@@ -325,44 +321,11 @@ impl Store {
             if record.conversation_id.is_none() {
                 record.conversation_id = Some(id);
             }
-            record.updated_at = built.session.created_at.max(record.updated_at);
-            match self.commit_record(
-                name,
-                &conv_ref,
-                head,
-                (read, record),
-                (&built, extra_parents, run, compaction.is_some()),
-                durability,
-            ) {
-                Err(Error::RecordOutOfDate { .. }) => match self.index.current_record(name)? {
-                    Some(r) => read = r,
-                    None => {
-                        return Err(Error::NoSuchConversation {
-                            name: name.to_owned(),
-                        })
-                    }
-                },
-                r => return r.map(|()| id),
-            }
-        }
-    }
-
-    /// The transaction of [`Store::commit_with`]: `records` is the record
-    /// read and the one to write.
-    #[allow(clippy::type_complexity)]
-    fn commit_record(
-        &self,
-        name: &str,
-        conv_ref: &RefName,
-        head: ObjectId,
-        records: (ConversationRecord, ConversationRecord),
-        (built, extra_parents, run, compaction): (&Built, &[ObjectId], Option<&Run>, bool),
-        durability: Durability,
-    ) -> Result<()> {
-        let id = built.id;
-        let (read, record) = records;
+            record.updated_at = created_at.max(record.updated_at);
+            record
+        };
         let mut tx = Transaction {
-            reason: if compaction {
+            reason: if compaction.is_some() {
                 "compact"
             } else if extra_parents.is_empty() {
                 "commit"
@@ -376,14 +339,14 @@ impl Store {
                     expected: PreviousValue::MustMatch(RefTarget::Session(head)),
                     new: Some(RefTarget::Session(id)),
                 },
-                RefEdit::head_to(conv_ref.clone()),
+                RefEdit::head_to(conv_ref),
             ],
             conversations: vec![ConversationUpdate {
                 name: name.to_owned(),
-                record: Some(record),
+                record: Some(changed(&info.record)),
             }],
-            expect_records: vec![(name.to_owned(), Some(read))],
-            objects: built.objects.clone(),
+            expect_records: vec![(name.to_owned(), Some(info.record))],
+            objects: built.objects,
             ..Transaction::default()
         };
         match run {
@@ -397,8 +360,25 @@ impl Store {
             }
             None => tx.require_unclaimed.push(name.to_owned()),
         }
-        self.transact_decoded(tx, &[(id, built.session.clone())], durability)?;
-        Ok(())
+        let decoded = [(id, built.session)];
+        // The record read above is written back changed only if it is still
+        // the current one (another process may have set its metadata or
+        // redacted it meanwhile); if not, the change is made again on the
+        // current record. The ref's compare-and-swap guards the rest.
+        loop {
+            match self.transact_decoded(tx.clone(), &decoded, durability) {
+                Err(Error::RecordOutOfDate { .. }) => {
+                    let current = self.index.current_record(name)?.ok_or_else(|| {
+                        Error::NoSuchConversation {
+                            name: name.to_owned(),
+                        }
+                    })?;
+                    tx.conversations[0].record = Some(changed(&current));
+                    tx.expect_records = vec![(name.to_owned(), Some(current))];
+                }
+                r => return r.map(|_| id),
+            }
+        }
     }
 
     /// Forks a new conversation from any session. A plain fork (no cut, no
