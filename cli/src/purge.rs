@@ -281,9 +281,16 @@ pub fn redact(ctx: &Ctx, args: RedactArgs) -> CmdResult {
     );
     drop(bar);
     let r = r.map_err(|e| match e {
-        // Another process moved a ref between the read and the write.
-        Error::RefOutOfDate { .. } => CommandError::Failed(format!(
-            "{}; nothing was rewritten: run redact again",
+        // Another process moved a ref or changed a record between the
+        // read and the write.
+        Error::RefOutOfDate { .. } | Error::RecordOutOfDate { .. } => {
+            CommandError::Failed(format!(
+                "{}; nothing was rewritten: run redact again",
+                crate::message(&e)
+            ))
+        }
+        Error::Busy { .. } => CommandError::Failed(format!(
+            "{}; nothing was rewritten: run redact again once it ends",
             crate::message(&e)
         )),
         e => e.into(),
@@ -296,7 +303,9 @@ pub fn redact(ctx: &Ctx, args: RedactArgs) -> CmdResult {
     let mut out = String::new();
     if r.matches == 0 {
         out.push_str("no match: nothing to redact\n");
-        return print(&out);
+        print(&out)?;
+        warn_operations(&r.operations);
+        return Ok(());
     }
     let (verb, moved) = if args.dry_run {
         ("would rewrite", "would move")
@@ -335,13 +344,7 @@ pub fn redact(ctx: &Ctx, args: RedactArgs) -> CmdResult {
         ));
     }
     print(&out)?;
-    if !r.records.is_empty() {
-        eprintln!(
-            "sessctl: warning: the operations that set the earlier title or metadata of {} \
-             keep it: operations are never rewritten",
-            r.records.join(", ")
-        );
-    }
+    warn_operations(&r.operations);
     for name in &r.still_reachable_from {
         eprintln!(
             "sessctl: warning: {name} was not selected and still reaches a session that holds the text"
@@ -354,4 +357,20 @@ pub fn redact(ctx: &Ctx, args: RedactArgs) -> CmdResult {
         );
     }
     Ok(())
+}
+
+/// Operations are never rewritten: says which still hold the text (a
+/// record's earlier title or metadata, a run's error), by number only.
+fn warn_operations(ops: &[u64]) {
+    if ops.is_empty() {
+        return;
+    }
+    let list: Vec<String> = ops.iter().map(ToString::to_string).collect();
+    eprintln!(
+        "sessctl: warning: {} still {} the text (a conversation record's title or metadata, or a \
+         run's error; operations are never rewritten): {}",
+        count(ops.len(), "operation", "operations"),
+        if ops.len() == 1 { "holds" } else { "hold" },
+        list.join(", ")
+    );
 }

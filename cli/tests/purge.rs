@@ -90,6 +90,29 @@ fn zstd_frames_in(dir: &Path) -> usize {
         .sum()
 }
 
+/// Per conversation (`ls --all --json`): sessions, messages and usage.
+fn figures(store: &Path) -> Vec<(String, serde_json::Value)> {
+    let out = ok(store, &["ls", "--all", "--json"], None);
+    let items: Vec<serde_json::Value> = match serde_json::from_str(&out) {
+        Ok(serde_json::Value::Array(a)) => a,
+        _ => out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect(),
+    };
+    let mut v: Vec<(String, serde_json::Value)> = items
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_owned(),
+                serde_json::json!([c["sessions"], c["messages"], c["usage"]]),
+            )
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
 #[test]
 fn a_redacted_secret_leaves_no_byte_in_the_store() {
     let (_d, s) = new_store();
@@ -215,6 +238,7 @@ fn a_redacted_secret_leaves_no_byte_in_the_store() {
     assert_eq!(ok(&s, &["reflog"], None), reflog_before);
 
     // Redact: the pattern, never echoed; the reason and counts recorded.
+    let figures_before = figures(&s);
     let r = sessctl(
         &s,
         &["redact", PATTERN, "--reason", "leaked deploy key"],
@@ -231,6 +255,8 @@ fn a_redacted_secret_leaves_no_byte_in_the_store() {
         "{newest}"
     );
     assert!(!ok(&s, &["reflog", "--json"], None).contains("sk-live"));
+    // The same history: ls counts the same sessions and usage.
+    assert_eq!(figures(&s), figures_before);
     // A second run finds nothing.
     let again = ok(&s, &["redact", PATTERN], None);
     assert_eq!(again, "no match: nothing to redact\n");
@@ -438,4 +464,89 @@ fn redact_on_chosen_refs_warns_of_the_others_and_never_echoes_the_pattern() {
     assert!(!ok(&s, &["export", "a"], None).contains("sk-live"));
     let r = sessctl(&s, &["fsck"], None);
     assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+#[test]
+fn redact_refused_by_a_run_in_progress_says_nothing_was_rewritten() {
+    let (_d, s) = new_store();
+    commit(
+        &s,
+        &["--new", "busy"],
+        &serde_json::json!([user(&format!("key {SECRET}"))]),
+    );
+    // This test process holds a run on it (and stays alive).
+    let store = sessctl_store::Store::open(&s, &sessctl_store::OpenOptions::default()).unwrap();
+    let run = store.begin_run("busy").unwrap();
+    let r = sessctl(&s, &["redact", PATTERN], None);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.starts_with("sessctl: conversation busy is busy"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("nothing was rewritten"), "{}", r.stderr);
+    assert!(!r.stderr.contains(SECRET));
+    store.fail_run(&run, "stopped").unwrap();
+    drop(store);
+    ok(&s, &["redact", PATTERN], None);
+}
+
+#[test]
+fn redact_names_operations_that_keep_an_earlier_title() {
+    let (_d, s) = new_store();
+    // The title held the secret, and was changed later: the current record
+    // is clean, the operation that set the first title is not.
+    commit(
+        &s,
+        &[
+            "--new",
+            "titled",
+            "--title",
+            &format!("deploy with {SECRET}"),
+        ],
+        &serde_json::json!([user("deploy"), assistant("ok")]),
+    );
+    commit(
+        &s,
+        &["titled", "--title", "Deploy"],
+        &serde_json::json!([user("again"), assistant("ok")]),
+    );
+    let first_op = {
+        let v: serde_json::Value =
+            serde_json::from_str(&ok(&s, &["reflog", "--json", "titled"], None)).unwrap();
+        let entries = v.as_array().cloned().unwrap_or_default();
+        entries.last().unwrap()["op"].as_u64().unwrap()
+    };
+    let dry = ok(&s, &["redact", PATTERN, "--dry-run", "--json"], None);
+    let dry: serde_json::Value = serde_json::from_str(&dry).unwrap();
+    assert_eq!(dry["operations"], serde_json::json!([first_op]), "{dry}");
+    let r = sessctl(&s, &["redact", PATTERN], None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!(
+            "warning: 1 operation still holds the text (a conversation record's title or metadata, \
+             or a run's error; operations are never rewritten): {first_op}\n"
+        )),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("sk-live") && !r.stdout.contains("sk-live"));
+    // Nothing left to rewrite; the warning stays, and so do the bytes, in
+    // the operations only, after the purge.
+    let r = sessctl(&s, &["redact", PATTERN], None);
+    assert_eq!(r.stdout, "no match: nothing to redact\n");
+    assert!(
+        r.stderr
+            .contains(&format!("never rewritten): {first_op}\n")),
+        "{}",
+        r.stderr
+    );
+    ok(&s, &["gc", "--prune=now", "--expire-reflog=now"], None);
+    let hits = occurrences(&s, SECRET.as_bytes());
+    assert!(!hits.is_empty());
+    assert!(
+        hits.iter()
+            .all(|h| h.contains("journal") || h.contains("oplog")),
+        "{hits:?}"
+    );
 }

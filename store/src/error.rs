@@ -78,7 +78,7 @@ pub enum Error {
     BadFormatFile { path: PathBuf, found: String },
     #[error("{path} already holds a sessctl store")]
     AlreadyExists { path: PathBuf },
-    #[error("{path} has store format {found}; this sessctl reads format {supported}")]
+    #[error("{path} has store format {found}; this sessctl reads format {supported} and older")]
     UnsupportedFormat {
         path: PathBuf,
         found: String,
@@ -107,6 +107,17 @@ pub enum Error {
         /// What the ref held (`None`: nothing).
         actual: Option<String>,
     },
+    /// A conversation's record did not hold what a transaction expected
+    /// (a lost compare-and-swap on the record: another process changed its
+    /// title, metadata or conversation id meanwhile).
+    #[error("the record of conversation {name} changed meanwhile")]
+    RecordOutOfDate { name: String },
+    /// gc swept, but the index rebuild that follows failed: `index/REBUILD`
+    /// stays, and the next gc (or `reindex`) rebuilds it.
+    #[error(
+        "pruned {pruned} objects; index rebuild pending (the next gc or reindex does it): {source}"
+    )]
+    IndexRebuildPending { pruned: usize, source: Box<Error> },
     /// Only `HEAD` may be symbolic, and never pointing at itself.
     #[error("only HEAD may point at another ref, and not at itself ({name} -> {target})")]
     SymbolicRef { name: RefName, target: RefName },

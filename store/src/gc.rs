@@ -315,6 +315,12 @@ impl Store {
         let prunes_sessions = doomed
             .iter()
             .any(|id| matches!(odb.read(id), Ok(o) if o.kind() == ObjectKind::Session));
+        if prunes_sessions {
+            // Before the sweep: until the index is rebuilt, its tables may
+            // hold text of what is dropped. A gc killed before its rebuild,
+            // or whose rebuild fails, leaves the mark for the next gc.
+            self.index().mark_rebuild()?;
+        }
         let keep = |id: &ObjectId| !doomed.contains(id);
         let known: HashSet<ObjectId> = all.iter().copied().collect();
         let rescue = || rescued(self, marked_at, &known, &live, &doomed);
@@ -335,12 +341,21 @@ impl Store {
         progress.phase("writing indexes", None);
         self.refresh_lineage_from(repacked.sessions)?;
         self.catch_up()?;
-        if prunes_sessions {
+        if prunes_sessions || self.index().rebuild_pending() {
             // The index tables hold each session's title and preview (text
             // of its first user message): rebuilt without the dropped
             // sessions, so that no table keeps what gc removed
-            // (objects-format.md, "Garbage collection").
-            self.index().rebuild(self.odb())?;
+            // (objects-format.md, "Garbage collection"), this gc's or an
+            // earlier one's that did not get to it.
+            let rebuild = || -> Result<usize> {
+                #[cfg(test)]
+                tests::before_rebuild()?;
+                self.index().rebuild(self.odb())
+            };
+            rebuild().map_err(|e| Error::IndexRebuildPending {
+                pruned: report.pruned,
+                source: Box::new(e),
+            })?;
         } else {
             self.index().write_tables(self.odb(), true)?;
         }
@@ -441,6 +456,85 @@ pub fn parse_prune(text: &str) -> Result<Prune> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Makes this thread's next gc rebuild fail, as one that timed out
+        /// on `index/LOCK` (or was killed) would.
+        static FAIL_REBUILD: Cell<bool> = const { Cell::new(false) };
+    }
+
+    pub(super) fn before_rebuild() -> Result<()> {
+        if FAIL_REBUILD.with(|f| f.replace(false)) {
+            return Err(Error::Invalid("rebuild failed (test)".into()));
+        }
+        Ok(())
+    }
+
+    fn files_holding(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_file()
+                && fs::read(&p)
+                    .unwrap()
+                    .windows(needle.len())
+                    .any(|w| w == needle)
+            {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn an_index_rebuild_that_failed_is_done_by_the_next_gc() {
+        use crate::store::{Messages, Turn};
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("store");
+        drop(Store::init(&root).unwrap());
+        let store = Store::open(&root, &crate::odb::OpenOptions::default()).unwrap();
+        let turn = Turn {
+            messages: Messages::Added(vec![
+                serde_json::json!({"role": "user", "content": "PREVIEWSECRET here"}),
+            ]),
+            ..Turn::default()
+        };
+        store.create(Some("a"), turn, Durability::Sync).unwrap();
+        let other = Turn {
+            messages: Messages::Added(vec![serde_json::json!({"role": "user", "content": "b"})]),
+            ..Turn::default()
+        };
+        store.create(Some("b"), other, Durability::Sync).unwrap();
+        store.index().write_tables(store.odb(), true).unwrap();
+        let index = root.join("index");
+        assert!(!files_holding(&index, b"PREVIEWSECRET").is_empty());
+        store.delete("a", Durability::Sync).unwrap();
+        store
+            .expire_reflog(None, i64::MAX, false, Durability::Sync)
+            .unwrap();
+        let opts = GcOptions {
+            prune: Prune::Now,
+            ..GcOptions::default()
+        };
+        FAIL_REBUILD.with(|f| f.set(true));
+        let e = store.gc(&opts).unwrap_err();
+        assert!(
+            matches!(e, Error::IndexRebuildPending { pruned, .. } if pruned >= 2),
+            "{e}"
+        );
+        assert!(e.to_string().starts_with("pruned "), "{e}");
+        assert!(store.index().rebuild_pending());
+        assert!(!files_holding(&index, b"PREVIEWSECRET").is_empty());
+        // The next gc drops nothing, and rebuilds all the same.
+        let r = store.gc(&opts).unwrap();
+        assert_eq!(r.pruned, 0);
+        assert!(!store.index().rebuild_pending());
+        assert_eq!(
+            files_holding(&index, b"PREVIEWSECRET"),
+            Vec::<PathBuf>::new()
+        );
+    }
 
     #[test]
     fn prune_times_parse() {

@@ -218,6 +218,10 @@ pub struct RedactReport {
     pub matches: usize,
     /// Refs not selected that still reach a rewritten session.
     pub still_reachable_from: Vec<RefName>,
+    /// Operations (sequence numbers) whose text still matches: a record's
+    /// title, preset or metadata, a run's error, a reason, actor or name.
+    /// Operations are never rewritten (objects-format.md, "Redaction").
+    pub operations: Vec<u64>,
     /// The operation that moved the refs.
     pub op: Option<u64>,
 }
@@ -238,15 +242,46 @@ impl RedactReport {
             "records": self.records,
             "still_reachable_from": self.still_reachable_from.iter()
                 .map(ToString::to_string).collect::<Vec<_>>(),
+            "operations": self.operations,
             "op": self.op,
         })
     }
 }
 
+/// Two keys of one JSON object that the replacement would make one (its
+/// value would silently lose the other's): the key they would become.
+struct KeyCollision(String);
+
+impl KeyCollision {
+    /// The error, naming what holds the object (`blob <id>`), never the
+    /// keys as they were (they hold the text).
+    fn error(self, holder: &str) -> Error {
+        Error::Invalid(format!(
+            "redacting {holder} would merge two keys of one JSON object into {:?}, losing a value: \
+             nothing was rewritten (choose a --replace that keeps them apart)",
+            self.0
+        ))
+    }
+}
+
+/// Inserts `k` (redacted to `new`, or kept) into `map`, failing when a key
+/// already there is the same.
+fn insert_key(
+    map: &mut serde_json::Map<String, Value>,
+    k: String,
+    v: Value,
+) -> std::result::Result<(), KeyCollision> {
+    if map.contains_key(&k) {
+        return Err(KeyCollision(k));
+    }
+    map.insert(k, v);
+    Ok(())
+}
+
 /// Redacts every string in a JSON value (object keys included); returns
 /// the matches.
-fn redact_json(v: &mut Value, redact: &Redactor<'_>) -> usize {
-    match v {
+fn redact_json(v: &mut Value, redact: &Redactor<'_>) -> std::result::Result<usize, KeyCollision> {
+    Ok(match v {
         Value::String(s) => match redact(s) {
             Some((t, n)) => {
                 *s = t;
@@ -254,12 +289,24 @@ fn redact_json(v: &mut Value, redact: &Redactor<'_>) -> usize {
             }
             None => 0,
         },
-        Value::Array(items) => items.iter_mut().map(|i| redact_json(i, redact)).sum(),
+        Value::Array(items) => {
+            let mut n = 0;
+            for i in items {
+                n += redact_json(i, redact)?;
+            }
+            n
+        }
         Value::Object(map) => {
             let mut n = 0;
+            if !map.keys().any(|k| redact(k).is_some()) {
+                for val in map.values_mut() {
+                    n += redact_json(val, redact)?;
+                }
+                return Ok(n);
+            }
             let old = std::mem::take(map);
             for (k, mut val) in old {
-                n += redact_json(&mut val, redact);
+                n += redact_json(&mut val, redact)?;
                 let k = match redact(&k) {
                     Some((t, m)) => {
                         n += m;
@@ -267,12 +314,39 @@ fn redact_json(v: &mut Value, redact: &Redactor<'_>) -> usize {
                     }
                     None => k,
                 };
-                map.insert(k, val);
+                insert_key(map, k, val)?;
             }
             n
         }
         Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+    })
+}
+
+/// Redacts a metadata map: its values and its keys.
+fn redact_map(
+    map: &mut BTreeMap<String, Value>,
+    redact: &Redactor<'_>,
+) -> std::result::Result<usize, KeyCollision> {
+    let mut n = 0;
+    for v in map.values_mut() {
+        n += redact_json(v, redact)?;
     }
+    if map.keys().any(|k| redact(k).is_some()) {
+        for (k, v) in std::mem::take(map) {
+            let k = match redact(&k) {
+                Some((t, m)) => {
+                    n += m;
+                    t
+                }
+                None => k,
+            };
+            if map.contains_key(&k) {
+                return Err(KeyCollision(k));
+            }
+            map.insert(k, v);
+        }
+    }
+    Ok(n)
 }
 
 fn redact_opt(s: &mut Option<String>, redact: &Redactor<'_>) -> usize {
@@ -301,7 +375,7 @@ impl Rewriter<'_, '_> {
             return Ok((*n, 0));
         }
         let mut v = self.store.odb().blob(&id)?;
-        let n = redact_json(&mut v, self.redact);
+        let n = redact_json(&mut v, self.redact).map_err(|c| c.error(&format!("blob {id}")))?;
         let new = if n == 0 {
             id
         } else {
@@ -326,7 +400,7 @@ impl Rewriter<'_, '_> {
     }
 
     /// Rewrites the sessions `roots` reach, each after every session it
-    /// names.
+    /// names (parents, compaction source, spawner).
     fn run(&mut self, roots: &[ObjectId]) -> Result<()> {
         let mut stack: Vec<(ObjectId, bool)> = roots.iter().map(|r| (*r, false)).collect();
         let mut decoded: HashMap<ObjectId, Session> = HashMap::new();
@@ -347,6 +421,13 @@ impl Rewriter<'_, '_> {
                 for n in s.sessions() {
                     if !self.sessions.contains_key(&n) {
                         stack.push((n, false));
+                    }
+                }
+                // The spawner too, if the store has it: what it became is
+                // what this session names, whichever the walk met first.
+                if let Some(sp) = s.metadata.spawned_by {
+                    if !self.sessions.contains_key(&sp) && self.store.odb().contains(&sp)? {
+                        stack.push((sp, false));
                     }
                 }
                 continue;
@@ -384,23 +465,8 @@ impl Rewriter<'_, '_> {
             n += redact_opt(&mut s.title, self.redact);
             n += redact_opt(&mut s.metadata.transport, self.redact);
             n += redact_opt(&mut s.metadata.preset_id, self.redact);
-            for v in s.metadata.extra.values_mut() {
-                n += redact_json(v, self.redact);
-            }
-            if s.metadata.extra.keys().any(|k| (self.redact)(k).is_some()) {
-                let old_extra = std::mem::take(&mut s.metadata.extra);
-                for (k, v) in old_extra {
-                    match (self.redact)(&k) {
-                        Some((t, m)) => {
-                            n += m;
-                            s.metadata.extra.insert(t, v);
-                        }
-                        None => {
-                            s.metadata.extra.insert(k, v);
-                        }
-                    }
-                }
-            }
+            n += redact_map(&mut s.metadata.extra, self.redact)
+                .map_err(|c| c.error(&format!("the metadata of session {id}")))?;
             let new = if s == old {
                 id
             } else {
@@ -495,6 +561,8 @@ impl Store {
         }
         // The conversations' records: title and metadata.
         let mut conversations = Vec::new();
+        // Each record is written only if it is still the one read here.
+        let mut expect_records = Vec::new();
         for (name, _) in &selected {
             let (RefName::Conversation(c) | RefName::Archived(c)) = name else {
                 continue;
@@ -504,13 +572,14 @@ impl Store {
             };
             let mut record = info.record.clone();
             let mut n = redact_opt(&mut record.title, redact);
-            for v in record.metadata.values_mut() {
-                n += redact_json(v, redact);
-            }
+            n += redact_opt(&mut record.default_preset_id, redact);
+            n += redact_map(&mut record.metadata, redact)
+                .map_err(|k| k.error(&format!("the record of conversation {c}")))?;
             if n > 0 {
                 record.updated_at = now_ms().max(record.updated_at);
                 rw.report.matches += n;
                 rw.report.records.push(c.clone());
+                expect_records.push((c.clone(), Some(info.record.clone())));
                 conversations.push(ConversationUpdate {
                     name: c.clone(),
                     record: Some(record),
@@ -538,6 +607,7 @@ impl Store {
             }
         }
         let mut report = rw.report;
+        report.operations = operations_holding(self, redact)?;
         if opts.dry_run || (edits.is_empty() && conversations.is_empty()) {
             return Ok(report);
         }
@@ -551,13 +621,20 @@ impl Store {
         );
         // A run in progress on a conversation would commit onto the old
         // head: refused (`Busy`) rather than racing it.
-        let require_unclaimed: Vec<String> = edits
+        // So would one on a conversation whose record alone is redacted:
+        // its commit would write the old record back.
+        let mut require_unclaimed: Vec<String> = edits
             .iter()
             .filter_map(|e| match &e.name {
                 RefName::Conversation(c) => Some(c.clone()),
                 _ => None,
             })
             .collect();
+        for c in &report.records {
+            if !require_unclaimed.contains(c) {
+                require_unclaimed.push(c.clone());
+            }
+        }
         let committed = self.transact(
             Transaction {
                 reason,
@@ -565,6 +642,7 @@ impl Store {
                 conversations,
                 objects: rw.objects,
                 require_unclaimed,
+                expect_records,
                 ..Transaction::default()
             },
             opts.durability,
@@ -572,6 +650,58 @@ impl Store {
         report.op = Some(committed.op);
         Ok(report)
     }
+}
+
+/// The operations whose own text `redact` matches (see
+/// [`RedactReport::operations`]).
+fn operations_holding(store: &Store, redact: &Redactor<'_>) -> Result<Vec<u64>> {
+    let backend = store.odb().backend();
+    backend.refresh()?;
+    let mut out = Vec::new();
+    for (seq, bytes) in backend.ops_after(0)? {
+        let op = Operation::decode(&bytes).map_err(|e| Error::CorruptOperation {
+            seq,
+            reason: e.to_string(),
+        })?;
+        if op_holds(&op, redact) {
+            out.push(seq);
+        }
+    }
+    Ok(out)
+}
+
+fn op_holds(op: &Operation, redact: &Redactor<'_>) -> bool {
+    let hit = |t: &str| redact(t).is_some();
+    fn json_hit(v: &Value, hit: &dyn Fn(&str) -> bool) -> bool {
+        match v {
+            Value::String(s) => hit(s),
+            Value::Array(a) => a.iter().any(|v| json_hit(v, hit)),
+            Value::Object(m) => m.iter().any(|(k, v)| hit(k) || json_hit(v, hit)),
+            Value::Null | Value::Bool(_) | Value::Number(_) => false,
+        }
+    }
+    if hit(&op.reason) || hit(&op.actor) {
+        return true;
+    }
+    if op.refs.iter().any(|u| hit(&u.name.to_string())) {
+        return true;
+    }
+    let record_hit = |r: &crate::refs::ConversationRecord| {
+        r.title.as_deref().is_some_and(hit)
+            || r.default_preset_id.as_deref().is_some_and(hit)
+            || r.metadata.iter().any(|(k, v)| hit(k) || json_hit(v, &hit))
+    };
+    if op
+        .conversations
+        .iter()
+        .any(|c| hit(&c.name) || c.record.as_ref().is_some_and(record_hit))
+    {
+        return true;
+    }
+    op.runs.iter().any(|r| {
+        hit(&r.conversation)
+            || matches!(&r.kind, crate::refs::RunEventKind::Fail { error } if hit(error))
+    })
 }
 
 /// Whether `from` reaches (through parents and compaction sources, and the

@@ -140,6 +140,13 @@ fn a_version_1_store_reads_back() {
     );
     let y = odb.blob(&y).unwrap();
     assert_eq!(serde_json::to_string(&y).unwrap(), r#"[1,1.0,"1"]"#);
+    // Opening it changes nothing: its FORMAT still says 1 (only a ref-log
+    // expiry raises it to 2).
+    drop(odb);
+    assert_eq!(
+        fs::read_to_string(path.join("FORMAT")).unwrap(),
+        "sessctl store format 1\n"
+    );
 }
 
 #[test]

@@ -295,3 +295,297 @@ fn a_conversation_with_a_run_in_progress_is_not_redacted() {
     let r = store.redact(None, &redactor, &opts()).unwrap();
     assert_eq!(r.refs.len(), 1);
 }
+
+#[test]
+fn a_record_changed_during_a_redaction_is_not_written_back() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    let (_, root) = store
+        .create(Some("main"), turn("hello"), Durability::Sync)
+        .unwrap();
+    // A fork not committed on yet: its record names no conversation id.
+    store
+        .fork(
+            root,
+            ForkOptions {
+                name: Some("f".into()),
+                ..ForkOptions::default()
+            },
+            Durability::Sync,
+        )
+        .unwrap();
+    let mut note = std::collections::BTreeMap::new();
+    note.insert("note".to_owned(), Some(json!("key SECRET")));
+    store
+        .set_conversation_metadata("f", note, Durability::Sync)
+        .unwrap();
+    // Only f's record holds the text: redact moves no ref. Another process
+    // makes the fork's first commit while the redaction reads the record.
+    let other = open(&path);
+    let moved = std::cell::Cell::new(false);
+    let racing = |text: &str| {
+        if text.contains("SECRET") && !moved.replace(true) {
+            other
+                .commit("f", None, turn("first on the fork"), Durability::Sync)
+                .unwrap();
+        }
+        redactor(text)
+    };
+    let e = store.redact(None, &racing, &opts()).unwrap_err();
+    assert!(
+        matches!(e, sessctl_store::Error::RecordOutOfDate { .. }),
+        "{e}"
+    );
+    // The commit's record stands: the fork has its conversation id.
+    let f = store.conversation("f").unwrap().unwrap();
+    assert!(f.record.conversation_id.is_some());
+    assert_eq!(f.record.metadata["note"], json!("key SECRET"));
+    // Run again: it goes through and keeps the conversation id.
+    let r = store.redact(None, &redactor, &opts()).unwrap();
+    assert_eq!(r.records, vec!["f".to_owned()]);
+    let g = store.conversation("f").unwrap().unwrap();
+    assert_eq!(g.record.conversation_id, f.record.conversation_id);
+    assert_eq!(g.record.metadata["note"], json!("key [REDACTED]"));
+}
+
+#[test]
+fn a_redaction_leaves_session_counts_and_usage_as_they_were() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    let used = |text: &str, tokens: u64| Turn {
+        run: sessctl_store::RunSummary {
+            duration_ms: 5,
+            usage: sessctl_store::Usage {
+                total_tokens: tokens,
+                prompt_tokens: tokens / 2,
+                completion_tokens: tokens - tokens / 2,
+                requests: 1,
+            },
+        },
+        ..turn(text)
+    };
+    store
+        .create(Some("main"), used("hello", 10), Durability::Sync)
+        .unwrap();
+    let leak = store
+        .commit("main", None, used("key SECRET", 20), Durability::Sync)
+        .unwrap();
+    store
+        .commit("main", None, used("later", 40), Durability::Sync)
+        .unwrap();
+    store
+        .fork(
+            leak,
+            ForkOptions {
+                name: Some("side".into()),
+                ..ForkOptions::default()
+            },
+            Durability::Sync,
+        )
+        .unwrap();
+    store
+        .commit("side", None, used("side", 80), Durability::Sync)
+        .unwrap();
+    let figures = |store: &Store| {
+        ["main", "side"]
+            .map(|c| {
+                let i = store.conversation(c).unwrap().unwrap();
+                (
+                    i.sessions,
+                    i.usage.total_tokens,
+                    i.usage.requests,
+                    i.messages,
+                )
+            })
+            .to_vec()
+    };
+    let before = figures(&store);
+    let r = store.redact(None, &redactor, &opts()).unwrap();
+    assert_eq!(r.sessions.len(), 3);
+    assert_eq!(figures(&store), before);
+    // The same from a rebuilt index, and from a handle that opened after.
+    store.reindex().unwrap();
+    assert_eq!(figures(&store), before);
+    drop(store);
+    let store = open(&path);
+    assert_eq!(figures(&store), before);
+    // Once the old sessions are pruned, the new ones count in their place.
+    store
+        .expire_reflog(None, expiry_cutoff(Prune::Now), false, Durability::Sync)
+        .unwrap();
+    store
+        .gc(&GcOptions {
+            prune: Prune::Now,
+            ..GcOptions::default()
+        })
+        .unwrap();
+    assert_eq!(figures(&store), before);
+}
+
+#[test]
+fn keys_that_redaction_would_merge_fail_it_whole() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    let keys = Turn {
+        messages: Messages::Added(vec![json!({
+            "role": "user",
+            "content": "keys",
+            "env": {"SECRET-A": "prod", "SECRET-B": "staging"},
+        })]),
+        ..Turn::default()
+    };
+    store.create(Some("main"), keys, Durability::Sync).unwrap();
+    let head = store
+        .resolve_ref(&RefName::conversation("main").unwrap())
+        .unwrap()
+        .unwrap();
+    let whole = |text: &str| {
+        text.contains("SECRET")
+            .then(|| ("[REDACTED]".to_owned(), 1))
+    };
+    let ops = store.reflog_entries().unwrap().len();
+    let e = store.redact(None, &whole, &opts()).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, sessctl_store::Error::Invalid(_)), "{msg}");
+    assert!(msg.contains("[REDACTED]") && msg.contains("blob "), "{msg}");
+    assert!(!msg.contains("SECRET"), "{msg}");
+    // Nothing written.
+    assert_eq!(store.reflog_entries().unwrap().len(), ops);
+    assert_eq!(
+        store
+            .resolve_ref(&RefName::conversation("main").unwrap())
+            .unwrap(),
+        Some(head)
+    );
+    // A replacement that keeps them apart goes through, values kept.
+    store.redact(None, &redactor, &opts()).unwrap();
+    let head = store
+        .resolve_ref(&RefName::conversation("main").unwrap())
+        .unwrap()
+        .unwrap();
+    let m = store.odb().load_messages(&head).unwrap();
+    assert_eq!(
+        m[0]["env"],
+        json!({"[REDACTED]-A": "prod", "[REDACTED]-B": "staging"})
+    );
+}
+
+#[test]
+fn a_subagent_session_names_its_spawner_as_rewritten() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    let (_, spawner) = store
+        .create(Some("main"), turn("key SECRET"), Durability::Sync)
+        .unwrap();
+    // Listed after main, so read first by a walk that pops the last root.
+    let mut sub = turn("sub work");
+    sub.metadata.spawned_by = Some(spawner);
+    store.create(Some("sub"), sub, Durability::Sync).unwrap();
+    let r = store.redact(None, &redactor, &opts()).unwrap();
+    assert_eq!(r.sessions.len(), 2, "{r:?}");
+    let main = store
+        .resolve_ref(&RefName::conversation("main").unwrap())
+        .unwrap()
+        .unwrap();
+    assert_ne!(main, spawner);
+    let sub = store
+        .resolve_ref(&RefName::conversation("sub").unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store.odb().session(&sub).unwrap().metadata.spawned_by,
+        Some(main)
+    );
+}
+
+#[test]
+fn redact_names_the_operations_that_still_hold_the_text() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    let titled = Turn {
+        title: Some("about SECRET".into()),
+        ..turn("hello")
+    };
+    store
+        .create(Some("main"), titled, Durability::Sync)
+        .unwrap();
+    let first = store.reflog_entries().unwrap().last().unwrap().op;
+    let retitled = Turn {
+        title: Some("about it".into()),
+        ..turn("more")
+    };
+    store
+        .commit("main", None, retitled, Durability::Sync)
+        .unwrap();
+    let run = store.begin_run("main").unwrap();
+    store.fail_run(&run, "tool said SECRET").unwrap();
+    let failed = store
+        .odb()
+        .backend()
+        .ops_after(0)
+        .unwrap()
+        .last()
+        .unwrap()
+        .0;
+    let r = store.redact(None, &redactor, &opts()).unwrap();
+    // The current record is clean: the record stays; the first session's
+    // title is rewritten; the operations are not.
+    assert!(r.records.is_empty(), "{r:?}");
+    assert_eq!(r.operations, vec![first, failed]);
+    assert_eq!(r.to_json()["operations"], json!([first, failed]));
+    // A second run: nothing to rewrite, the operations still named.
+    let again = store.redact(None, &redactor, &opts()).unwrap();
+    assert_eq!((again.matches, again.operations), (0, vec![first, failed]));
+}
+
+#[test]
+fn the_first_expiry_raises_the_store_format_so_older_readers_refuse_it_as_newer() {
+    let (_d, path) = new_store();
+    let format = || std::fs::read_to_string(path.join("FORMAT")).unwrap();
+    assert_eq!(format(), "sessctl store format 1\n");
+    let store = open(&path);
+    store
+        .create(Some("a"), turn("one"), Durability::Sync)
+        .unwrap();
+    // Writes without an expiry leave it as it was.
+    store
+        .commit("a", None, turn("two"), Durability::Sync)
+        .unwrap();
+    assert_eq!(format(), "sessctl store format 1\n");
+    // A dry run, or an expiry of nothing, writes nothing.
+    store
+        .expire_reflog(None, expiry_cutoff(Prune::Now), true, Durability::Sync)
+        .unwrap();
+    store
+        .expire_reflog(None, 0, false, Durability::Sync)
+        .unwrap();
+    assert_eq!(format(), "sessctl store format 1\n");
+    let r = store
+        .expire_reflog(None, expiry_cutoff(Prune::Now), false, Durability::Sync)
+        .unwrap();
+    assert!(r.op.is_some());
+    // Format 1 readers accept only format 1: they refuse this store as
+    // newer instead of reading the expiry as damage.
+    assert_eq!(
+        format(),
+        format!(
+            "sessctl store format {}\n",
+            sessctl_store::STORE_FORMAT_VERSION
+        )
+    );
+    assert_eq!(sessctl_store::STORE_FORMAT_VERSION, 2);
+    drop(store);
+    let store = open(&path);
+    store
+        .commit("a", None, turn("three"), Durability::Sync)
+        .unwrap();
+    assert!(!store.live_reflog_entries().unwrap().is_empty());
+    drop(store);
+    // A format this sessctl does not know is refused, naming both.
+    std::fs::write(path.join("FORMAT"), "sessctl store format 3\n").unwrap();
+    let e = Store::open(&path, &OpenOptions::default()).unwrap_err();
+    assert!(
+        matches!(e, sessctl_store::Error::UnsupportedFormat { .. }),
+        "{e}"
+    );
+}

@@ -2,7 +2,7 @@
 //! and run claims it changes, the sessions it makes reachable, and the
 //! conversation summaries derived from them, written as one batch.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::conversations::activity_key;
 use super::refs::{target_bytes, target_from};
@@ -172,9 +172,10 @@ impl Index {
             }
         }
         o.writes.extend(ref_effects(op));
+        let replaces = replacements(op, odb, fresh);
         for u in &op.refs {
             if let Some(RefTarget::Session(id)) = &u.new {
-                index_sessions(&mut o, odb, *id, fresh)?;
+                index_sessions(&mut o, odb, *id, fresh, &replaces)?;
             }
             if let RefName::Conversation(n) | RefName::Archived(n) = &u.name {
                 touched.insert(n.clone());
@@ -223,6 +224,24 @@ pub(super) fn ref_effects(op: &Operation) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
     out
 }
 
+/// What an operation does to the conversation records, for a writer's
+/// compare-and-swap on a record under the write lock: kept ahead only
+/// (key `q:`), never in the overlay or the tables (see
+/// [`Index::current_record`]).
+pub(super) fn record_effects(op: &Operation) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    op.conversations
+        .iter()
+        .map(|cu| {
+            (
+                key("q:", cu.name.as_bytes()),
+                cu.record
+                    .as_ref()
+                    .map(|r| ConversationInfo::new(&cu.name, r.clone()).to_index_bytes()),
+            )
+        })
+        .collect()
+}
+
 /// Indexes `id` and every session it reaches that is not indexed yet,
 /// parents before children. A session that cannot be read is indexed as a
 /// placeholder (fsck reports it) so that one damaged object cannot stop
@@ -232,6 +251,7 @@ fn index_sessions(
     odb: &Odb,
     id: ObjectId,
     fresh: &[(ObjectId, Session)],
+    replaces: &HashMap<ObjectId, ObjectId>,
 ) -> Result<()> {
     let mut pending = vec![id];
     while let Some(start) = pending.pop() {
@@ -276,10 +296,20 @@ fn index_sessions(
                 },
             };
             o.put(key("s:", sid.as_bytes()), info.to_index_bytes());
-            if let Some(name) = o
-                .get(&key("i:", info.conversation.as_bytes()))?
-                .and_then(|v| String::from_utf8(v).ok())
-            {
+            // A redaction's rewrite of a session counted already is the
+            // same session to the conversation's figures: not counted
+            // again (it counts once the old one is pruned).
+            let replaced_counted = match replaces.get(&sid) {
+                Some(old) => o.get(&key("s:", old.as_bytes()))?.is_some(),
+                None => false,
+            };
+            let counted_in = if replaced_counted {
+                None
+            } else {
+                o.get(&key("i:", info.conversation.as_bytes()))?
+                    .and_then(|v| String::from_utf8(v).ok())
+            };
+            if let Some(name) = counted_in {
                 let ck = key("c:", name.as_bytes());
                 if let Some(mut c) = o
                     .get(&ck)?
@@ -303,6 +333,61 @@ fn index_sessions(
         }
     }
     Ok(())
+}
+
+/// For a redaction's operation (reason `redact:`), each rewritten session
+/// with the one it replaces: found by walking each moved ref's new and old
+/// targets side by side (parents by position, compaction sources, spawners),
+/// as long as the two are the same session but for the redacted text (same
+/// conversation, time, parent and message counts). Old sessions gc pruned
+/// are not found: then the new ones replace nothing.
+fn replacements(
+    op: &Operation,
+    odb: &Odb,
+    fresh: &[(ObjectId, Session)],
+) -> HashMap<ObjectId, ObjectId> {
+    let mut map = HashMap::new();
+    if !op.reason.starts_with("redact:") {
+        return map;
+    }
+    let read = |id: &ObjectId| match fresh.iter().find(|(f, _)| f == id) {
+        Some((_, s)) => Some(s.clone()),
+        None => odb.session(id).ok(),
+    };
+    let mut stack: Vec<(ObjectId, ObjectId)> = op
+        .refs
+        .iter()
+        .filter_map(|u| match (&u.new, &u.old) {
+            (Some(RefTarget::Session(n)), Some(RefTarget::Session(o))) => Some((*n, *o)),
+            _ => None,
+        })
+        .collect();
+    while let Some((new, old)) = stack.pop() {
+        if new == old || map.contains_key(&new) {
+            continue;
+        }
+        let (Some(n), Some(o)) = (read(&new), read(&old)) else {
+            continue;
+        };
+        let same = n.conversation_id(new) == o.conversation_id(old)
+            && n.created_at == o.created_at
+            && n.parents.len() == o.parents.len()
+            && n.messages.len() == o.messages.len()
+            && n.compaction.is_some() == o.compaction.is_some()
+            && n.metadata.spawned_by.is_some() == o.metadata.spawned_by.is_some();
+        if !same {
+            continue;
+        }
+        map.insert(new, old);
+        stack.extend(n.parents.iter().copied().zip(o.parents.iter().copied()));
+        if let (Some(a), Some(b)) = (&n.compaction, &o.compaction) {
+            stack.push((a.session, b.session));
+        }
+        if let (Some(a), Some(b)) = (n.metadata.spawned_by, o.metadata.spawned_by) {
+            stack.push((a, b));
+        }
+    }
+    map
 }
 
 fn session_info(o: &Overlay<'_>, odb: &Odb, id: ObjectId, s: &Session) -> Result<SessionInfo> {

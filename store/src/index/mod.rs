@@ -34,10 +34,12 @@ use std::sync::RwLock;
 use crate::error::{Error, IndexError, Result};
 use crate::odb::lock::LockFile;
 use crate::odb::Odb;
-use crate::refs::{Hash, Operation};
+use crate::refs::{ConversationRecord, Hash, Operation};
 
 /// How long a rebuild waits for another process's table write.
 const REBUILD_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// `index/REBUILD`: a rebuild is due (see [`Index::mark_rebuild`]).
+const REBUILD_MARKER: &str = "REBUILD";
 
 pub use crate::message::{content_text, user_text};
 pub use stack::{TABLE_EVERY, TABLE_KEYS};
@@ -295,6 +297,25 @@ impl Index {
         }
     }
 
+    /// A conversation's record as the operations this handle knows leave
+    /// it, those read ahead under the write lock included
+    /// ([`Index::catch_up_refs`]): what a compare-and-swap on the record
+    /// checks.
+    pub fn current_record(&self, name: &str) -> Result<Option<ConversationRecord>> {
+        let ahead = self.view().ahead.get(&key("q:", name.as_bytes())).cloned();
+        match ahead {
+            Some(None) => Ok(None),
+            Some(Some(b)) => ConversationInfo::from_index_bytes(name, &b)
+                .map(|i| Some(i.record))
+                .ok_or_else(|| {
+                    Error::from(IndexError::UnreadableRecord {
+                        name: name.to_owned(),
+                    })
+                }),
+            None => Ok(self.conversation(name)?.map(|i| i.record)),
+        }
+    }
+
     /// What a writer needs under the write lock: the refs, their newest
     /// reflog hashes and the run claims as the operations after this
     /// handle's leave them, read from the journal without reading any
@@ -317,6 +338,7 @@ impl Index {
         for (seq, bytes) in &raw {
             let op = decode_op(*seq, bytes)?;
             effects.extend(apply::ref_effects(&op));
+            effects.extend(apply::record_effects(&op));
             last = Some((op.seq, op.hash()));
         }
         let mut v = self.view_mut();
@@ -375,25 +397,68 @@ impl Index {
         self.rebuild_locked(odb)
     }
 
+    /// Applies every operation into a fresh index, then swaps it in: other
+    /// threads on this handle see the old index until then, never an empty
+    /// one.
     fn rebuild_locked(&self, odb: &Odb) -> Result<usize> {
-        {
-            let mut v = self.view_mut();
-            *v = View::default();
-        }
+        let fresh = Index::temporary()?;
         let ops = odb.backend().ops_after(0)?;
         for (seq, bytes) in &ops {
-            self.apply_locked(&decode_op(*seq, bytes)?, odb, &[])?;
+            fresh.apply(&decode_op(*seq, bytes)?, odb)?;
         }
+        let mut fresh = fresh.view.into_inner().unwrap_or_else(|p| p.into_inner());
+        let mut v = self.view_mut();
+        // What a writer read ahead under the write lock past the last
+        // operation applied stays ahead.
+        if v.ahead_of
+            .is_some_and(|a| fresh.applied.is_none_or(|f| a.0 > f.0))
+        {
+            fresh.ahead = std::mem::take(&mut v.ahead);
+            fresh.ahead_of = v.ahead_of;
+        }
+        *v = fresh;
         Ok(ops.len())
     }
 
     /// Rebuilds the index from the first operation and, on disk, replaces
-    /// every table with one that holds it all. Returns how many operations
-    /// were applied.
+    /// every table with one that holds it all, then removes `index/REBUILD`
+    /// (see [`Index::mark_rebuild`]). Returns how many operations were
+    /// applied.
     pub fn rebuild(&self, odb: &Odb) -> Result<usize> {
         let n = self.rebuild_in_memory(odb)?;
         self.write_tables_from(odb, true, false)?;
+        if let (Some(dir), Some(_)) = (&self.dir, &self.lock) {
+            let marker = dir.join(REBUILD_MARKER);
+            match std::fs::remove_file(&marker) {
+                Ok(()) => crate::odb::atomic_file::sync_dir(dir)?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(&marker, e)),
+            }
+        }
         Ok(n)
+    }
+
+    /// Writes `index/REBUILD` (durably): the tables may hold text of
+    /// objects about to be dropped, and must be rebuilt (by gc, or
+    /// `reindex`) before it goes. gc writes it before its sweep and
+    /// [`Index::rebuild`] removes it, so a gc killed between the two, or
+    /// whose rebuild failed, leaves it for the next gc.
+    pub fn mark_rebuild(&self) -> Result<()> {
+        if let (Some(dir), Some(_)) = (&self.dir, &self.lock) {
+            crate::odb::atomic_file::AtomicFile::replace(
+                &dir.join(REBUILD_MARKER),
+                b"",
+                crate::odb::Durability::Sync,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Whether `index/REBUILD` is there (see [`Index::mark_rebuild`]).
+    pub fn rebuild_pending(&self) -> bool {
+        self.dir
+            .as_ref()
+            .is_some_and(|d| d.join(REBUILD_MARKER).exists())
     }
 
     /// Folds the overlay into a new table once it holds [`TABLE_EVERY`]

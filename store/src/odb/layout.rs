@@ -9,8 +9,16 @@ use super::{journal, Durability};
 use crate::error::{Error, IoResultExt, Result};
 use crate::odb::atomic_file::AtomicFile;
 
-/// Version of the store layout, written to `FORMAT` (objects-format.md, "Versioning").
-pub const STORE_FORMAT_VERSION: u32 = 1;
+/// The newest store format, in `FORMAT` (objects-format.md, "Versioning"):
+/// 2, a store some operation of which expires ref-log entries. This
+/// sessctl reads formats 1 and 2.
+pub const STORE_FORMAT_VERSION: u32 = 2;
+/// The format a new store is written in (no operation expires ref-log
+/// entries): a store stays at it until its first expiry, which raises it to
+/// [`STORE_FORMAT_VERSION`] ([`raise_format`]), so that an older sessctl,
+/// which reads format 1 only, refuses the store as newer instead of
+/// reading the expiry as damage.
+pub const STORE_FORMAT_INITIAL: u32 = 1;
 /// The first line of `FORMAT`, before the version number.
 pub const FORMAT_PREFIX: &str = "sessctl store format ";
 
@@ -25,7 +33,7 @@ pub fn init_layout(path: &Path) -> Result<()> {
     }
     fs::create_dir_all(path.join("journal")).at(path)?;
     fs::create_dir_all(path.join("packs")).at(path)?;
-    let text = format!("{FORMAT_PREFIX}{STORE_FORMAT_VERSION}\n");
+    let text = format!("{FORMAT_PREFIX}{STORE_FORMAT_INITIAL}\n");
     AtomicFile::replace(&format, text.as_bytes(), Durability::Sync)?;
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         journal::sync_dir(parent)?;
@@ -33,11 +41,27 @@ pub fn init_layout(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Checks that `path` is a store of the format this sessctl reads: its
-/// `FORMAT` file says `sessctl store format 1`. Every open goes through it,
-/// readers included, and so does every shortcut that reads a store's files
-/// without opening it (`ls`'s listing).
+/// Checks that `path` is a store of a format this sessctl reads: its
+/// `FORMAT` file says `sessctl store format 1` or `2`. Every open goes
+/// through it, readers included, and so does every shortcut that reads a
+/// store's files without opening it (`ls`'s listing).
 pub fn check_format(path: &Path) -> Result<()> {
+    format_version(path).map(|_| ())
+}
+
+/// Raises the store at `path` to format `to` if its `FORMAT` says less
+/// (written whole, fsynced, renamed). Called under the write lock, before
+/// the operation that needs it is appended.
+pub(crate) fn raise_format(path: &Path, to: u32) -> Result<()> {
+    if format_version(path)? >= to {
+        return Ok(());
+    }
+    let text = format!("{FORMAT_PREFIX}{to}\n");
+    AtomicFile::replace(&path.join("FORMAT"), text.as_bytes(), Durability::Sync)
+}
+
+/// The format `FORMAT` names, if this sessctl reads it.
+fn format_version(path: &Path) -> Result<u32> {
     let format = path.join("FORMAT");
     let text = match fs::read(&format) {
         Ok(t) => t,
@@ -56,7 +80,7 @@ pub fn check_format(path: &Path) -> Result<()> {
         .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) && !v.starts_with('0'))
         .and_then(|v| v.parse::<u32>().ok());
     match version {
-        Some(STORE_FORMAT_VERSION) => Ok(()),
+        Some(v @ STORE_FORMAT_INITIAL..=STORE_FORMAT_VERSION) => Ok(v),
         Some(v) => Err(Error::UnsupportedFormat {
             path: path.to_path_buf(),
             found: v.to_string(),

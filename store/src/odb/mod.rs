@@ -30,7 +30,10 @@ use crate::hash::{ObjectId, Prefix};
 use crate::object::{blob, Blob, EncodedObject, Object, ObjectKind, Session};
 
 pub use disk::DiskBackend;
-pub use layout::{check_format, init_layout, FORMAT_PREFIX, STORE_FORMAT_VERSION};
+pub(crate) use layout::raise_format;
+pub use layout::{
+    check_format, init_layout, FORMAT_PREFIX, STORE_FORMAT_INITIAL, STORE_FORMAT_VERSION,
+};
 pub use memory::MemoryBackend;
 
 /// How long a write waits for the write lock by default: far longer than

@@ -88,10 +88,14 @@ impl Store {
 
     pub(super) fn require_conversation(&self, name: &str) -> Result<ConversationInfo> {
         validate_name(name)?;
-        self.conversation(name)?
+        let info = self
+            .conversation(name)?
             .ok_or_else(|| Error::NoSuchConversation {
                 name: name.to_owned(),
-            })
+            })?;
+        #[cfg(test)]
+        tests::after_record_read();
+        Ok(info)
     }
 
     /// Conversations, newest activity first.
@@ -319,13 +323,10 @@ impl Store {
                 ));
             }
         }
-        let mut record = info.record.clone();
         // A fork's first commit starts its conversation: the session names
         // none, so its own id becomes the conversation's.
-        let conversation = record.conversation_id;
-        if let Some(t) = &turn.title {
-            record.title = Some(t.clone());
-        }
+        let conversation = info.record.conversation_id;
+        let title = turn.title.clone();
         let built = self.build_session(
             Some(head),
             conversation,
@@ -335,11 +336,19 @@ impl Store {
             compaction,
         )?;
         let id = built.id;
-        if record.conversation_id.is_none() {
-            record.conversation_id = Some(id);
-        }
-        record.updated_at = built.session.created_at.max(record.updated_at);
         let conv_ref = RefName::conversation(name)?;
+        let created_at = built.session.created_at;
+        let changed = |read: &ConversationRecord| {
+            let mut record = read.clone();
+            if let Some(t) = &title {
+                record.title = Some(t.clone());
+            }
+            if record.conversation_id.is_none() {
+                record.conversation_id = Some(id);
+            }
+            record.updated_at = created_at.max(record.updated_at);
+            record
+        };
         let mut tx = Transaction {
             reason: if compaction.is_some() {
                 "compact"
@@ -359,8 +368,9 @@ impl Store {
             ],
             conversations: vec![ConversationUpdate {
                 name: name.to_owned(),
-                record: Some(record),
+                record: Some(changed(&info.record)),
             }],
+            expect_records: vec![(name.to_owned(), Some(info.record))],
             objects: built.objects,
             ..Transaction::default()
         };
@@ -375,8 +385,25 @@ impl Store {
             }
             None => tx.require_unclaimed.push(name.to_owned()),
         }
-        self.transact_decoded(tx, &[(id, built.session)], durability)?;
-        Ok(id)
+        let decoded = [(id, built.session)];
+        // The record read above is written back changed only if it is still
+        // the current one (another process may have set its metadata or
+        // redacted it meanwhile); if not, the change is made again on the
+        // current record. The ref's compare-and-swap guards the rest.
+        loop {
+            match self.transact_decoded(tx.clone(), &decoded, durability) {
+                Err(Error::RecordOutOfDate { .. }) => {
+                    let current = self.index.current_record(name)?.ok_or_else(|| {
+                        Error::NoSuchConversation {
+                            name: name.to_owned(),
+                        }
+                    })?;
+                    tx.conversations[0].record = Some(changed(&current));
+                    tx.expect_records = vec![(name.to_owned(), Some(current))];
+                }
+                r => return r.map(|_| id),
+            }
+        }
     }
 
     /// Forks a new conversation from any session. A plain fork (no cut, no
@@ -617,7 +644,23 @@ impl Store {
         self.move_between(name, false, durability)
     }
 
+    /// Made again on the current record if another process replaced the
+    /// one read meanwhile (`RecordOutOfDate`).
     fn move_between(&self, name: &str, archive: bool, durability: Durability) -> Result<ObjectId> {
+        loop {
+            match self.move_between_once(name, archive, durability) {
+                Err(Error::RecordOutOfDate { .. }) => continue,
+                r => return r,
+            }
+        }
+    }
+
+    fn move_between_once(
+        &self,
+        name: &str,
+        archive: bool,
+        durability: Durability,
+    ) -> Result<ObjectId> {
         let info = self.require_conversation(name)?;
         let (from, to) = if archive {
             (RefName::conversation(name)?, RefName::archived(name)?)
@@ -662,6 +705,7 @@ impl Store {
                     record: Some(record),
                 }],
                 require_unclaimed: vec![name.to_owned()],
+                expect_records: vec![(name.to_owned(), Some(info.record))],
                 ..Transaction::default()
             },
             durability,
@@ -704,5 +748,130 @@ impl Store {
             durability,
         )?;
         Ok(head)
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+    use crate::store::Messages;
+
+    thread_local! {
+        /// Run once, by the next write of this thread that read a
+        /// conversation's record, between reading it and writing it.
+        static AFTER_READ: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+    }
+
+    pub(in crate::store) fn after_record_read() {
+        if let Some(f) = AFTER_READ.with(|b| b.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    fn race(f: impl FnOnce() + 'static) {
+        AFTER_READ.with(|b| *b.borrow_mut() = Some(Box::new(f)));
+    }
+
+    fn note(store: &Store, name: &str, text: &str) {
+        let mut m = BTreeMap::new();
+        m.insert("note".to_owned(), Some(serde_json::json!(text)));
+        store
+            .set_conversation_metadata(name, m, Durability::Sync)
+            .unwrap();
+    }
+
+    fn turn(text: &str) -> Turn {
+        Turn {
+            messages: Messages::Added(vec![serde_json::json!({"role": "user", "content": text})]),
+            ..Turn::default()
+        }
+    }
+
+    #[test]
+    fn a_commit_never_writes_back_a_record_replaced_meanwhile() {
+        let store = std::sync::Arc::new(Store::in_memory().unwrap());
+        store
+            .create(Some("a"), turn("hello"), Durability::Sync)
+            .unwrap();
+        let mut m = BTreeMap::new();
+        m.insert("note".to_owned(), Some(serde_json::json!("key SECRET")));
+        store
+            .set_conversation_metadata("a", m, Durability::Sync)
+            .unwrap();
+        // Between the commit's read of the record and its write, the
+        // record is cleaned (as a redaction of it alone would).
+        let other = std::sync::Arc::clone(&store);
+        race(move || note(&other, "a", "clean"));
+        store
+            .commit("a", None, turn("more"), Durability::Sync)
+            .unwrap();
+        let info = store.conversation("a").unwrap().unwrap();
+        assert_eq!(info.record.metadata["note"], serde_json::json!("clean"));
+        assert!(info.head.is_some());
+    }
+
+    #[test]
+    fn archive_never_writes_back_a_record_replaced_meanwhile() {
+        let store = std::sync::Arc::new(Store::in_memory().unwrap());
+        store
+            .create(Some("a"), turn("hello"), Durability::Sync)
+            .unwrap();
+        note(&store, "a", "key SECRET");
+        let other = std::sync::Arc::clone(&store);
+        race(move || note(&other, "a", "clean"));
+        store.archive("a", Durability::Sync).unwrap();
+        let info = store.conversation("a").unwrap().unwrap();
+        assert_eq!(info.record.metadata["note"], serde_json::json!("clean"));
+        assert_eq!(info.record.status, ConversationStatus::Archived);
+    }
+
+    #[test]
+    fn a_put_never_writes_back_a_record_replaced_meanwhile() {
+        let store = std::sync::Arc::new(Store::in_memory().unwrap());
+        let (_, head) = store
+            .create(Some("a"), turn("hello"), Durability::Sync)
+            .unwrap();
+        note(&store, "a", "key SECRET");
+        let other = std::sync::Arc::clone(&store);
+        race(move || note(&other, "a", "clean"));
+        store
+            .put(
+                crate::store::Put {
+                    reason: "put".into(),
+                    parent: Some(head),
+                    turn: turn("more"),
+                    conversation: Some(crate::store::PutConversation {
+                        name: "a".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                Durability::Sync,
+            )
+            .unwrap();
+        let info = store.conversation("a").unwrap().unwrap();
+        assert_eq!(info.record.metadata["note"], serde_json::json!("clean"));
+        assert_ne!(info.head, Some(head));
+    }
+
+    #[test]
+    fn a_metadata_write_never_writes_back_a_record_replaced_meanwhile() {
+        let store = std::sync::Arc::new(Store::in_memory().unwrap());
+        store
+            .create(Some("a"), turn("hello"), Durability::Sync)
+            .unwrap();
+        note(&store, "a", "key SECRET");
+        let other = std::sync::Arc::clone(&store);
+        race(move || note(&other, "a", "clean"));
+        let mut m = BTreeMap::new();
+        m.insert("more".to_owned(), Some(serde_json::json!(1)));
+        store
+            .set_conversation_metadata("a", m, Durability::Sync)
+            .unwrap();
+        let info = store.conversation("a").unwrap().unwrap();
+        assert_eq!(info.record.metadata["note"], serde_json::json!("clean"));
+        assert_eq!(info.record.metadata["more"], serde_json::json!(1));
     }
 }

@@ -102,10 +102,13 @@ impl Store {
         let mut edits = Vec::new();
         let mut conversations = Vec::new();
         let mut require_unclaimed = Vec::new();
+        let mut expect_records = Vec::new();
         let mut existing = None;
         if let Some(c) = &put.conversation {
             validate_name(&c.name)?;
             existing = self.index.conversation(&c.name)?;
+            #[cfg(test)]
+            super::conversation::tests::after_record_read();
             if let Some(info) = &existing {
                 if info.record.status == ConversationStatus::Archived {
                     return Err(Error::ConversationArchived {
@@ -122,6 +125,7 @@ impl Store {
             let conv_ref = RefName::conversation(&c.name)?;
             match existing {
                 Some(info) => {
+                    expect_records.push((c.name.clone(), Some(info.record.clone())));
                     let mut record = info.record;
                     if record.conversation_id.is_none() {
                         record.conversation_id = Some(id);
@@ -186,16 +190,43 @@ impl Store {
                 new: Some(RefTarget::Session(id)),
             });
         }
-        let tx = Transaction {
+        let mut tx = Transaction {
             reason: put.reason,
             edits,
             conversations,
             objects: built.objects,
             require_unclaimed,
+            expect_records,
             ..Transaction::default()
         };
-        self.transact_decoded(tx, &[(id, built.session)], durability)?;
-        Ok(id)
+        let decoded = [(id, built.session)];
+        loop {
+            match self.transact_decoded(tx.clone(), &decoded, durability) {
+                // Another process replaced the record read above: the
+                // change is made again on the current one (the head's
+                // compare-and-swap still guards the rest).
+                Err(Error::RecordOutOfDate { name }) => {
+                    let current = self
+                        .index
+                        .current_record(&name)?
+                        .ok_or_else(|| Error::NoSuchConversation { name: name.clone() })?;
+                    for cu in tx.conversations.iter_mut().filter(|c| c.name == name) {
+                        let mut record = current.clone();
+                        if let Some(mine) = &cu.record {
+                            record.conversation_id =
+                                record.conversation_id.or(mine.conversation_id);
+                            if decoded[0].1.title.is_some() {
+                                record.title.clone_from(&mine.title);
+                            }
+                            record.updated_at = record.updated_at.max(mine.updated_at);
+                        }
+                        cu.record = Some(record);
+                    }
+                    tx.expect_records = vec![(name, Some(current))];
+                }
+                r => return r.map(|_| id),
+            }
+        }
     }
 
     /// Every ref whose full name starts with `prefix` (`refs/tags/lg.`),
@@ -213,12 +244,29 @@ impl Store {
         changes: BTreeMap<String, Option<Value>>,
         durability: Durability,
     ) -> Result<()> {
+        // Made again on the current record if another process replaced
+        // the one read meanwhile (`RecordOutOfDate`).
+        loop {
+            match self.set_metadata_once(name, &changes, durability) {
+                Err(Error::RecordOutOfDate { .. }) => continue,
+                r => return r,
+            }
+        }
+    }
+
+    fn set_metadata_once(
+        &self,
+        name: &str,
+        changes: &BTreeMap<String, Option<Value>>,
+        durability: Durability,
+    ) -> Result<()> {
         let info = self.require_conversation(name)?;
+        let read = info.record.clone();
         let mut record = info.record;
         for (k, v) in changes {
             match v {
-                Some(v) => record.metadata.insert(k, v),
-                None => record.metadata.remove(&k),
+                Some(v) => record.metadata.insert(k.clone(), v.clone()),
+                None => record.metadata.remove(k),
             };
         }
         let conv_ref = match record.status {
@@ -243,6 +291,7 @@ impl Store {
                     name: name.to_owned(),
                     record: Some(record),
                 }],
+                expect_records: vec![(name.to_owned(), Some(read))],
                 ..Transaction::default()
             },
             durability,

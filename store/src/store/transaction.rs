@@ -10,7 +10,8 @@ use crate::hash::ObjectId;
 use crate::object::{EncodedObject, ObjectKind, Session};
 use crate::odb::Durability;
 use crate::refs::{
-    ConversationUpdate, Operation, RefEdit, RefName, RefTarget, RefUpdate, ReflogExpiry, RunEvent,
+    ConversationRecord, ConversationUpdate, Operation, RefEdit, RefName, RefTarget, RefUpdate,
+    ReflogExpiry, RunEvent,
 };
 use crate::time::now_ms;
 
@@ -30,6 +31,12 @@ pub struct Transaction {
     pub require_unclaimed: Vec<String>,
     /// (conversation, run) claims that must be open.
     pub require_claim: Vec<(String, u64)>,
+    /// (conversation, record) pairs: each conversation's record must still
+    /// be this one (`None`: no record), checked under the write lock. A
+    /// writer that read a record and writes it back changed sets it, so
+    /// that it never writes back what another process replaced meanwhile
+    /// (`RecordOutOfDate`).
+    pub expect_records: Vec<(String, Option<ConversationRecord>)>,
 }
 
 /// Run under the write lock once a transaction's operation is appended,
@@ -181,6 +188,11 @@ impl Store {
                 }
             }
         }
+        for (name, expected) in &tx.expect_records {
+            if self.index.current_record(name)? != *expected {
+                return Err(Error::RecordOutOfDate { name: name.clone() });
+            }
+        }
         let mut updates = Vec::with_capacity(tx.edits.len());
         for e in &tx.edits {
             let current = self.index.get_ref(&e.name)?;
@@ -261,6 +273,14 @@ impl Store {
             runs: tx.runs,
             expire,
         };
+        if !op.expire.is_empty() {
+            // Format 2 before the first operation that needs it: an older
+            // sessctl refuses the store as newer rather than reading this
+            // operation as damage (objects-format.md, "Versioning").
+            if let Some(root) = &self.root {
+                crate::odb::raise_format(root, crate::odb::STORE_FORMAT_VERSION)?;
+            }
+        }
         let bytes = op.encode();
         let (_, ticket) =
             self.odb
