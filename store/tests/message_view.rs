@@ -2,6 +2,7 @@
 //! model-ready chat history, on the real agent files in `../shared/data`
 //! (each test skips, saying why, when they are absent) and on small
 //! messages of the shapes no file there has (Agents SDK items).
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -49,7 +50,9 @@ fn lines(p: &Path) -> Vec<Value> {
 fn check_chat(messages: &[Value]) {
     let mut open: Vec<String> = Vec::new();
     for (k, m) in messages.iter().enumerate() {
-        let role = m["role"].as_str().unwrap_or_else(|| panic!("[{k}] no role: {m}"));
+        let role = m["role"]
+            .as_str()
+            .unwrap_or_else(|| panic!("[{k}] no role: {m}"));
         if role != "tool" {
             assert!(open.is_empty(), "[{k}] calls {open:?} left unanswered");
         }
@@ -147,16 +150,19 @@ fn items_role(ls: &[Value], role: &str) -> usize {
         .filter(|v| {
             v["payload"]["type"] == "message"
                 && v["payload"]["role"] == role
-                && v["payload"]["content"]
-                    .as_array()
-                    .is_some_and(|a| a.iter().any(|p| p["text"].as_str().is_some_and(|t| !t.is_empty())))
+                && v["payload"]["content"].as_array().is_some_and(|a| {
+                    a.iter()
+                        .any(|p| p["text"].as_str().is_some_and(|t| !t.is_empty()))
+                })
         })
         .count()
 }
 
 #[test]
 fn claude_code_lines_read_as_chat() {
-    let Some(dir) = data("claude-code") else { return };
+    let Some(dir) = data("claude-code") else {
+        return;
+    };
     let mut fs = Vec::new();
     files(&dir, ".jsonl", &mut fs);
     assert!(!fs.is_empty());
@@ -175,7 +181,9 @@ fn claude_code_lines_read_as_chat() {
                 assert_eq!(v.response_id.as_deref(), l["message"]["id"].as_str());
             }
             if let Some(r) = &v.reasoning {
-                let sig = l["message"]["content"][0]["signature"].as_str().unwrap_or("-");
+                let sig = l["message"]["content"][0]["signature"]
+                    .as_str()
+                    .unwrap_or("-");
                 assert!(!r.contains(sig));
             }
         }
@@ -287,5 +295,8 @@ fn unanswered_calls_and_stray_results_still_make_a_valid_history() {
     let chat = chat_history(&items);
     check_chat(&chat);
     assert_eq!(chat[2]["content"], "(no result recorded)");
-    assert_eq!(chat[4], json!({"role": "user", "content": "[tool result zz] late"}));
+    assert_eq!(
+        chat[4],
+        json!({"role": "user", "content": "[tool result zz] late"})
+    );
 }

@@ -5,7 +5,8 @@
 //! Built from each message's [`view`](super::view): meta lines are left
 //! out; system, user and assistant messages become `{role, content}` with
 //! string content; tool calls become `tool_calls` (`{id, type: "function",
-//! function: {name, arguments}}`, arguments a JSON string); tool results
+//! function: {name, arguments}}`, arguments the text of a JSON object, free
+//! text wrapped as `{"input": ...}`); tool results
 //! become `{role: "tool", tool_call_id, content}`. Then the API's rules are
 //! made to hold:
 //!
@@ -37,11 +38,18 @@ pub fn needs_conversion(history: &[Value]) -> bool {
     !history.iter().all(super::is_openai_chat)
 }
 
+/// A call's arguments as the JSON object text chat APIs expect: a JSON
+/// string as written, an object as its JSON; anything else (a Codex custom
+/// tool's free-text `input`) wrapped as `{"input": ...}`.
 fn arguments_text(a: &Value) -> String {
     match a {
-        Value::String(s) => s.clone(),
+        Value::String(s) => match serde_json::from_str::<Value>(s) {
+            Ok(Value::Object(_)) => s.clone(),
+            _ => json!({ "input": s }).to_string(),
+        },
         Value::Null => "{}".to_owned(),
-        other => other.to_string(),
+        Value::Object(_) => a.to_string(),
+        other => json!({ "input": other }).to_string(),
     }
 }
 

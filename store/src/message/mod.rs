@@ -138,7 +138,7 @@ pub fn first_line(text: &str) -> String {
 /// injected by the agent (Codex environment context, Claude Code command
 /// lines); `None` otherwise.
 pub fn user_text(v: &Value) -> Option<String> {
-    view(v).prompt_text().map(str::to_owned)
+    view(v).prompt_text()
 }
 
 /// Text of a message content: a string, or the text parts of a list.

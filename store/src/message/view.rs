@@ -13,7 +13,7 @@
 //! LangChain's serialized messages, and bare Anthropic messages (`tool_use`
 //! and `tool_result` parts).
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::{content_text, langchain, ToolCall, ToolResult};
 
@@ -134,16 +134,54 @@ impl MessageView {
     }
 
     /// The text of a prompt a person wrote: a user message's non-blank
-    /// text, not meta and not injected.
-    pub fn prompt_text(&self) -> Option<&str> {
+    /// text, neither meta nor injected; for a slash command Claude Code
+    /// logged as `<command-name>` tags, the command and its arguments
+    /// (`/review src`).
+    pub fn prompt_text(&self) -> Option<String> {
+        if self.role != Role::User || self.meta {
+            return None;
+        }
+        if let Some(name) = tag(&self.text, "command-name") {
+            let args = tag(&self.text, "command-args").unwrap_or("");
+            let t = format!("{name} {args}");
+            let t = t.trim();
+            return (!t.is_empty()).then(|| t.to_owned());
+        }
         let t = self.text.trim();
-        (self.role == Role::User && !self.meta && !self.injected && !t.is_empty()).then_some(t)
+        (!self.injected && !t.is_empty()).then(|| t.to_owned())
     }
 
     /// Whether the model wrote it: an assistant message (text, tool calls
     /// or reasoning).
     pub fn is_model_output(&self) -> bool {
         self.role == Role::Assistant && !self.meta
+    }
+
+    /// The view as JSON (`sessctl show --json`'s `view`): `role`, `text`,
+    /// `tool_calls` (`id`, `name`, `arguments`), `tool_results` (`call_id`,
+    /// `text`, `is_error`), `reasoning`, `model`, `usage`, `meta`,
+    /// `injected`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "role": self.role.as_str(),
+            "text": self.text,
+            "tool_calls": self.tool_calls.iter().map(|c| json!({
+                "id": c.id, "name": c.name, "arguments": c.arguments,
+            })).collect::<Vec<_>>(),
+            "tool_results": self.tool_results.iter().map(|r| json!({
+                "call_id": r.call_id, "text": r.text, "is_error": r.is_error,
+            })).collect::<Vec<_>>(),
+            "reasoning": self.reasoning,
+            "model": self.model,
+            "usage": self.usage.map(|u| json!({
+                "input_tokens": u.input_tokens,
+                "output_tokens": u.output_tokens,
+                "cache_read_tokens": u.cache_read_tokens,
+                "cache_write_tokens": u.cache_write_tokens,
+            })),
+            "meta": self.meta,
+            "injected": self.injected,
+        })
     }
 
     /// A one-line label for a message with no text: its tool calls, its
@@ -157,7 +195,11 @@ impl MessageView {
             return format!(
                 "{} tool result{}",
                 self.tool_results.len(),
-                if self.tool_results.len() == 1 { "" } else { "s" }
+                if self.tool_results.len() == 1 {
+                    ""
+                } else {
+                    "s"
+                }
             );
         }
         if self.reasoning.is_some() {
@@ -165,6 +207,14 @@ impl MessageView {
         }
         String::new()
     }
+}
+
+/// The trimmed text between `<name>` and `</name>` in `text`.
+fn tag<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let open = format!("<{name}>");
+    let start = text.find(&open)? + open.len();
+    let len = text[start..].find(&format!("</{name}>"))?;
+    Some(text[start..start + len].trim())
 }
 
 fn s<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
@@ -217,8 +267,9 @@ fn usage_of(u: &Value) -> Option<MessageUsage> {
     }
     let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
     let cached = n("cached_input_tokens")
-        + u.get("input_tokens_details")
-            .map_or(0, |d| d.get("cached_tokens").and_then(Value::as_u64).unwrap_or(0));
+        + u.get("input_tokens_details").map_or(0, |d| {
+            d.get("cached_tokens").and_then(Value::as_u64).unwrap_or(0)
+        });
     let input = n("input_tokens").max(n("prompt_tokens"));
     Some(MessageUsage {
         // OpenAI counts cached tokens inside input; Anthropic apart.
@@ -232,7 +283,9 @@ fn usage_of(u: &Value) -> Option<MessageUsage> {
 /// Whether a user text is one an agent injects.
 fn injected_text(t: &str) -> bool {
     let t = t.trim_start();
-    t.starts_with('<') || t.starts_with("# AGENTS.md") || t.starts_with("Caveat: The messages below")
+    t.starts_with('<')
+        || t.starts_with("# AGENTS.md")
+        || t.starts_with("Caveat: The messages below")
 }
 
 /// Reads `content` (a string, or parts of any of the shapes) into `out`.
@@ -387,11 +440,13 @@ fn claude_code(v: &Value, ty: &str) -> MessageView {
             return out;
         }
     };
-    let role = s(m, "role").and_then(role_named).unwrap_or(if ty == "assistant" {
-        Role::Assistant
-    } else {
-        Role::User
-    });
+    let role = s(m, "role")
+        .and_then(role_named)
+        .unwrap_or(if ty == "assistant" {
+            Role::Assistant
+        } else {
+            Role::User
+        });
     let mut out = MessageView::new(Shape::ClaudeCode, role);
     read_content(&mut out, m.get("content"));
     out.meta = meta;
@@ -454,8 +509,12 @@ pub fn view(v: &Value) -> MessageView {
     // Claude Code line.
     if v.get("uuid").is_some_and(Value::is_string)
         || (v.get("sessionId").is_some() && v.get("message").is_some())
-        || matches!(ty, Some("summary" | "file-history-snapshot" | "queue-operation"))
-        || (matches!(ty, Some("user" | "assistant")) && v.get("message").is_some_and(Value::is_object))
+        || matches!(
+            ty,
+            Some("summary" | "file-history-snapshot" | "queue-operation")
+        )
+        || (matches!(ty, Some("user" | "assistant"))
+            && v.get("message").is_some_and(Value::is_object))
     {
         return claude_code(v, ty.unwrap_or(""));
     }
@@ -503,10 +562,9 @@ pub fn view(v: &Value) -> MessageView {
             let c = v.get("content").cloned().unwrap_or(Value::Null);
             let text = result_text(&c);
             let ids: Vec<Option<String>> = match v.get("tool_call_ids") {
-                Some(Value::Array(ids)) if !ids.is_empty() => ids
-                    .iter()
-                    .map(|i| i.as_str().map(str::to_owned))
-                    .collect(),
+                Some(Value::Array(ids)) if !ids.is_empty() => {
+                    ids.iter().map(|i| i.as_str().map(str::to_owned)).collect()
+                }
                 _ => vec![owned(v, "tool_call_id")],
             };
             for call_id in ids {
@@ -525,6 +583,8 @@ pub fn view(v: &Value) -> MessageView {
                 out.text = t.to_owned();
             }
         }
+        // A sessctl compaction checkpoint (`compact.rs`).
+        out.injected |= v.get(crate::compact::CHECKPOINT_MESSAGE_KEY).is_some();
         out.model = owned(v, "model");
         out.usage = v.get("usage").and_then(usage_of);
         return out;
