@@ -25,6 +25,7 @@ mod chat;
 mod view;
 
 pub use chat::{chat_history, needs_conversion};
+pub(crate) use view::CHECKPOINT_MESSAGE_KEY;
 pub use view::{view, MessageUsage, MessageView, Role, Shape};
 
 /// A LangChain message (`message_to_dict`): its role and the message.

@@ -17,6 +17,11 @@ use serde_json::{json, Value};
 
 use super::{content_text, langchain, ToolCall, ToolResult};
 
+/// The key a compaction checkpoint message carries
+/// (`compact::CHECKPOINT_MESSAGE_KEY` is this one): defined here because
+/// `compact.rs` reads messages through this module, not the other way.
+pub(crate) const CHECKPOINT_MESSAGE_KEY: &str = "sessctl_checkpoint";
+
 /// Who speaks in a message, as chat APIs name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Role {
@@ -583,8 +588,8 @@ pub fn view(v: &Value) -> MessageView {
                 out.text = t.to_owned();
             }
         }
-        // A sessctl compaction checkpoint (`compact.rs`).
-        out.injected |= v.get(crate::compact::CHECKPOINT_MESSAGE_KEY).is_some();
+        // A sessctl compaction checkpoint.
+        out.injected |= v.get(CHECKPOINT_MESSAGE_KEY).is_some();
         out.model = owned(v, "model");
         out.usage = v.get("usage").and_then(usage_of);
         return out;
