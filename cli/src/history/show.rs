@@ -98,8 +98,8 @@ fn message_line(v: &Value) -> (String, String) {
 /// How long a metadata value `show` prints whole may be.
 const METADATA_CHARS: usize = 200;
 
-/// A metadata value as `show` prints it: whole when short, else its kind
-/// and size (`show --json` has it whole).
+/// A metadata value as `show` and `diff` print it: whole when short, else
+/// its kind and size (`--json` has it whole).
 fn abridged(v: &Value) -> String {
     let text = v.to_string();
     if text.chars().count() <= METADATA_CHARS {
@@ -110,7 +110,7 @@ fn abridged(v: &Value) -> String {
         Value::Array(a) => plural(a.len() as u64, "item", "items"),
         _ => "a value".to_owned(),
     };
-    format!("({what}, {} bytes of JSON; see show --json)", text.len())
+    format!("({what}, {} bytes of JSON; see --json)", text.len())
 }
 
 /// The messages at `from..` of a history, with their positions.
@@ -412,7 +412,7 @@ pub fn diff(ctx: &Ctx, args: DiffArgs) -> CmdResult {
             } else {
                 &ch.path
             };
-            let show = |v: &Option<Value>| v.as_ref().map(Value::to_string).unwrap_or_default();
+            let show = |v: &Option<Value>| v.as_ref().map(abridged).unwrap_or_default();
             let _ = match ch.op {
                 ChangeOp::Added => writeln!(t, "  + {path}: {}", show(&ch.new)),
                 ChangeOp::Removed => writeln!(t, "  - {path}: {}", show(&ch.old)),

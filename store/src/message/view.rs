@@ -291,6 +291,8 @@ fn injected_text(t: &str) -> bool {
     t.starts_with('<')
         || t.starts_with("# AGENTS.md")
         || t.starts_with("Caveat: The messages below")
+        // Claude Code's note that the user stopped a turn.
+        || t.starts_with("[Request interrupted by user")
 }
 
 /// Reads `content` (a string, or parts of any of the shapes) into `out`.
