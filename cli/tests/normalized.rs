@@ -414,3 +414,79 @@ fn a_session_without_times_sorts_by_when_it_was_imported() {
     assert!(shown.contains("] tool\n"), "{shown}");
     assert!(shown.contains("-> "), "{shown}");
 }
+
+#[test]
+fn large_source_fields_are_blobs_and_ls_json_stays_small() {
+    let src = Path::new(DATA).join("codex");
+    if !src.exists() {
+        eprintln!("note: {} is absent; skipping", src.display());
+        return;
+    }
+    let (dir, store) = support::new_store();
+    ok(
+        &store,
+        &[
+            "import",
+            "--from",
+            "codex",
+            "--no-sync",
+            src.to_str().unwrap(),
+        ],
+    );
+    // Before: each record carried the ~21 KB base_instructions inline
+    // (51,881 bytes of `ls --json` for the two rollouts).
+    let listing = ok(&store, &["ls", "--json"]);
+    assert!(
+        listing.len() < 8 * 1024,
+        "ls --json is {} bytes",
+        listing.len()
+    );
+    let convs: Value = serde_json::from_str(&listing).unwrap();
+    let mut rollouts: Vec<PathBuf> = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    rollouts.sort();
+    for c in convs.as_array().unwrap() {
+        let file = c["metadata"]["source_file"].as_str().unwrap();
+        let text = std::fs::read_to_string(src.join(file)).unwrap();
+        let meta: Value = text
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|v| v["type"] == "session_meta")
+            .unwrap();
+        let reference = &c["metadata"]["session_meta"]["base_instructions"];
+        let id = reference["sessctl_blob"].as_str().unwrap();
+        // The blob holds the source's value as it was.
+        let blob: Value = serde_json::from_str(&ok(&store, &["cat-object", "-p", id])).unwrap();
+        assert_eq!(blob, meta["payload"]["base_instructions"]);
+        // Small fields stay in place.
+        assert_eq!(c["metadata"]["session_meta"]["id"], meta["payload"]["id"]);
+        // gc keeps it; a clone carries it.
+        ok(&store, &["gc", "--prune", "now"]);
+        assert_eq!(ok(&store, &["cat-object", "-t", id]), "blob\n");
+        let copy = dir.path().join(format!("copy-{id}"));
+        ok(
+            &store,
+            &["clone", store.to_str().unwrap(), copy.to_str().unwrap()],
+        );
+        assert_eq!(ok(&copy, &["cat-object", "-t", id]), "blob\n");
+    }
+    assert_eq!(convs.as_array().unwrap().len(), rollouts.len());
+    // Importing again writes nothing.
+    let again = ok(
+        &store,
+        &[
+            "import",
+            "--from",
+            "codex",
+            "--no-sync",
+            src.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        again.contains(" 0 objects written, 0 refs moved"),
+        "{again}"
+    );
+}

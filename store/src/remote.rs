@@ -275,8 +275,13 @@ pub fn pack_for(sender: &Store, receiver: &Store, conversations: &[String]) -> R
         tips,
     } = select(sender, &selection(conversations)?)?;
     let odb = receiver.odb();
-    let (objects, prerequisites) =
+    let (mut objects, prerequisites) =
         reach::missing_from(sender.odb(), &tips, &mut |id| odb.contains(id))?;
+    objects.extend(reach::record_blobs_missing(
+        sender.odb(),
+        &records,
+        &mut |id| odb.contains(id),
+    )?);
     Ok(Bundle::new(refs, records, prerequisites, objects))
 }
 
