@@ -136,7 +136,7 @@ fn show_log_and_ls_read_every_codex_and_claude_code_session() {
             }
             assert_eq!(headers, c["messages"].as_u64().unwrap(), "show {name}");
             // log --oneline: every session of the conversation a line of
-            // text, the first a prompt.
+            // text (a session of context alone says what it holds).
             let log = ok(&store, &["log", "--oneline", name]);
             assert_no_raw_json(&log, &format!("log {name}"));
             assert_no_meta(&log, &format!("log {name}"));
@@ -145,8 +145,8 @@ fn show_log_and_ls_read_every_codex_and_claude_code_session() {
                 .map(|l| l.split_once(' ').map_or("", |(_, t)| t))
                 .collect();
             assert!(
-                texts.iter().any(|t| !t.is_empty()),
-                "log {name} has no text:\n{log}"
+                texts.iter().all(|t| !t.is_empty()),
+                "log {name} has a line without text:\n{log}"
             );
             // ls's text form prints the same preview.
         }
