@@ -1,20 +1,28 @@
 //! Message shapes: how sessctl reads a message's JSON. Agents write
 //! messages in several shapes, and the store keeps each as it was written:
 //! OpenAI chat (`role`, `content` as a string or parts, `tool_calls`, role
-//! `tool`), Anthropic / Claude (`tool_use` and `tool_result` content parts),
-//! Claude Code lines (`type`, `uuid` and the message inside `message`), and
-//! Codex items (`type` `function_call`, `function_call_output`,
-//! `reasoning`), and LangChain's serialized messages (`type` `human`, `ai`,
-//! `system`, `tool` with the message in `data`, as LangGraph checkpoints
-//! store them through `sessctl.langgraph`). Everything that asks "whose message is this, what does it
-//! say, which tools did it call" asks here: the index's previews, replay,
-//! compaction's cut, resume, export and the CLI's views.
+//! `tool`; SWE-agent's history adds `thought`, `action`, `tool_call_ids`),
+//! Anthropic / Claude (`tool_use` and `tool_result` content parts), Claude
+//! Code lines (`type`, `uuid` and the message inside `message`), Codex
+//! rollout lines (`{timestamp, type, payload}`), OpenAI Agents SDK /
+//! Responses items (`function_call`, `function_call_output`, `reasoning`,
+//! `input_text` parts), and LangChain's serialized messages (`type` `human`,
+//! `ai`, `system`, `tool` with the message in `data`, as LangGraph
+//! checkpoints store them through `sessctl.langgraph`). Everything that asks
+//! "whose message is this, what does it say, which tools did it call" asks
+//! here: the index's previews, replay, compaction's cut, resume, checkout,
+//! export and the CLI's views.
 //!
-//! [`view`] reads any message into one normalized [`MessageView`] (role,
-//! text, tool calls and results, reasoning, model, usage, whether it is a
-//! meta line); [`chat_history`] turns a history into model-ready OpenAI chat
-//! messages. The small functions below (`role_of`, `user_text`, ...) answer
-//! one question each, most through the view.
+//! The API, small on purpose:
+//! - [`view`] reads any message into one normalized [`MessageView`]: its
+//!   [`Role`], `text`, tool calls and results, reasoning (never an
+//!   encrypted blob), model, usage, and whether it is a `meta` line (not
+//!   part of the conversation) or `injected` context. A reader that wants a
+//!   message's words (search, previews) reads `view(v).text`.
+//! - [`user_text`] is the text of a prompt a person wrote, or `None`.
+//! - [`chat_history`] turns a history into model-ready OpenAI chat messages.
+//! - The small functions below (`role_of`, `tool_calls`, ...) answer one
+//!   question each, most through the view.
 //!
 //! Plain functions over `&serde_json::Value`. This module never writes,
 //! stores or changes a message.
@@ -24,7 +32,7 @@ use serde_json::Value;
 mod chat;
 mod view;
 
-pub use chat::{chat_history, needs_conversion};
+pub use chat::{chat_history, needs_conversion, NO_RESULT};
 pub(crate) use view::CHECKPOINT_MESSAGE_KEY;
 pub use view::{view, MessageUsage, MessageView, Role, Shape};
 

@@ -131,7 +131,7 @@ impl MessageView {
         }
     }
 
-    fn meta(shape: Shape) -> MessageView {
+    fn meta_line(shape: Shape) -> MessageView {
         MessageView {
             meta: true,
             ..MessageView::new(shape, Role::System)
@@ -440,7 +440,7 @@ fn claude_code(v: &Value, ty: &str) -> MessageView {
                 out.injected = true;
                 return out;
             }
-            let mut out = MessageView::meta(Shape::ClaudeCode);
+            let mut out = MessageView::meta_line(Shape::ClaudeCode);
             out.text = owned(v, "summary")
                 .or_else(|| owned(v, "content"))
                 .unwrap_or_default();
@@ -468,7 +468,7 @@ fn claude_code(v: &Value, ty: &str) -> MessageView {
 fn codex(ty: &str, p: &Value) -> MessageView {
     match ty {
         "response_item" => responses_item(p, Shape::Codex).unwrap_or_else(|| {
-            let mut out = MessageView::meta(Shape::Codex);
+            let mut out = MessageView::meta_line(Shape::Codex);
             out.text = s(p, "type").unwrap_or("").to_owned();
             out
         }),
@@ -486,7 +486,7 @@ fn codex(ty: &str, p: &Value) -> MessageView {
             out
         }
         _ => {
-            let mut out = MessageView::meta(Shape::Codex);
+            let mut out = MessageView::meta_line(Shape::Codex);
             out.model = owned(p, "model");
             if s(p, "type") == Some("token_count") {
                 out.usage = p
@@ -596,7 +596,7 @@ pub fn view(v: &Value) -> MessageView {
         out.usage = v.get("usage").and_then(usage_of);
         return out;
     }
-    let mut out = MessageView::meta(Shape::Unknown);
+    let mut out = MessageView::meta_line(Shape::Unknown);
     out.text = v.to_string();
     out
 }
