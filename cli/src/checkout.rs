@@ -25,7 +25,10 @@ pub struct CheckoutArgs {
     /// Also write the seed layout into DIR (created if missing):
     /// state.json ({"context_state", "environment_state",
     /// "message_history"}) and display_messages.json, pretty JSON with
-    /// sorted keys, each replaced atomically.
+    /// sorted keys, each replaced atomically. message_history is
+    /// model-ready OpenAI chat ({role, content, tool_calls}, {role: "tool",
+    /// tool_call_id, content}); when that took converting imported
+    /// messages, raw_messages.json holds them as stored.
     #[arg(short = 'o', long = "output", value_name = "DIR")]
     output: Option<PathBuf>,
 }
@@ -37,8 +40,15 @@ pub fn checkout(ctx: &Ctx, args: CheckoutArgs) -> CmdResult {
     if let Some(dir) = &args.output {
         // The seed is written first: if that fails, HEAD has not moved.
         let (_, target) = resume::checkout_target(&store, &args.rev)?;
-        let [state, display] = Seed::load(&store, &target.session)?.write(dir)?;
-        said = format!("wrote {} and {}\n", state.display(), display.display());
+        let paths: Vec<String> = Seed::load(&store, &target.session)?
+            .write_all(dir)?
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        said = match paths.split_last() {
+            Some((last, rest)) => format!("wrote {} and {last}\n", rest.join(", ")),
+            None => String::new(),
+        };
     }
     resume::checkout(&store, &args.rev, Durability::Sync)?;
     print(&said)

@@ -3,7 +3,7 @@
 
 use clap::Args;
 use serde_json::{json, Value};
-use sessctl_store::message::{content_text, inner};
+use sessctl_store::message::view;
 use sessctl_store::replay::{Replay, ReplayTurn};
 
 use crate::output::print;
@@ -59,7 +59,7 @@ fn plural(n: usize, one: &str, many: &str) -> String {
 
 /// The text of a message, for a preview.
 fn message_text(m: &Value) -> Option<String> {
-    let text = content_text(inner(m).get("content")?)?;
+    let text = view(m).text;
     let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
     (!text.is_empty()).then_some(text)
 }

@@ -58,7 +58,7 @@ const CHECKPOINT_HEADINGS: [&str; 5] = [
 pub const CHECKPOINT_TITLE: &str = "[sessctl checkpoint] Summary of the conversation so far:";
 
 /// The message key that carries the checkpoint object.
-pub const CHECKPOINT_MESSAGE_KEY: &str = "sessctl_checkpoint";
+pub const CHECKPOINT_MESSAGE_KEY: &str = crate::message::CHECKPOINT_MESSAGE_KEY;
 
 /// Where the work stood when the conversation was compacted.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -231,6 +231,23 @@ impl Store {
             }
         }
 
+        // Records name the blobs their large metadata fields are in.
+        for c in self.conversations(None)? {
+            for id in crate::refs::large_fields::metadata_blobs(&c.record.metadata) {
+                match kinds.get(&id) {
+                    Some(ObjectKind::Blob) => {}
+                    Some(k) => report.problems.push(format!(
+                        "conversation {}: its metadata names {id}, a {k}",
+                        c.name
+                    )),
+                    None => report.problems.push(format!(
+                        "conversation {}: its metadata names blob {id}, which is missing",
+                        c.name
+                    )),
+                }
+            }
+        }
+
         // The operation and ref-log chains, and the index against them.
         report.problems.extend(self.verify_chains()?);
         let entries = self.reflog_entries()?;

@@ -23,7 +23,7 @@ use crate::odb::atomic_file::AtomicFile;
 use crate::odb::pack::PackOptions;
 use crate::odb::{Durability, RepackOptions};
 use crate::reach;
-use crate::refs::{RefName, RefTarget};
+use crate::refs::{large_fields, RefName, RefTarget};
 use crate::store::Store;
 use crate::time::now_ms;
 
@@ -190,6 +190,11 @@ fn rescued(
                 stack.push(*id);
             }
         }
+        for c in &op.conversations {
+            if let Some(r) = &c.record {
+                stack.extend(large_fields::metadata_blobs(&r.metadata));
+            }
+        }
     }
     for id in backend.ids()? {
         if !known.contains(&id) {
@@ -239,7 +244,11 @@ impl Store {
         let all = odb.backend().ids()?;
         let roots = roots(self, Some(opts.reflog_expiry_ms))?;
         progress.phase("marking reachable objects", None);
-        let (live, _) = reach::closure(self.odb(), &roots)?;
+        let (mut live, _) = reach::closure(self.odb(), &roots)?;
+        // The blobs conversation records keep their large fields in.
+        for c in self.conversations(None)? {
+            live.extend(large_fields::metadata_blobs(&c.record.metadata));
+        }
         progress.advance(live.len() as u64);
         let now = now_ms();
         let stored = odb.backend().stored_at()?;

@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::hash::ObjectId;
 use crate::object::{EncodedObject, ObjectKind, Session};
 use crate::odb::Odb;
+use crate::refs::{large_fields, ConversationRecord};
 
 /// Everything reachable from `roots` (sessions and blobs), and the session
 /// graph (child -> parent, compaction -> source) they form.
@@ -83,6 +84,26 @@ pub fn missing_from(
         objects.push(obj);
     }
     Ok((objects, prerequisites.into_iter().collect()))
+}
+
+/// The blobs `records` keep their large metadata fields in
+/// (`refs::large_fields`) that `have` says the receiver lacks, read from
+/// `source`; a transfer sends them with the records.
+pub fn record_blobs_missing(
+    source: &Odb,
+    records: &[(String, ConversationRecord)],
+    have: &mut dyn FnMut(&ObjectId) -> Result<bool>,
+) -> Result<Vec<EncodedObject>> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (_, r) in records {
+        for id in large_fields::metadata_blobs(&r.metadata) {
+            if seen.insert(id) && !have(&id)? {
+                out.push(read_kind(source, &id, ObjectKind::Blob)?);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Reads an object that must be of `kind`.

@@ -421,10 +421,15 @@ pub fn pack_for_with(
     let odb = receiver.odb();
     // Counted as the walk examines them: what goes and where it stops.
     progress.phase("counting objects", None);
-    let (objects, prerequisites) = reach::missing_from(sender.odb(), &tips, &mut |id| {
+    let (mut objects, prerequisites) = reach::missing_from(sender.odb(), &tips, &mut |id| {
         progress.advance(1);
         odb.contains(id)
     })?;
+    objects.extend(reach::record_blobs_missing(
+        sender.odb(),
+        &records,
+        &mut |id| odb.contains(id),
+    )?);
     Ok(Bundle::new(refs, records, prerequisites, objects))
 }
 

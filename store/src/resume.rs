@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use crate::compact::CHECKPOINT_MESSAGE_KEY;
 use crate::error::{Error, Result};
 use crate::hash::ObjectId;
-use crate::message::{role_of, user_text};
+use crate::message::{chat_history, needs_conversion, user_text, view, Shape};
 use crate::object::Compaction;
 use crate::odb::atomic_file::AtomicFile;
 use crate::odb::{Durability, Odb};
@@ -109,16 +109,25 @@ pub fn checkout(store: &Store, rev: &str, durability: Durability) -> Result<Chec
 pub const STATE_FILE: &str = "state.json";
 /// The file holding the display history.
 pub const DISPLAY_FILE: &str = "display_messages.json";
+/// The file holding the history as stored, when `message_history` is a
+/// conversion of it (see [`Seed::raw_history`]).
+pub const RAW_FILE: &str = "raw_messages.json";
 
 /// What a runtime needs to start from a session.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Seed {
     pub context_state: Option<Value>,
-    /// The full message history.
+    /// The full message history, model-ready: as stored when every message
+    /// is already an OpenAI chat message; else (imported Claude Code, Codex,
+    /// Agents SDK, ... messages) its conversion by
+    /// [`message::chat_history`](crate::message::chat_history).
     pub message_history: Vec<Value>,
     pub environment_state: Option<Value>,
     /// The full display history.
     pub display_messages: Vec<Value>,
+    /// The history as stored, byte for byte the same values, when
+    /// `message_history` is a conversion of it; `None` when it is not.
+    pub raw_history: Option<Vec<Value>>,
 }
 
 /// Pretty JSON (2-space indent, keys sorted) and one newline: the same
@@ -134,9 +143,16 @@ impl Seed {
         let odb = store.odb();
         let s = odb.session(id)?;
         let state = |b: Option<ObjectId>| b.map(|b| odb.blob(&b)).transpose();
+        let raw = odb.load_messages(id)?;
+        let (message_history, raw_history) = if needs_conversion(&raw) {
+            (chat_history(&raw), Some(raw))
+        } else {
+            (raw, None)
+        };
         Ok(Seed {
             context_state: state(s.context_state)?,
-            message_history: odb.load_messages(id)?,
+            message_history,
+            raw_history,
             environment_state: state(s.environment_state)?,
             display_messages: odb
                 .display_history(id)?
@@ -161,16 +177,40 @@ impl Seed {
         pretty(&Value::Array(self.display_messages.clone()))
     }
 
-    /// Writes `DIR/state.json` and `DIR/display_messages.json`, each
-    /// atomically (a temporary file, synced, renamed over the old one);
-    /// creates `DIR` when missing. Returns the two paths.
+    /// Writes `DIR/state.json` and `DIR/display_messages.json` (see
+    /// [`Seed::write_all`]) and returns their paths.
     pub fn write(&self, dir: &Path) -> Result<[PathBuf; 2]> {
+        self.write_all(dir)?;
+        Ok([dir.join(STATE_FILE), dir.join(DISPLAY_FILE)])
+    }
+
+    /// Writes `DIR/state.json`, `DIR/display_messages.json` and, when the
+    /// history was converted, `DIR/raw_messages.json` (the stored history
+    /// as a pretty array), each atomically (a temporary file, synced,
+    /// renamed over the old one); removes a `raw_messages.json` an earlier
+    /// seed left when this one has none; creates `DIR` when missing.
+    /// Returns the paths written.
+    pub fn write_all(&self, dir: &Path) -> Result<Vec<PathBuf>> {
         fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let state = dir.join(STATE_FILE);
         let display = dir.join(DISPLAY_FILE);
+        let raw = dir.join(RAW_FILE);
         AtomicFile::replace(&state, self.state_json().as_bytes(), Durability::Sync)?;
         AtomicFile::replace(&display, self.display_json().as_bytes(), Durability::Sync)?;
-        Ok([state, display])
+        let mut out = vec![state, display];
+        match &self.raw_history {
+            Some(h) => {
+                let bytes = pretty(&Value::Array(h.clone()));
+                AtomicFile::replace(&raw, bytes.as_bytes(), Durability::Sync)?;
+                out.push(raw);
+            }
+            None => match fs::remove_file(&raw) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(&raw, e)),
+            },
+        }
+        Ok(out)
     }
 }
 
@@ -203,7 +243,10 @@ pub struct ResumeSummary {
     pub created: i64,
     /// When the session was created.
     pub last_activity: i64,
-    /// Messages of `history` by role (`unknown` for a message without one).
+    /// Messages of `history` by role, as [`view`] reads them: `system`,
+    /// `user`, `assistant`, `tool`, and `meta` for lines that are not part
+    /// of the conversation
+    /// (`unknown` for a message of no shape sessctl reads).
     pub messages: BTreeMap<String, u64>,
     pub message_count: u64,
     /// The title, or else the first user message cut to 200 characters.
@@ -274,9 +317,13 @@ pub fn resume(store: &Store, id: &ObjectId) -> Result<Resume> {
 
     let mut messages: BTreeMap<String, u64> = BTreeMap::new();
     for m in &history {
-        *messages
-            .entry(role_of(m).unwrap_or("unknown").to_owned())
-            .or_default() += 1;
+        let v = view(m);
+        let role = match (v.meta, v.shape) {
+            (true, Shape::Unknown) => "unknown",
+            (true, _) => "meta",
+            (false, _) => v.role.as_str(),
+        };
+        *messages.entry(role.to_owned()).or_default() += 1;
     }
     let first = first_user_text(odb, id, 0)?.unwrap_or_default();
     let description = match &title {

@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 use sessctl_store::diff::{json_diff, Change, ChangeOp};
 use sessctl_store::graph::{self, Follow, Lanes, Node, SessionGraph, TopoWalk};
 use sessctl_store::index::SessionInfo;
-use sessctl_store::message::{content_text, first_line, inner, role_of};
+use sessctl_store::message::{first_line, view, Shape};
 use sessctl_store::rev::RevSpec;
 use sessctl_store::time::format_rfc3339_ms;
 use sessctl_store::{Error, ObjectId, RefName, RefTarget, Session, Store, Usage};

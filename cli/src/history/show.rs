@@ -16,15 +16,102 @@ pub struct ShowArgs {
     json: bool,
 }
 
-/// A message's role and text, as people read it.
+/// How many lines of a tool result `show` prints.
+const RESULT_LINES: usize = 10;
+
+/// A message's role and text, as people read it, through the normalized
+/// view: the role (`(meta)` after it for a line that is not part of the
+/// conversation), then its text, its reasoning, its tool calls and the
+/// first lines of its tool results.
 fn message_text(v: &Value) -> (String, String) {
-    let role = role_of(v).unwrap_or("message").to_owned();
-    let text = inner(v)
-        .get("content")
-        .and_then(content_text)
-        .filter(|t| !t.trim().is_empty())
-        .unwrap_or_else(|| v.to_string());
+    let m = view(v);
+    let role = match (m.meta, m.shape) {
+        (true, Shape::Unknown) => "message".to_owned(),
+        (true, _) => format!("{} (meta)", m.role),
+        (false, _) => m.role.to_string(),
+    };
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(r) = &m.reasoning {
+        parts.push(format!("(reasoning) {r}"));
+    }
+    if !m.text.trim().is_empty() {
+        parts.push(m.text.clone());
+    }
+    for c in &m.tool_calls {
+        let args = match &c.arguments {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let id =
+            c.id.as_deref()
+                .map(|i| format!(" [{i}]"))
+                .unwrap_or_default();
+        parts.push(format!("-> {}{id} {args}", c.name));
+    }
+    for r in &m.tool_results {
+        let id = r.call_id.as_deref().unwrap_or("?");
+        let error = if r.is_error { " (error)" } else { "" };
+        let lines: Vec<&str> = r.text.lines().collect();
+        let mut s = format!("<- [{id}]{error}");
+        for l in lines.iter().take(RESULT_LINES) {
+            s.push('\n');
+            s.push_str("  ");
+            s.push_str(l);
+        }
+        if lines.len() > RESULT_LINES {
+            s.push_str(&format!("\n  … {} more lines", lines.len() - RESULT_LINES));
+        }
+        parts.push(s);
+    }
+    let text = if parts.is_empty() && m.shape == Shape::Unknown {
+        // A line no shape explains: its JSON.
+        v.to_string()
+    } else if parts.is_empty() {
+        // An item with nothing to read (encrypted reasoning, an empty
+        // message): what kind it is.
+        let kind = v
+            .pointer("/payload/type")
+            .or_else(|| v.get("type"))
+            .and_then(Value::as_str)
+            .unwrap_or("empty");
+        format!("({kind})")
+    } else {
+        parts.join("\n")
+    };
     (role, text)
+}
+
+/// The one line `diff` prints for a message: its text's first line, else
+/// what it does.
+fn message_line(v: &Value) -> (String, String) {
+    let m = view(v);
+    let (role, text) = message_text(v);
+    let line = match first_line(&m.text) {
+        l if !l.is_empty() => l,
+        _ => match m.label() {
+            l if !l.is_empty() => l,
+            _ => first_line(&text),
+        },
+    };
+    (role, line)
+}
+
+/// How long a metadata value `show` prints whole may be.
+const METADATA_CHARS: usize = 200;
+
+/// A metadata value as `show` and `diff` print it: whole when short, else
+/// its kind and size (`--json` has it whole).
+fn abridged(v: &Value) -> String {
+    let text = v.to_string();
+    if text.chars().count() <= METADATA_CHARS {
+        return text;
+    }
+    let what = match v {
+        Value::Object(o) => plural(o.len() as u64, "key", "keys"),
+        Value::Array(a) => plural(a.len() as u64, "item", "items"),
+        _ => "a value".to_owned(),
+    };
+    format!("({what}, {} bytes of JSON; see --json)", text.len())
 }
 
 /// The messages at `from..` of a history, with their positions.
@@ -62,7 +149,10 @@ pub fn show(ctx: &Ctx, args: ShowArgs) -> CmdResult {
         v["shown_messages"] = Value::Array(
             messages
                 .iter()
-                .map(|(k, m, value)| json!({"index": k, "id": m.to_hex(), "value": value}))
+                .map(|(k, m, value)| {
+                    json!({"index": k, "id": m.to_hex(), "value": value,
+                           "view": view(value).to_json()})
+                })
                 .collect(),
         );
         return print(&format!("{v}\n"));
@@ -118,7 +208,7 @@ fn show_text(
         let _ = writeln!(t, "Spawned by:   {v}");
     }
     for (k, v) in &m.extra {
-        let _ = writeln!(t, "Metadata:     {k} = {v}");
+        let _ = writeln!(t, "Metadata:     {k} = {}", abridged(v));
     }
     let _ = writeln!(
         t,
@@ -308,12 +398,12 @@ pub fn diff(ctx: &Ctx, args: DiffArgs) -> CmdResult {
     }
     for (sign, ms, other, other_name) in [("-", &ma, &at_b, "b"), ("+", &mb, &at_a, "a")] {
         for (k, m, v) in ms {
-            let (role, text) = message_text(v);
+            let (role, line) = message_line(v);
             let also = match other.get(m) {
                 Some(j) => format!(" (also in {other_name} at [{j}])"),
                 None => String::new(),
             };
-            let _ = writeln!(t, "{sign} [{k}] {role}: {}{also}", first_line(&text));
+            let _ = writeln!(t, "{sign} [{k}] {role}: {line}{also}");
         }
     }
     for (k, c) in &changes {
@@ -328,7 +418,7 @@ pub fn diff(ctx: &Ctx, args: DiffArgs) -> CmdResult {
             } else {
                 &ch.path
             };
-            let show = |v: &Option<Value>| v.as_ref().map(Value::to_string).unwrap_or_default();
+            let show = |v: &Option<Value>| v.as_ref().map(abridged).unwrap_or_default();
             let _ = match ch.op {
                 ChangeOp::Added => writeln!(t, "  + {path}: {}", show(&ch.new)),
                 ChangeOp::Removed => writeln!(t, "  - {path}: {}", show(&ch.old)),

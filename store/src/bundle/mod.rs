@@ -191,8 +191,15 @@ impl Bundle {
             boundary.push(store.resolve_rev(rev)?);
         }
         let (known, _) = reach::closure(store.odb(), &boundary)?;
-        let (objects, prerequisites) =
+        let (mut objects, prerequisites) =
             reach::missing_from(store.odb(), &tips, &mut |id| Ok(known.contains(id)))?;
+        // A record's large fields travel with it: the receiver may not
+        // have them even when it has the sessions.
+        objects.extend(reach::record_blobs_missing(
+            store.odb(),
+            &records,
+            &mut |_| Ok(false),
+        )?);
         Ok(Bundle::new(refs, records, prerequisites, objects))
     }
 

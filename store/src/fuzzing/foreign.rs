@@ -426,7 +426,9 @@ impl Stored {
             .conversations(None)
             .unwrap_or_else(|e| panic!("listing conversations failed: {e}"));
         for c in records {
-            for v in c.record.metadata.into_values() {
+            let mut metadata = c.record.metadata;
+            crate::refs::large_fields::inline(&mut metadata, &mut |id| store.odb().blob(id).ok());
+            for v in metadata.into_values() {
                 push_nested(&mut values, v, 1);
             }
         }

@@ -12,7 +12,7 @@ use crate::object::{
     blob, Compaction, EncodedObject, MessageDelta, ObjectKind, RunSummary, Session,
     SessionMetadata, SessionStatus, SessionType, Usage,
 };
-use crate::refs::{ConversationRecord, ConversationStatus, RefName};
+use crate::refs::{large_fields, ConversationRecord, ConversationStatus, RefName};
 
 use super::*;
 
@@ -459,6 +459,16 @@ pub(super) fn build(
                 if *kind == BranchKind::Fork {
                     metadata.insert("forked_from".to_owned(), json!(tree.name));
                 }
+                // Large source fields (a system prompt) are kept as blobs.
+                let mut large = Vec::new();
+                let taken = large_fields::externalize(&mut metadata, &mut |v| {
+                    let o = blob_object(v).ok()?;
+                    let id = o.id();
+                    large.push(o);
+                    Some(id)
+                });
+                debug_assert_eq!(taken.len(), large.len());
+                built.objects.extend(large);
                 let record = ConversationRecord {
                     conversation_id: conv_id[b],
                     title: tree.title.clone(),

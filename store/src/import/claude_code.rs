@@ -29,7 +29,9 @@
 //!   `trailing_events`. Other system lines may be parents: their children hang
 //!   on the nearest message above them.
 //! - A `summary` whose `leafUuid` is one of this conversation's messages is its
-//!   title (the last such line wins).
+//!   title (the last such line wins); with none, the last `summary` line of
+//!   its files is (a resumed session's file opens with the summaries of the
+//!   conversation it continues, whose leaves are in older files).
 //! - `isSidechain` lines are subagents; a tool result whose `toolUseResult`
 //!   names an `agentId` tells which message spawned that agent.
 
@@ -347,6 +349,7 @@ fn build_tree(session: String, g: Group) -> Option<Tree> {
     let mut pending: Vec<Value> = Vec::new();
     let mut trailing: Vec<Value> = Vec::new();
     let mut title = None;
+    let mut any_summary = None;
     for item in &g.items {
         match item {
             Item::Event(v) => {
@@ -355,6 +358,7 @@ fn build_tree(session: String, g: Group) -> Option<Tree> {
                         if node_of(Some(leaf)).is_some_and(|n| index.contains_key(&n)) {
                             title = Some(s.to_owned());
                         }
+                        any_summary = Some(s.to_owned());
                     }
                 }
                 pending.push(v.clone());
@@ -373,6 +377,10 @@ fn build_tree(session: String, g: Group) -> Option<Tree> {
             Item::FileEnd => trailing.append(&mut pending),
         }
     }
+    // Claude Code opens a resumed session's file with the summaries of the
+    // conversation it continues, whose leaves live in older files: with no
+    // summary of a leaf here, the last summary in the files is the title.
+    let title = title.or(any_summary);
     let attached: HashSet<String> = nodes
         .iter()
         .flat_map(|n| n.events.iter().map(Value::to_string))

@@ -8,7 +8,9 @@
 //!   rollout that logs prompts only as `event_msg` `user_message` gets those
 //!   lines as its prompts instead.
 //! - `compacted` lines are compaction boundaries.
-//! - `session_meta` goes to the conversation record's metadata. With
+//! - `session_meta` goes to the conversation record's metadata; a thread
+//!   name (`session_meta.thread_name`, or the last `event_msg`
+//!   `thread_name_updated`) is the conversation's title. With
 //!   `forked_from_id`, when the store holds that rollout's conversation, the
 //!   messages the fork copied from it (its longest common prefix with the
 //!   source's history) are not stored again: the fork's first session names
@@ -113,8 +115,24 @@ fn parse_file(src: &SourceFile, report: &mut ImportReport) -> Option<Tree> {
                     tree.forked_from = Some(format!("codex-{}", sanitize_name(&short, 12)));
                 }
             }
+            if let Some(name) = p
+                .get("thread_name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.trim().is_empty())
+            {
+                tree.title = Some(name.to_owned());
+            }
             tree.metadata.insert("session_meta".into(), p);
             continue;
+        }
+        if pt == "thread_name_updated" {
+            if let Some(name) = v["payload"]
+                .get("thread_name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.trim().is_empty())
+            {
+                tree.title = Some(name.to_owned());
+            }
         }
         if !is_message {
             if pt == "token_count" {

@@ -192,7 +192,7 @@ impl Index {
             _ => op.time,
         };
         for name in &touched {
-            summarize(&mut o, name, activity)?;
+            summarize(&mut o, name, activity, op.time)?;
         }
         o.commit((op.seq, op.hash()))
     }
@@ -397,8 +397,10 @@ fn session_info(o: &Overlay<'_>, odb: &Odb, id: ObjectId, s: &Session) -> Result
             .and_then(|b| SessionInfo::from_index_bytes(p, &b)),
         None => None,
     };
-    // The preview is the history's first user message: kept from the
-    // parent when the kept prefix holds it, else found among the added.
+    // The preview is the history's first prompt (a user message a person
+    // wrote: meta lines and agent-injected context skipped, see
+    // `message::user_text`): kept from the parent when the kept prefix
+    // holds it, else found among the added.
     let (mut preview, mut preview_at) = (String::new(), None);
     if let Some(at) = parent.as_ref().and_then(|p| p.preview_at) {
         if at < s.messages.base {
@@ -448,8 +450,12 @@ fn session_info(o: &Overlay<'_>, odb: &Odb, id: ObjectId, s: &Session) -> Result
     })
 }
 
-/// Recomputes what a conversation's summary derives from its refs.
-fn summarize(o: &mut Overlay<'_>, name: &str, time: i64) -> Result<()> {
+/// Recomputes what a conversation's summary derives from its refs. `time`
+/// is the operation's activity (`i64::MIN` for none); `op_time` when it was
+/// written, which stands in for a conversation with no time at all (a
+/// source without timestamps, as SWE-agent and OpenAI chat files are), so
+/// that it sorts by when it came into the store, not at 1970.
+fn summarize(o: &mut Overlay<'_>, name: &str, time: i64, op_time: i64) -> Result<()> {
     let ck = key("c:", name.as_bytes());
     let Some(mut info) = o
         .get(&ck)?
@@ -484,6 +490,9 @@ fn summarize(o: &mut Overlay<'_>, name: &str, time: i64) -> Result<()> {
         }
     }
     info.last_activity = info.last_activity.max(time);
+    if info.last_activity <= 0 {
+        info.last_activity = op_time;
+    }
     o.put(activity_key(info.last_activity, name), Vec::new());
     o.put(ck, info.to_index_bytes());
     Ok(())

@@ -6,6 +6,7 @@
 //! checked against an expected previous value, and recorded in each ref's
 //! hash-chained log.
 
+pub mod large_fields;
 pub mod name;
 pub mod op;
 

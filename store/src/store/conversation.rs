@@ -157,7 +157,9 @@ impl Store {
     }
 
     /// The line a log entry shows: the title, else the first line of the
-    /// last user message the session added, else of its history's first one.
+    /// last prompt the session added, else of its history's first one, else
+    /// (a session of context alone) its messages counted by role, as
+    /// `(1 system, 1 meta)`.
     pub fn summary_line(&self, info: &SessionInfo) -> Result<String> {
         if let Some(t) = &info.title {
             return Ok(crate::message::first_line(t));
@@ -168,7 +170,21 @@ impl Store {
                 return Ok(crate::message::first_line(&text));
             }
         }
-        Ok(crate::message::first_line(&info.preview))
+        let line = crate::message::first_line(&info.preview);
+        if !line.is_empty() || s.messages.added.is_empty() {
+            return Ok(line);
+        }
+        // No prompt anywhere yet (a session of context alone: system
+        // instructions, Claude Code's caveat): what it holds, by role.
+        let mut roles: std::collections::BTreeMap<&str, usize> = Default::default();
+        for m in &s.messages.added {
+            let v = crate::message::view(&self.odb.blob(m)?);
+            *roles
+                .entry(if v.meta { "meta" } else { v.role.as_str() })
+                .or_default() += 1;
+        }
+        let parts: Vec<String> = roles.iter().map(|(r, n)| format!("{n} {r}")).collect();
+        Ok(format!("({})", parts.join(", ")))
     }
 
     /// One `sessctl log --json` entry; `refs` are the full names of the refs

@@ -1,19 +1,40 @@
 //! Message shapes: how sessctl reads a message's JSON. Agents write
 //! messages in several shapes, and the store keeps each as it was written:
 //! OpenAI chat (`role`, `content` as a string or parts, `tool_calls`, role
-//! `tool`), Anthropic / Claude (`tool_use` and `tool_result` content parts),
-//! Claude Code lines (`type`, `uuid` and the message inside `message`), and
-//! Codex items (`type` `function_call`, `function_call_output`,
-//! `reasoning`), and LangChain's serialized messages (`type` `human`, `ai`,
-//! `system`, `tool` with the message in `data`, as LangGraph checkpoints
-//! store them through `sessctl.langgraph`). Everything that asks "whose message is this, what does it
-//! say, which tools did it call" asks here: the index's previews, replay,
-//! compaction's cut, resume, export and the CLI's views.
+//! `tool`; SWE-agent's history adds `thought`, `action`, `tool_call_ids`),
+//! Anthropic / Claude (`tool_use` and `tool_result` content parts), Claude
+//! Code lines (`type`, `uuid` and the message inside `message`), Codex
+//! rollout lines (`{timestamp, type, payload}`), OpenAI Agents SDK /
+//! Responses items (`function_call`, `function_call_output`, `reasoning`,
+//! `input_text` parts), and LangChain's serialized messages (`type` `human`,
+//! `ai`, `system`, `tool` with the message in `data`, as LangGraph
+//! checkpoints store them through `sessctl.langgraph`). Everything that asks
+//! "whose message is this, what does it say, which tools did it call" asks
+//! here: the index's previews, replay, compaction's cut, resume, checkout,
+//! export and the CLI's views.
+//!
+//! The API, small on purpose:
+//! - [`view`] reads any message into one normalized [`MessageView`]: its
+//!   [`Role`], `text`, tool calls and results, reasoning (never an
+//!   encrypted blob), model, usage, and whether it is a `meta` line (not
+//!   part of the conversation) or `injected` context. A reader that wants a
+//!   message's words (search, previews) reads `view(v).text`.
+//! - [`user_text`] is the text of a prompt a person wrote, or `None`.
+//! - [`chat_history`] turns a history into model-ready OpenAI chat messages.
+//! - The small functions below (`role_of`, `tool_calls`, ...) answer one
+//!   question each, most through the view.
 //!
 //! Plain functions over `&serde_json::Value`. This module never writes,
 //! stores or changes a message.
 
 use serde_json::Value;
+
+mod chat;
+mod view;
+
+pub use chat::{chat_history, needs_conversion, NO_RESULT};
+pub(crate) use view::CHECKPOINT_MESSAGE_KEY;
+pub use view::{view, MessageUsage, MessageView, Role, Shape};
 
 /// A LangChain message (`message_to_dict`): its role and the message.
 fn langchain(v: &Value) -> Option<(&str, &Value)> {
@@ -65,20 +86,16 @@ pub fn content_parts(v: &Value) -> &[Value] {
     }
 }
 
-/// Whether the model wrote this message: an assistant message, or a Codex
-/// `function_call` / `reasoning` item.
+/// Whether the model wrote this message: an assistant message, a Codex or
+/// Responses `function_call` / `reasoning` item (see [`MessageView`]).
 pub fn is_model_output(v: &Value) -> bool {
-    role_of(v) == Some("assistant") || matches!(item_type(v), Some("function_call" | "reasoning"))
+    view(v).is_model_output()
 }
 
 /// Whether this message carries tool results: role `tool`, a Codex
 /// `function_call_output`, or `tool_result` content parts.
 pub fn is_tool_result(v: &Value) -> bool {
-    role_of(v) == Some("tool")
-        || item_type(v) == Some("function_call_output")
-        || content_parts(v)
-            .iter()
-            .any(|p| item_type(p) == Some("tool_result"))
+    !view(v).tool_results.is_empty()
 }
 
 /// A tool call a model made.
@@ -97,81 +114,22 @@ pub struct ToolCall {
 pub struct ToolResult {
     /// The id of the call it answers.
     pub call_id: Option<String>,
+    /// As written.
     pub content: Value,
+    /// The content as text: a string, its text parts joined, or its JSON.
+    pub text: String,
     /// Anthropic's `is_error`; false when absent.
     pub is_error: bool,
 }
 
-fn text(v: &Value, key: &str) -> Option<String> {
-    v.get(key).and_then(Value::as_str).map(str::to_owned)
-}
-
 /// The tool calls of one message.
 pub fn tool_calls(v: &Value) -> Vec<ToolCall> {
-    let mut out = Vec::new();
-    let m = inner(v);
-    if let Some(Value::Array(calls)) = m.get("tool_calls") {
-        for c in calls {
-            let f = c.get("function").unwrap_or(c);
-            out.push(ToolCall {
-                id: text(c, "id"),
-                name: text(f, "name").unwrap_or_default(),
-                // OpenAI's `arguments`, LangChain's `args`.
-                arguments: f
-                    .get("arguments")
-                    .or_else(|| f.get("args"))
-                    .cloned()
-                    .unwrap_or(Value::Null),
-            });
-        }
-    }
-    for p in content_parts(v) {
-        if item_type(p) == Some("tool_use") {
-            out.push(ToolCall {
-                id: text(p, "id"),
-                name: text(p, "name").unwrap_or_default(),
-                arguments: p.get("input").cloned().unwrap_or(Value::Null),
-            });
-        }
-    }
-    if item_type(v) == Some("function_call") {
-        out.push(ToolCall {
-            id: text(v, "call_id").or_else(|| text(v, "id")),
-            name: text(v, "name").unwrap_or_default(),
-            arguments: v.get("arguments").cloned().unwrap_or(Value::Null),
-        });
-    }
-    out
+    view(v).tool_calls
 }
 
 /// The tool results of one message.
 pub fn tool_results(v: &Value) -> Vec<ToolResult> {
-    let mut out = Vec::new();
-    let m = inner(v);
-    if role_of(v) == Some("tool") {
-        out.push(ToolResult {
-            call_id: text(m, "tool_call_id"),
-            content: m.get("content").cloned().unwrap_or(Value::Null),
-            is_error: false,
-        });
-    }
-    for p in content_parts(v) {
-        if item_type(p) == Some("tool_result") {
-            out.push(ToolResult {
-                call_id: text(p, "tool_use_id"),
-                content: p.get("content").cloned().unwrap_or(Value::Null),
-                is_error: p.get("is_error").and_then(Value::as_bool).unwrap_or(false),
-            });
-        }
-    }
-    if item_type(v) == Some("function_call_output") {
-        out.push(ToolResult {
-            call_id: text(v, "call_id"),
-            content: v.get("output").cloned().unwrap_or(Value::Null),
-            is_error: false,
-        });
-    }
-    out
+    view(v).tool_results
 }
 
 /// The first non-blank line of `text`, without trailing blanks.
@@ -184,16 +142,12 @@ pub fn first_line(text: &str) -> String {
         .to_owned()
 }
 
-/// The text of a user message in the shapes agents write: OpenAI chat
-/// (`role`, `content` string or parts), Claude Code lines (`message`
-/// inside, `type: "user"`), Codex items.
+/// The text of a prompt a person wrote, in every shape [`view`] reads:
+/// a user message's text, trimmed, neither meta (Claude Code `isMeta`) nor
+/// injected by the agent (Codex environment context, Claude Code command
+/// lines); `None` otherwise.
 pub fn user_text(v: &Value) -> Option<String> {
-    if role_of(v)? != "user" {
-        return None;
-    }
-    let text = content_text(inner(v).get("content")?)?;
-    let text = text.trim();
-    (!text.is_empty()).then(|| text.to_owned())
+    view(v).prompt_text()
 }
 
 /// Text of a message content: a string, or the text parts of a list.
@@ -411,7 +365,7 @@ mod tests {
                            "arguments": "{}"});
         assert_eq!(role_of(&openai), Some("user"));
         assert_eq!(user_text(&openai).as_deref(), Some("fix it"));
-        assert_eq!(user_text(&parts).as_deref(), Some("a b"));
+        assert_eq!(user_text(&parts).as_deref(), Some("a\nb"));
         assert_eq!(user_text(&claude).as_deref(), Some("hello"));
         assert_eq!(role_of(&codex), Some("function_call"));
         assert!(is_model_output(&codex));
