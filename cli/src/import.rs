@@ -27,6 +27,10 @@ pub struct ImportArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Keep running: import new lines as agents write them (files created
+    /// later in a watched directory too), until Ctrl-C or SIGTERM.
+    #[arg(long, conflicts_with = "json")]
+    watch: bool,
 }
 
 fn parse_format(s: &str) -> Result<Format, String> {
@@ -42,6 +46,9 @@ fn show_progress(path: &Path) {
 /// Prints the summary; exits 1 when lines were skipped (all else is
 /// imported and durable).
 pub fn import(ctx: &Ctx, args: ImportArgs) -> CmdResult {
+    if args.watch {
+        return crate::watch::watch(ctx, args.from, &args.paths, args.no_sync);
+    }
     let store = ctx.open_store()?;
     let report = import_paths(
         &store,

@@ -8,6 +8,7 @@ mod checkout;
 mod compact;
 mod conversations;
 mod history;
+mod hook;
 mod import;
 mod maintenance;
 mod output;
@@ -16,6 +17,7 @@ mod refs;
 mod remote;
 mod replay;
 mod summarizer;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -118,6 +120,10 @@ enum Command {
     Import(import::ImportArgs),
     /// Print a session's history as JSON, JSONL, OpenAI chat or Claude Code JSONL.
     Export(import::ExportArgs),
+    /// Capture an agent as it runs: import the transcript a Claude Code hook
+    /// (JSON on stdin) or Codex's notify (JSON argument) names. Fails with
+    /// exit 1, never 2 (which Claude Code takes as "block").
+    Hook(hook::HookArgs),
     /// Write, check or apply a bundle: sessions, their objects and refs in one file.
     Bundle(remote::BundleArgs),
     /// Copy a store (every ref, record and object) into a new directory.
@@ -230,7 +236,14 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
+            let code = if !e.use_stderr() {
+                0
+            } else if hook_invocation() {
+                // Exit 2 from a hook blocks Claude Code (see hook.rs).
+                1
+            } else {
+                2
+            };
             let _ = e.print();
             return ExitCode::from(code);
         }
@@ -287,6 +300,7 @@ fn main() -> ExitCode {
         Command::Diff(args) => history::diff(&ctx, args),
         Command::Import(args) => import::import(&ctx, args),
         Command::Export(args) => import::export(&ctx, args),
+        Command::Hook(args) => hook::hook(&ctx, args),
         Command::Bundle(args) => remote::bundle(&ctx, args),
         Command::Clone(args) => remote::clone(&ctx, args),
         Command::Push(args) => remote::push(&ctx, args),
@@ -296,6 +310,22 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => report(e),
     }
+}
+
+/// Whether the command line runs `hook` (its first word that is no flag or
+/// flag value), read without clap, for when clap refused it.
+fn hook_invocation() -> bool {
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--store" | "--wait" => {
+                args.next();
+            }
+            a if a.starts_with('-') => {}
+            a => return a == "hook",
+        }
+    }
+    false
 }
 
 /// The library's error in the words of this command line: where a flag or

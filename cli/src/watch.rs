@@ -1,0 +1,162 @@
+//! `import --watch`: follow files and directories as agents write them.
+//!
+//! It first catches up every unit of files under the paths (one source
+//! conversation each, see `hook.rs`), then imports a unit again whenever
+//! the kernel reports one of its files written, created or moved in
+//! (inotify on Linux, through the `notify` crate). Catching up skips the
+//! units whose cursors show nothing new, so a restart over a large
+//! directory re-reads only what changed. SIGINT and SIGTERM end it after
+//! the import under way, with exit 0.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use notify::{RecursiveMode, Watcher};
+use sessctl_store::import::Format;
+
+use crate::hook::{catch_up, claude_unit, report, Cursors, Unit};
+use crate::{CmdResult, CommandError, Ctx};
+
+/// How long to wait for more events after one arrives, so that a burst of
+/// appends is read once.
+const SETTLE: Duration = Duration::from_millis(50);
+
+/// How often the loop looks at the stop flag while no event arrives.
+const TICK: Duration = Duration::from_millis(200);
+
+/// Whether a file found in a watched directory is one of `format`'s.
+fn accepts(format: Format, path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if name.starts_with('.') {
+        return false;
+    }
+    match format {
+        Format::ClaudeCode | Format::Codex => name.ends_with(".jsonl"),
+        Format::OpenAi => name.ends_with(".json") || name.ends_with(".jsonl"),
+        Format::SweAgent => name.ends_with(".traj"),
+    }
+}
+
+fn unit_of(format: Format, path: &Path) -> Unit {
+    match format {
+        Format::ClaudeCode => claude_unit(path, None),
+        _ => Unit::single(format, path.to_path_buf()),
+    }
+}
+
+/// The units `files` belong to, each once.
+fn units_of<'a>(format: Format, files: impl IntoIterator<Item = &'a PathBuf>) -> Vec<Unit> {
+    let mut out = BTreeMap::new();
+    for f in files {
+        let u = unit_of(format, f);
+        out.entry(u.primary.clone()).or_insert(u);
+    }
+    out.into_values().collect()
+}
+
+fn walk(dir: &Path, format: Format, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            walk(&p, format, out);
+        } else if accepts(format, &p) {
+            out.push(p);
+        }
+    }
+}
+
+/// Watches `paths` until SIGINT or SIGTERM.
+pub fn watch(ctx: &Ctx, format: Format, paths: &[PathBuf], no_sync: bool) -> CmdResult {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .map_err(|e| CommandError::Failed(format!("cannot catch signals: {e}")))?;
+    }
+    let store = ctx.open_store()?;
+    let cursors = Cursors::new(&ctx.store);
+    // Watch first, then catch up: a line written between the two is seen
+    // by one or the other.
+    let (tx, rx) = mpsc::channel();
+    let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+        let _ = tx.send(ev);
+    })
+    .map_err(|e| CommandError::Failed(format!("cannot watch: {e}")))?;
+    let mut files = Vec::new();
+    for p in paths {
+        let meta = std::fs::metadata(p)
+            .map_err(|e| CommandError::Failed(format!("{}: {e}", p.display())))?;
+        let mode = if meta.is_dir() {
+            walk(p, format, &mut files);
+            RecursiveMode::Recursive
+        } else {
+            files.push(p.clone());
+            RecursiveMode::NonRecursive
+        };
+        watcher
+            .watch(p, mode)
+            .map_err(|e| CommandError::Failed(format!("cannot watch {}: {e}", p.display())))?;
+    }
+    let named: BTreeSet<PathBuf> = paths.iter().filter(|p| p.is_file()).cloned().collect();
+    let mut failed = false;
+    for u in units_of(format, &files) {
+        failed |= run_unit(&store, &cursors, &u, no_sync);
+    }
+    crate::output::progress_done();
+    while !stop.load(Ordering::Relaxed) {
+        let first = match rx.recv_timeout(TICK) {
+            Ok(ev) => ev,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        let mut changed = BTreeSet::new();
+        let mut take = |ev: notify::Result<notify::Event>| match ev {
+            Ok(ev) if !ev.kind.is_access() && !ev.kind.is_remove() => {
+                for p in ev.paths {
+                    if (named.contains(&p) || accepts(format, &p)) && p.is_file() {
+                        changed.insert(p);
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("sessctl: watch: {e}"),
+        };
+        take(first);
+        while let Ok(ev) = rx.recv_timeout(SETTLE) {
+            take(ev);
+        }
+        for u in units_of(format, &changed) {
+            failed |= run_unit(&store, &cursors, &u, no_sync);
+        }
+    }
+    drop(watcher);
+    if failed {
+        Err(CommandError::Silent(1))
+    } else {
+        Ok(())
+    }
+}
+
+/// Catches one unit up, printing what it did; an error is printed and the
+/// watch goes on (the next write retries it). Returns whether it failed.
+fn run_unit(store: &sessctl_store::Store, cursors: &Cursors, unit: &Unit, no_sync: bool) -> bool {
+    let result = catch_up(store, cursors, unit, no_sync)
+        .and_then(|outcome| report(unit, outcome.as_ref()));
+    match result {
+        Ok(()) => false,
+        Err(CommandError::Silent(_)) => true,
+        Err(CommandError::Store(e)) => {
+            eprintln!("sessctl: {}: {}", unit.primary.display(), crate::message(&e));
+            true
+        }
+        Err(CommandError::Usage(m) | CommandError::Failed(m)) => {
+            eprintln!("sessctl: {}: {m}", unit.primary.display());
+            true
+        }
+    }
+}
