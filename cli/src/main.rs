@@ -10,6 +10,7 @@ mod conversations;
 mod history;
 mod hook;
 mod import;
+mod into_agent;
 mod maintenance;
 mod output;
 mod plumbing;
@@ -118,7 +119,8 @@ enum Command {
     /// Import other agents' session files (Claude Code, Codex, OpenAI chat,
     /// SWE-agent); importing them again writes nothing.
     Import(import::ImportArgs),
-    /// Print a session's history as JSON, JSONL, OpenAI chat or Claude Code JSONL.
+    /// Print a session's history as JSON, JSONL, OpenAI chat, Claude Code JSONL or a
+    /// Codex rollout; or write it back as a session Claude Code or Codex resumes.
     Export(import::ExportArgs),
     /// Capture an agent as it runs: import the transcript a Claude Code hook
     /// (JSON on stdin) or Codex's notify (JSON argument) names. Fails with
