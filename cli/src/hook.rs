@@ -28,8 +28,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
-use sessctl_store::import::{import_sources, sanitize_name, Format, ImportOptions, ImportReport};
 use sessctl_store::import::SourceFile;
+use sessctl_store::import::{import_sources, sanitize_name, Format, ImportOptions, ImportReport};
 use sessctl_store::{Error, Store};
 
 use crate::output::print;
@@ -87,7 +87,9 @@ fn run(ctx: &Ctx, args: HookArgs) -> CmdResult {
                 .map_err(|e| CommandError::Failed(format!("reading stdin: {e}")))?;
             let payload = payload_object(&text, "stdin")?;
             let path = field(&payload, &["transcript_path"]).ok_or_else(|| {
-                CommandError::Failed("stdin has no \"transcript_path\": not a Claude Code hook's JSON".into())
+                CommandError::Failed(
+                    "stdin has no \"transcript_path\": not a Claude Code hook's JSON".into(),
+                )
             })?;
             let path = PathBuf::from(path);
             if !path.is_file() {
@@ -143,9 +145,7 @@ pub fn report(unit: &Unit, outcome: Option<&ImportReport>) -> CmdResult {
 fn payload_object(text: &str, from: &str) -> CmdResult<Value> {
     match serde_json::from_str::<Value>(text) {
         Ok(v) if v.is_object() => Ok(v),
-        Ok(_) => Err(CommandError::Failed(format!(
-            "{from} is not a JSON object"
-        ))),
+        Ok(_) => Err(CommandError::Failed(format!("{from} is not a JSON object"))),
         Err(e) => Err(CommandError::Failed(format!(
             "{from} is not valid JSON ({e})"
         ))),
@@ -300,12 +300,21 @@ fn walk_jsonl(dir: &Path, out: &mut Vec<PathBuf>) {
 /// path when the payload has one, else the newest
 /// `$CODEX_HOME/sessions/YYYY/MM/DD/rollout-*-<thread id>.jsonl`.
 fn codex_rollout(payload: &Value, codex_home: Option<&Path>) -> CmdResult<PathBuf> {
-    if let Some(p) = field(payload, &["rollout_path", "rollout-path", "transcript_path"]) {
+    if let Some(p) = field(
+        payload,
+        &["rollout_path", "rollout-path", "transcript_path"],
+    ) {
         return Ok(PathBuf::from(p));
     }
     let id = field(
         payload,
-        &["thread-id", "thread_id", "session_id", "session-id", "conversation_id"],
+        &[
+            "thread-id",
+            "thread_id",
+            "session_id",
+            "session-id",
+            "conversation_id",
+        ],
     )
     .ok_or_else(|| {
         CommandError::Failed(
@@ -396,9 +405,12 @@ impl Cursors {
         let tmp = self.dir.join(format!(
             ".tmp-{}-{}",
             std::process::id(),
-            path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+            path.file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default()
         ));
-        if std::fs::write(&tmp, value.to_string()).is_ok() && std::fs::rename(&tmp, &path).is_err() {
+        if std::fs::write(&tmp, value.to_string()).is_ok() && std::fs::rename(&tmp, &path).is_err()
+        {
             let _ = std::fs::remove_file(&tmp);
         }
     }

@@ -134,9 +134,21 @@ pub fn export(ctx: &Ctx, args: ExportArgs) -> CmdResult {
     if into && format != wants {
         return Err(CommandError::Usage(format!(
             "--into-{} writes the {} format; drop --format or give --format {}",
-            if wants == ExportFormat::Codex { "codex" } else { "claude" },
-            if wants == ExportFormat::Codex { "codex" } else { "claude-code" },
-            if wants == ExportFormat::Codex { "codex" } else { "claude-code" },
+            if wants == ExportFormat::Codex {
+                "codex"
+            } else {
+                "claude"
+            },
+            if wants == ExportFormat::Codex {
+                "codex"
+            } else {
+                "claude-code"
+            },
+            if wants == ExportFormat::Codex {
+                "codex"
+            } else {
+                "claude-code"
+            },
         )));
     }
     if into {

@@ -88,8 +88,7 @@ fn current_dir() -> CmdResult<String> {
 /// A shell word for `s` (quoted when it needs to be).
 fn shell_word(s: &str) -> String {
     if !s.is_empty()
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c))
     {
         s.to_owned()
@@ -111,12 +110,7 @@ fn print_resume(path: &Path, cwd: &str, command: &str) -> CmdResult {
 }
 
 /// `export REV --into-claude [DIR]`.
-pub fn into_claude(
-    store: &Store,
-    id: ObjectId,
-    dir: Option<&Path>,
-    source: &Source,
-) -> CmdResult {
+pub fn into_claude(store: &Store, id: ObjectId, dir: Option<&Path>, source: &Source) -> CmdResult {
     let session_id = fresh_uuid(false, &id);
     let AgentSession { text, cwd, .. } =
         claude_code_session(store, id, &session_id, &source.trailing)?;
@@ -176,7 +170,8 @@ pub fn into_codex(store: &Store, id: ObjectId, home: Option<&Path>, source: &Sou
     } else {
         meta = Some(serde_json::json!({ "cwd": here }));
     }
-    let AgentSession { text, cwd, .. } = codex_rollout(store, id, &thread, meta.as_ref(), &source.trailing, now)?;
+    let AgentSession { text, cwd, .. } =
+        codex_rollout(store, id, &thread, meta.as_ref(), &source.trailing, now)?;
     let home = match home {
         Some(h) => h.to_path_buf(),
         None => codex_home_dir()?,

@@ -145,13 +145,17 @@ pub fn watch(ctx: &Ctx, format: Format, paths: &[PathBuf], no_sync: bool) -> Cmd
 /// Catches one unit up, printing what it did; an error is printed and the
 /// watch goes on (the next write retries it). Returns whether it failed.
 fn run_unit(store: &sessctl_store::Store, cursors: &Cursors, unit: &Unit, no_sync: bool) -> bool {
-    let result = catch_up(store, cursors, unit, no_sync)
-        .and_then(|outcome| report(unit, outcome.as_ref()));
+    let result =
+        catch_up(store, cursors, unit, no_sync).and_then(|outcome| report(unit, outcome.as_ref()));
     match result {
         Ok(()) => false,
         Err(CommandError::Silent(_)) => true,
         Err(CommandError::Store(e)) => {
-            eprintln!("sessctl: {}: {}", unit.primary.display(), crate::message(&e));
+            eprintln!(
+                "sessctl: {}: {}",
+                unit.primary.display(),
+                crate::message(&e)
+            );
             true
         }
         Err(CommandError::Usage(m) | CommandError::Failed(m)) => {

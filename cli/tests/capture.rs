@@ -146,7 +146,10 @@ fn hook_claude_code_imports_the_transcript_with_its_subagents() {
     // The same as importing the folder: the session and its subagents.
     let all = dir.path().join("all");
     init(&all);
-    let i = sessctl(&all, &["import", "--from", "claude-code", files.to_str().unwrap()]);
+    let i = sessctl(
+        &all,
+        &["import", "--from", "claude-code", files.to_str().unwrap()],
+    );
     assert_eq!(i.code, 0, "{}", i.stderr);
     let refs = |s: &Path| sessctl(s, &["for-each-ref"]).stdout;
     assert_eq!(refs(&store), refs(&all));
@@ -278,10 +281,16 @@ fn two_hooks_at_once_both_land() {
     let conv_b = {
         let all = dir.path().join("names");
         init(&all);
-        sessctl(&all, &["import", "--from", "claude-code", b.to_str().unwrap()]);
+        sessctl(
+            &all,
+            &["import", "--from", "claude-code", b.to_str().unwrap()],
+        );
         let out = sessctl(&all, &["ls", "--json"]).stdout;
         let v: Value = serde_json::from_str(&out).unwrap();
-        v.as_array().unwrap()[0]["name"].as_str().unwrap().to_owned()
+        v.as_array().unwrap()[0]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned()
     };
     let want_b = imported_messages(dir.path(), "claude-code", &[&b], &conv_b);
     let spawn = |store: &Path, t: &Path, event: &str| {
@@ -327,7 +336,11 @@ fn two_hooks_at_once_both_land() {
             Some(&want_a),
             "round {round}"
         );
-        assert_eq!(messages(&store, &conv_b).as_ref(), Some(&want_b), "round {round}");
+        assert_eq!(
+            messages(&store, &conv_b).as_ref(),
+            Some(&want_b),
+            "round {round}"
+        );
     }
 }
 
@@ -502,7 +515,10 @@ fn export_into_claude_writes_a_session_claude_code_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("s");
     init(&store);
-    let r = sessctl(&store, &["import", "--from", "claude-code", src.to_str().unwrap()]);
+    let r = sessctl(
+        &store,
+        &["import", "--from", "claude-code", src.to_str().unwrap()],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let source: Vec<Value> = std::fs::read_to_string(src.join(format!("{CC_SESSION}.jsonl")))
         .unwrap()
@@ -515,7 +531,10 @@ fn export_into_claude_writes_a_session_claude_code_resumes() {
         .collect();
     // A fork cut two messages short, and the whole conversation into the
     // default place (HOME's ~/.claude/projects/<cwd encoded>/).
-    let fork = sessctl(&store, &["fork", CC_NAME, "--as", "f", "--at-message", "10"]);
+    let fork = sessctl(
+        &store,
+        &["fork", CC_NAME, "--as", "f", "--at-message", "10"],
+    );
     assert_eq!(fork.code, 0, "{}", fork.stderr);
     let home = dir.path().join("home");
     for (rev, into) in [("f", Some(dir.path().join("out"))), (CC_NAME, None)] {
@@ -540,7 +559,10 @@ fn export_into_claude_writes_a_session_claude_code_resumes() {
         let mut from_source = 0;
         for v in &lines {
             if let Some(orig) = v["uuid"].as_str().and_then(|u| by_uuid.get(u)) {
-                assert_eq!(without_session_id(v.clone()), without_session_id(orig.clone()));
+                assert_eq!(
+                    without_session_id(v.clone()),
+                    without_session_id(orig.clone())
+                );
                 assert_eq!(v["cwd"], orig["cwd"]);
                 assert_eq!(v["version"], orig["version"]);
                 from_source += 1;
@@ -550,12 +572,14 @@ fn export_into_claude_writes_a_session_claude_code_resumes() {
         // It imports back as the same messages, under the new id.
         let back = dir.path().join(format!("back-{rev}"));
         init(&back);
-        let r = sessctl(&back, &["import", "--from", "claude-code", path.to_str().unwrap()]);
+        let r = sessctl(
+            &back,
+            &["import", "--from", "claude-code", path.to_str().unwrap()],
+        );
         assert_eq!(r.code, 0, "{}", r.stderr);
         let name = format!("cc-{}", &id[..12]);
-        let strip = |m: Vec<Value>| -> Vec<Value> {
-            m.into_iter().map(without_session_id).collect()
-        };
+        let strip =
+            |m: Vec<Value>| -> Vec<Value> { m.into_iter().map(without_session_id).collect() };
         assert_eq!(
             strip(messages(&back, &name).unwrap()),
             strip(messages(&store, rev).unwrap())
@@ -566,7 +590,10 @@ fn export_into_claude_writes_a_session_claude_code_resumes() {
         }
     }
     // --into-claude writes claude-code: another --format is a usage error.
-    let r = sessctl(&store, &["export", "f", "--format", "openai", "--into-claude", "x"]);
+    let r = sessctl(
+        &store,
+        &["export", "f", "--format", "openai", "--into-claude", "x"],
+    );
     assert_eq!(r.code, 2, "{}", r.stderr);
 }
 
@@ -578,7 +605,10 @@ fn export_into_codex_writes_a_rollout_codex_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("s");
     init(&store);
-    let r = sessctl(&store, &["import", "--from", "codex", src.to_str().unwrap()]);
+    let r = sessctl(
+        &store,
+        &["import", "--from", "codex", src.to_str().unwrap()],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let home = dir.path().join("codex");
     let r = sessctl_env(
@@ -591,7 +621,11 @@ fn export_into_codex_writes_a_rollout_codex_resumes() {
     let out: Vec<&str> = r.stdout.lines().collect();
     let path = PathBuf::from(out[0].strip_prefix("wrote ").unwrap());
     let id = out[1].rsplit(' ').next().unwrap();
-    assert!(out[1].ends_with(&format!("codex resume {id}")), "{}", out[1]);
+    assert!(
+        out[1].ends_with(&format!("codex resume {id}")),
+        "{}",
+        out[1]
+    );
     // $CODEX_HOME/sessions/YYYY/MM/DD/rollout-YYYY-MM-DDThh-mm-ss-<id>.jsonl
     let rel = path.strip_prefix(home.join("sessions")).unwrap();
     let parts: Vec<String> = rel
@@ -613,9 +647,9 @@ fn export_into_codex_writes_a_rollout_codex_resumes() {
     assert_eq!(lines[0]["type"], "session_meta");
     assert_eq!(lines[0]["payload"]["id"], id);
     assert_eq!(lines[0]["payload"]["forked_from_id"], CODEX_THREAD);
-    assert!(lines.iter().all(|l| l["timestamp"].is_string()
-        && l["type"].is_string()
-        && l["payload"].is_object()));
+    assert!(lines
+        .iter()
+        .all(|l| l["timestamp"].is_string() && l["type"].is_string() && l["payload"].is_object()));
     // Every line after the session_meta is the source's, in its order.
     let source: Vec<Value> = std::fs::read_to_string(&src)
         .unwrap()
@@ -627,7 +661,10 @@ fn export_into_codex_writes_a_rollout_codex_resumes() {
     // It imports back as the same messages.
     let back = dir.path().join("back");
     init(&back);
-    let r = sessctl(&back, &["import", "--from", "codex", path.to_str().unwrap()]);
+    let r = sessctl(
+        &back,
+        &["import", "--from", "codex", path.to_str().unwrap()],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let name = format!("codex-{}", &id[..12]);
     assert_eq!(messages(&back, &name), messages(&store, CODEX_NAME));
@@ -635,7 +672,10 @@ fn export_into_codex_writes_a_rollout_codex_resumes() {
     let Some(cc) = data(CC_DIR) else {
         return;
     };
-    let r = sessctl(&store, &["import", "--from", "claude-code", cc.to_str().unwrap()]);
+    let r = sessctl(
+        &store,
+        &["import", "--from", "claude-code", cc.to_str().unwrap()],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let r = sessctl_env(
         &store,
@@ -644,9 +684,19 @@ fn export_into_codex_writes_a_rollout_codex_resumes() {
         None,
     );
     assert_eq!((r.code, r.stderr.as_str()), (0, ""));
-    let path = PathBuf::from(r.stdout.lines().next().unwrap().strip_prefix("wrote ").unwrap());
+    let path = PathBuf::from(
+        r.stdout
+            .lines()
+            .next()
+            .unwrap()
+            .strip_prefix("wrote ")
+            .unwrap(),
+    );
     let text = std::fs::read_to_string(path).unwrap();
-    let items: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let items: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert!(items[1..].iter().all(|l| l["type"] == "response_item"));
     assert!(items
         .iter()

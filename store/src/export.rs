@@ -47,19 +47,19 @@ impl ExportFormat {
 
 /// The history of `id` with, for each message, the session that added it.
 fn history_with_owners(store: &Store, id: ObjectId) -> Result<Vec<(Value, Session)>> {
-    let (history, owners) = history_with_owner_index(store, id)?;
+    let Owned(history, owners) = history_with_owner_index(store, id)?;
     Ok(history
         .into_iter()
         .map(|(v, k)| (v, owners[k].clone()))
         .collect())
 }
 
-/// The history of `id`, each message with the index in the second list of
-/// the session that added it.
-fn history_with_owner_index(
-    store: &Store,
-    id: ObjectId,
-) -> Result<(Vec<(Value, usize)>, Vec<Session>)> {
+/// A history's messages, each with the index in [`Owned::1`] of the
+/// session that added it, and those sessions.
+struct Owned(Vec<(Value, usize)>, Vec<Session>);
+
+/// The history of `id`, each message with the session that added it.
+fn history_with_owner_index(store: &Store, id: ObjectId) -> Result<Owned> {
     let mut chain = Vec::new();
     let mut cur = Some(id);
     while let Some(c) = cur {
@@ -87,7 +87,7 @@ fn history_with_owner_index(
         .into_iter()
         .map(|(m, k)| Ok((store.odb().blob(&m)?, k)))
         .collect::<Result<Vec<_>>>()?;
-    Ok((history, chain.into_iter().map(|(_, s)| s).collect()))
+    Ok(Owned(history, chain.into_iter().map(|(_, s)| s).collect()))
 }
 
 /// Exports the history of session `id`.
@@ -449,7 +449,11 @@ pub fn claude_code_session(
         }
         if let Some(p) = o.get("parentUuid").and_then(Value::as_str) {
             let p = renamed.get(p).cloned().unwrap_or_else(|| p.to_owned());
-            let p = if seen.contains(&p) { Some(p) } else { last.clone() };
+            let p = if seen.contains(&p) {
+                Some(p)
+            } else {
+                last.clone()
+            };
             o.insert("parentUuid".into(), json!(p));
         }
         let uuid = if seen.contains(&uuid) {
@@ -494,7 +498,7 @@ pub fn codex_rollout(
     trailing: &[Value],
     now_ms: i64,
 ) -> Result<AgentSession> {
-    let (history, owners) = history_with_owner_index(store, id)?;
+    let Owned(history, owners) = history_with_owner_index(store, id)?;
     let now = format_rfc3339_ms(now_ms);
     let mut meta = source_meta
         .and_then(Value::as_object)
@@ -556,7 +560,12 @@ pub fn codex_rollout(
 /// lines in the source), all events go before the first message, in order.
 fn codex_events(owner: &Session, run: usize) -> Vec<Vec<Value>> {
     let mut out = vec![Vec::new(); run];
-    let Some(map) = owner.metadata.extra.get("events").and_then(Value::as_object) else {
+    let Some(map) = owner
+        .metadata
+        .extra
+        .get("events")
+        .and_then(Value::as_object)
+    else {
         return out;
     };
     let mut keyed: Vec<(u64, &Vec<Value>)> = map
@@ -576,7 +585,10 @@ fn codex_events(owner: &Session, run: usize) -> Vec<Vec<Value>> {
     for start in starts {
         let mut p = start;
         let mut placed = vec![None; run];
-        let mut next = keyed.iter().position(|(n, _)| *n >= p).unwrap_or(keyed.len());
+        let mut next = keyed
+            .iter()
+            .position(|(n, _)| *n >= p)
+            .unwrap_or(keyed.len());
         for (i, slot) in placed.iter_mut().enumerate() {
             if i > 0 {
                 p = match keyed.get(next) {
