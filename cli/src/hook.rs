@@ -389,6 +389,22 @@ impl Cursors {
         self.dir.join(format!("{}.json", &key.as_str()[..32]))
     }
 
+    /// Waits for this unit's turn: an exclusive `flock` on
+    /// `capture/<key>.lock`, released when the file is dropped (or the
+    /// process dies). Without it (a read-only directory) catch-ups still
+    /// work, only without taking turns.
+    fn lock(&self, unit: &Unit) -> Option<std::fs::File> {
+        let _ = std::fs::create_dir_all(&self.dir);
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.path(unit).with_extension("lock"))
+            .ok()?;
+        f.lock().ok()?;
+        Some(f)
+    }
+
     /// What the cursor recorded, or nothing when it is absent or unreadable
     /// (it is only a shortcut).
     fn get(&self, unit: &Unit) -> Option<Value> {
@@ -451,23 +467,63 @@ fn refs_digest(store: &Store, unit: &Unit) -> CmdResult<Option<String>> {
 
 /// Imports the unit's complete lines, unless its cursor shows that neither
 /// its files nor its refs moved since the last catch-up (`None` then). A
-/// half-written last line is left for the next catch-up. A lost race with
-/// another process importing the same lines is retried: the import is
-/// idempotent, so the retry writes what the winner did not.
+/// half-written last line is left for the next catch-up; a file gone since
+/// the unit was made is left out.
+///
+/// Catch-ups of one unit take turns (a lock file beside its cursor, held
+/// while reading and importing): files only grow, so each import reads at
+/// least what the one before it did, and none moves the conversation back
+/// to a shorter snapshot read before the other landed. A lost race with any
+/// other writer of the same refs is retried on a fresh read of the files:
+/// the import is idempotent, so the retry writes what the winner did not.
 pub fn catch_up(
     store: &Store,
     cursors: &Cursors,
     unit: &Unit,
     no_sync: bool,
 ) -> CmdResult<Option<ImportReport>> {
-    let states = file_states(unit)?;
-    if let Some(c) = cursors.get(unit) {
-        if c.get("files") == Some(&states)
-            && c.get("refs") == Some(&json!(refs_digest(store, unit)?))
-        {
-            return Ok(None);
-        }
+    let unit = &Unit {
+        files: unit.files.iter().filter(|f| f.is_file()).cloned().collect(),
+        ..unit.clone()
+    };
+    if !unit.files.contains(&unit.primary) {
+        return Ok(None);
     }
+    let _turn = cursors.lock(unit);
+    let opts = ImportOptions {
+        no_sync,
+        progress: None,
+    };
+    let mut attempt = 0;
+    loop {
+        let states = file_states(unit)?;
+        if let Some(c) = cursors.get(unit) {
+            if c.get("files") == Some(&states)
+                && c.get("refs") == Some(&json!(refs_digest(store, unit)?))
+            {
+                return Ok(None);
+            }
+        }
+        let (sources, base) = read_complete_lines(unit)?;
+        let report = match import_sources(store, unit.format, &sources, &opts, base) {
+            Err(Error::RefOutOfDate { .. }) if attempt < 50 => {
+                attempt += 1;
+                continue;
+            }
+            r => r?,
+        };
+        let mut record = BTreeMap::new();
+        record.insert("files", states);
+        record.insert("refs", json!(refs_digest(store, unit)?));
+        if report.skipped.is_empty() {
+            cursors.put(unit, &json!(record));
+        }
+        return Ok(Some(report));
+    }
+}
+
+/// The unit's files up to their last newline.
+fn read_complete_lines(unit: &Unit) -> CmdResult<(Vec<SourceFile>, ImportReport)> {
     let mut sources = Vec::with_capacity(unit.files.len());
     let mut base = ImportReport::default();
     for f in &unit.files {
@@ -481,22 +537,5 @@ pub fn catch_up(
             text: String::from_utf8_lossy(&bytes[..complete]).into_owned(),
         });
     }
-    let opts = ImportOptions {
-        no_sync,
-        progress: None,
-    };
-    let mut attempt = 0;
-    let report = loop {
-        match import_sources(store, unit.format, &sources, &opts, base.clone()) {
-            Err(Error::RefOutOfDate { .. }) if attempt < 50 => attempt += 1,
-            r => break r?,
-        }
-    };
-    let mut record = BTreeMap::new();
-    record.insert("files", states);
-    record.insert("refs", json!(refs_digest(store, unit)?));
-    if report.skipped.is_empty() {
-        cursors.put(unit, &json!(record));
-    }
-    Ok(Some(report))
+    Ok((sources, base))
 }

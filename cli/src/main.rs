@@ -253,7 +253,7 @@ fn main() -> ExitCode {
     let wait = match cli.wait {
         Some(s) if !(s.is_finite() && s >= 0.0) => {
             eprintln!("sessctl: --wait takes a number of seconds, not {s}");
-            return ExitCode::from(2);
+            return ExitCode::from(if hook_invocation() { 1 } else { 2 });
         }
         // Beyond what a Duration holds is as good as forever.
         w => w.map(|s| Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)),

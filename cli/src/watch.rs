@@ -117,8 +117,19 @@ pub fn watch(ctx: &Ctx, format: Format, paths: &[PathBuf], no_sync: bool) -> Cmd
         let mut changed = BTreeSet::new();
         let mut take = |ev: notify::Result<notify::Event>| match ev {
             Ok(ev) if !ev.kind.is_access() && !ev.kind.is_remove() => {
+                let made = matches!(
+                    ev.kind,
+                    notify::EventKind::Create(_)
+                        | notify::EventKind::Modify(notify::event::ModifyKind::Name(_))
+                );
                 for p in ev.paths {
-                    if (named.contains(&p) || accepts(format, &p)) && p.is_file() {
+                    if made && p.is_dir() {
+                        // A directory made (or moved in) before its watch
+                        // was added: what is already in it.
+                        let mut found = Vec::new();
+                        walk(&p, format, &mut found);
+                        changed.extend(found);
+                    } else if (named.contains(&p) || accepts(format, &p)) && p.is_file() {
                         changed.insert(p);
                     }
                 }
