@@ -112,12 +112,24 @@ fn print_resume(path: &Path, cwd: &str, command: &str) -> CmdResult {
 /// `export REV --into-claude [DIR]`.
 pub fn into_claude(store: &Store, id: ObjectId, dir: Option<&Path>, source: &Source) -> CmdResult {
     let session_id = fresh_uuid(false, &id);
-    let AgentSession { text, cwd, .. } =
-        claude_code_session(store, id, &session_id, &source.trailing)?;
-    let cwd = match cwd {
-        Some(c) => c,
+    // A history from another agent runs where its source ran, or here.
+    let fallback = match source
+        .meta
+        .as_ref()
+        .and_then(|m| m.get("cwd"))
+        .and_then(Value::as_str)
+    {
+        Some(c) => c.to_owned(),
         None => current_dir()?,
     };
+    let AgentSession { text, cwd, .. } = claude_code_session(
+        store,
+        id,
+        &session_id,
+        source.trailing_for("claude-code"),
+        Some(&fallback),
+    )?;
+    let cwd = cwd.unwrap_or(fallback);
     let dir = match dir {
         Some(d) => d.to_path_buf(),
         None => {
@@ -141,6 +153,19 @@ pub struct Source {
     pub meta: Option<Value>,
     /// The source's lines after its last message, when REV is the head.
     pub trailing: Vec<Value>,
+    /// The format it was imported from (`claude-code`, `codex`, ...).
+    pub format: Option<String>,
+}
+
+impl Source {
+    /// The trailing lines, when the file written is of the source's format.
+    fn trailing_for(&self, format: &str) -> &[Value] {
+        if self.format.as_deref() == Some(format) {
+            &self.trailing
+        } else {
+            &[]
+        }
+    }
 }
 
 impl Source {
@@ -155,6 +180,7 @@ impl Source {
                 Some(Value::Array(a)) if c.head == Some(id) => a.clone(),
                 _ => Vec::new(),
             },
+            format: md.get("source").and_then(Value::as_str).map(str::to_owned),
         }
     }
 }
@@ -170,8 +196,14 @@ pub fn into_codex(store: &Store, id: ObjectId, home: Option<&Path>, source: &Sou
     } else {
         meta = Some(serde_json::json!({ "cwd": here }));
     }
-    let AgentSession { text, cwd, .. } =
-        codex_rollout(store, id, &thread, meta.as_ref(), &source.trailing, now)?;
+    let AgentSession { text, cwd, .. } = codex_rollout(
+        store,
+        id,
+        &thread,
+        meta.as_ref(),
+        source.trailing_for("codex"),
+        now,
+    )?;
     let home = match home {
         Some(h) => h.to_path_buf(),
         None => codex_home_dir()?,

@@ -165,6 +165,43 @@ fn hook_claude_code_imports_the_transcript_with_its_subagents() {
 }
 
 #[test]
+fn hook_takes_the_subagents_under_the_session_folder() {
+    let Some(src) = data("claude-code/claude/incremental-subagents") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("p");
+    copy_dir(&src, &files);
+    copy_dir(
+        &src.join("turn-2/subagents"),
+        &files.join("turn-2/subagents"),
+    );
+    let store = dir.path().join("s");
+    init(&store);
+    let transcript = files.join("turn-2.jsonl");
+    let payload = json!({"transcript_path": transcript, "hook_event_name": "SubagentStop"});
+    let r = hook(&store, &payload.to_string());
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    let all = dir.path().join("all");
+    init(&all);
+    let agent = files.join("turn-2/subagents/agent-a485154.jsonl");
+    let i = sessctl(
+        &all,
+        &[
+            "import",
+            "--from",
+            "claude-code",
+            transcript.to_str().unwrap(),
+            agent.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(i.code, 0, "{}", i.stderr);
+    let refs = |s: &Path| sessctl(s, &["for-each-ref"]).stdout;
+    assert_eq!(refs(&store), refs(&all));
+    assert!(refs(&store).contains(".agent-"), "{}", refs(&store));
+}
+
+#[test]
 fn a_cursor_is_never_trusted_over_the_store() {
     let Some(src) = data(CC_DIR) else {
         return;
@@ -487,7 +524,7 @@ fn check_claude_file(path: &Path, id: &str) -> Vec<Value> {
         }
         if matches!(v["type"].as_str(), Some("user" | "assistant")) {
             assert_eq!(v["sessionId"], id, "{l}");
-            assert!(v["cwd"].is_string() && v["version"].is_string(), "{l}");
+            assert!(v["cwd"].is_string(), "{l}");
         }
         if let Some(u) = v.get("uuid").and_then(Value::as_str) {
             if let Some(p) = v["parentUuid"].as_str() {
@@ -701,4 +738,27 @@ fn export_into_codex_writes_a_rollout_codex_resumes() {
     assert!(items
         .iter()
         .any(|l| l["payload"]["type"] == "function_call"));
+    // And a Codex conversation to Claude Code, run where Codex ran.
+    let out = dir.path().join("cc");
+    let r = sessctl(
+        &store,
+        &["export", CODEX_NAME, "--into-claude", out.to_str().unwrap()],
+    );
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    let cwd = source_meta_cwd(&src);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    let id = lines[1].rsplit(' ').next().unwrap();
+    assert!(
+        lines[1].starts_with(&format!("cd {cwd} && claude --resume")),
+        "{}",
+        lines[1]
+    );
+    let written = check_claude_file(&out.join(format!("{id}.jsonl")), id);
+    assert!(written.iter().all(|l| l["cwd"] == cwd.as_str()));
+}
+
+fn source_meta_cwd(rollout: &Path) -> String {
+    let first = std::fs::read_to_string(rollout).unwrap();
+    let v: Value = serde_json::from_str(first.lines().next().unwrap()).unwrap();
+    v["payload"]["cwd"].as_str().unwrap().to_owned()
 }

@@ -406,12 +406,15 @@ pub struct AgentSession {
 /// compaction) becomes the line before. Lines are otherwise the stored
 /// values, which are the source lines' values (the store keeps values, not
 /// key order or whitespace). `trailing` are lines to end with (the
-/// conversation's `trailing_events`, when `id` is its head).
+/// conversation's `trailing_events`, when `id` is its head); `cwd` is the
+/// working directory when no line names one (a history from another
+/// agent).
 pub fn claude_code_session(
     store: &Store,
     id: ObjectId,
     session_id: &str,
     trailing: &[Value],
+    cwd: Option<&str>,
 ) -> Result<AgentSession> {
     let history = history_with_owners(store, id)?;
     let mut lines = claude_lines(&history, session_id);
@@ -422,7 +425,7 @@ pub fn claude_code_session(
             .rev()
             .find_map(|l| l.get(key).and_then(Value::as_str).map(str::to_owned))
     };
-    let cwd = last_str("cwd", &lines);
+    let cwd = last_str("cwd", &lines).or_else(|| cwd.map(str::to_owned));
     let version = last_str("version", &lines);
     let mut seen = std::collections::HashSet::new();
     let mut renamed = std::collections::HashMap::new();
