@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use notify::{RecursiveMode, Watcher};
 use sessctl_store::import::Format;
@@ -103,15 +103,20 @@ pub fn watch(ctx: &Ctx, format: Format, paths: &[PathBuf], no_sync: bool) -> Cmd
             .map_err(|e| CommandError::Failed(format!("cannot watch {}: {e}", p.display())))?;
     }
     let named: BTreeSet<PathBuf> = paths.iter().filter(|p| p.is_file()).cloned().collect();
-    let mut failed = false;
+    let mut state = State::default();
     for u in units_of(format, &files) {
-        failed |= run_unit(&store, &cursors, &u, no_sync);
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        state.run(&store, &cursors, u, no_sync);
     }
-    crate::output::progress_done();
     while !stop.load(Ordering::Relaxed) {
         let first = match rx.recv_timeout(TICK) {
             Ok(ev) => ev,
-            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                state.retry(&store, &cursors, no_sync);
+                continue;
+            }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         };
         let mut changed = BTreeSet::new();
@@ -142,36 +147,99 @@ pub fn watch(ctx: &Ctx, format: Format, paths: &[PathBuf], no_sync: bool) -> Cmd
             take(ev);
         }
         for u in units_of(format, &changed) {
-            failed |= run_unit(&store, &cursors, &u, no_sync);
+            state.run(&store, &cursors, u, no_sync);
         }
+        state.retry(&store, &cursors, no_sync);
     }
     drop(watcher);
-    if failed {
+    if state.lines_skipped || !state.failing.is_empty() {
         Err(CommandError::Silent(1))
     } else {
         Ok(())
     }
 }
 
+/// How long a unit whose import failed (the store's lock busy past
+/// `--wait`, a file unreadable for a moment) waits before it is tried
+/// again, events or not; each failure in a row doubles it, up to
+/// [`RETRY_MAX`].
+const RETRY: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Default)]
+struct State {
+    /// Units whose last catch-up failed, when to try again, and the wait
+    /// after that.
+    failing: BTreeMap<PathBuf, (Unit, Instant, Duration)>,
+    /// Whether some catch-up skipped lines it could not read (as `import`,
+    /// the exit is then 1).
+    lines_skipped: bool,
+}
+
+impl State {
+    fn run(&mut self, store: &sessctl_store::Store, cursors: &Cursors, unit: Unit, no_sync: bool) {
+        match run_unit(store, cursors, &unit, no_sync) {
+            Outcome::Done => {
+                self.failing.remove(&unit.primary);
+            }
+            Outcome::LinesSkipped => {
+                self.failing.remove(&unit.primary);
+                self.lines_skipped = true;
+            }
+            Outcome::Failed => {
+                let wait = self.failing.get(&unit.primary).map_or(RETRY, |f| f.2);
+                let next = (wait * 2).min(RETRY_MAX);
+                self.failing
+                    .insert(unit.primary.clone(), (unit, Instant::now() + wait, next));
+            }
+        }
+    }
+
+    fn retry(&mut self, store: &sessctl_store::Store, cursors: &Cursors, no_sync: bool) {
+        let now = Instant::now();
+        let due: Vec<Unit> = self
+            .failing
+            .values()
+            .filter(|(_, at, _)| *at <= now)
+            .map(|(u, _, _)| u.clone())
+            .collect();
+        for u in due {
+            self.run(store, cursors, u, no_sync);
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    Done,
+    LinesSkipped,
+    Failed,
+}
+
 /// Catches one unit up, printing what it did; an error is printed and the
-/// watch goes on (the next write retries it). Returns whether it failed.
-fn run_unit(store: &sessctl_store::Store, cursors: &Cursors, unit: &Unit, no_sync: bool) -> bool {
+/// watch goes on.
+fn run_unit(
+    store: &sessctl_store::Store,
+    cursors: &Cursors,
+    unit: &Unit,
+    no_sync: bool,
+) -> Outcome {
     let result =
         catch_up(store, cursors, unit, no_sync).and_then(|outcome| report(unit, outcome.as_ref()));
     match result {
-        Ok(()) => false,
-        Err(CommandError::Silent(_)) => true,
+        Ok(()) => Outcome::Done,
+        Err(CommandError::Silent(_)) => Outcome::LinesSkipped,
         Err(CommandError::Store(e)) => {
             eprintln!(
                 "sessctl: {}: {}",
                 unit.primary.display(),
                 crate::message(&e)
             );
-            true
+            Outcome::Failed
         }
         Err(CommandError::Usage(m) | CommandError::Failed(m)) => {
             eprintln!("sessctl: {}: {m}", unit.primary.display());
-            true
+            Outcome::Failed
         }
     }
 }

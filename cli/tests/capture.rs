@@ -511,6 +511,60 @@ fn watch_follows_a_growing_transcript_and_new_files_and_stops_on_sigterm() {
     assert_eq!(fsck.code, 0, "{}", fsck.stdout);
 }
 
+#[test]
+fn watch_retries_what_a_busy_store_refused() {
+    let Some(src) = data("claude-code/session-9eda1058.jsonl") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s");
+    init(&store);
+    let watched = dir.path().join("w");
+    std::fs::create_dir(&watched).unwrap();
+    let text = std::fs::read_to_string(&src).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let transcript = watched.join("session-9eda1058.jsonl");
+    std::fs::write(&transcript, lines[..3].join("\n") + "\n").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sessctl"))
+        .arg("--store")
+        .arg(&store)
+        .args(["--wait", "0", "import", "--watch", "--from", "claude-code"])
+        .arg(&watched)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for l in std::io::BufReader::new(stderr).lines() {
+            tx.send(l.unwrap()).unwrap();
+        }
+    });
+    eventually("the first lines", || {
+        messages(&store, "cc-9eda1058-970").is_some()
+    });
+    // Another process holds the write lock while the agent writes on.
+    let lock = support::hold_lock(&store, "4242");
+    std::fs::write(&transcript, lines.join("\n") + "\n").unwrap();
+    let refused = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert!(refused.starts_with("sessctl: "), "{refused}");
+    drop(lock);
+    // No further write: the watcher tries again by itself.
+    let want = imported_messages(dir.path(), "claude-code", &[&src], "cc-9eda1058-970");
+    eventually("all lines", || {
+        messages(&store, "cc-9eda1058-970").as_ref() == Some(&want)
+    });
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) on our own child, which has not been waited for.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    // What failed has since landed: exit 0.
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    reader.join().unwrap();
+}
+
 /// Checks what Claude Code expects of a session file: every line JSON, one
 /// sessionId, the parentUuid chain intact. Returns the lines.
 fn check_claude_file(path: &Path, id: &str) -> Vec<Value> {
