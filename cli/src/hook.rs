@@ -21,7 +21,7 @@
 //! stderr and exit 1, which Claude Code shows the user and otherwise
 //! ignores; never 2.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -98,7 +98,11 @@ fn run(ctx: &Ctx, args: HookArgs) -> CmdResult {
                     path.display()
                 )));
             }
-            claude_unit(&path, field(&payload, &["session_id"]))
+            claude_unit(
+                &path,
+                field(&payload, &["session_id"]),
+                &mut SessionIds::default(),
+            )
         }
         Agent::Codex => {
             let text = args.payload.ok_or_else(|| {
@@ -222,13 +226,34 @@ fn claude_session_id(path: &Path) -> Option<String> {
         .find_map(|v| field(v, &["sessionId"]).map(str::to_owned))
 }
 
+/// The sessionIds of Claude Code files read so far: a file's never changes
+/// once it has one, and a watcher over a folder of many older-layout
+/// `agent-*.jsonl` files would otherwise read them all for every unit.
+#[derive(Debug, Default)]
+pub struct SessionIds(HashMap<PathBuf, String>);
+
+impl SessionIds {
+    fn of(&mut self, path: &Path) -> Option<String> {
+        if let Some(s) = self.0.get(path) {
+            return Some(s.clone());
+        }
+        let s = claude_session_id(path)?;
+        self.0.insert(path.to_path_buf(), s.clone());
+        Some(s)
+    }
+}
+
+/// How far above a file its session's folder can be
+/// (`<session>/subagents/agent-*.jsonl`, and one more for what may come).
+const SESSION_FOLDER_DEPTH: usize = 3;
+
 /// The unit a Claude Code file belongs to: its session's main file
 /// (`<dir>/<session>.jsonl`), the subagents under `<dir>/<session>/`, and
 /// older versions' `agent-*.jsonl` beside it with the same sessionId.
-pub fn claude_unit(path: &Path, session_id: Option<&str>) -> Unit {
+pub fn claude_unit(path: &Path, session_id: Option<&str>, ids: &mut SessionIds) -> Unit {
     // A file under <dir>/<session>/... belongs to <dir>/<session>.jsonl.
     let mut primary = path.to_path_buf();
-    for dir in path.ancestors().skip(1) {
+    for dir in path.ancestors().skip(1).take(SESSION_FOLDER_DEPTH) {
         let main = dir.with_extension("jsonl");
         if dir.file_name().is_some() && main.is_file() {
             primary = main;
@@ -243,7 +268,7 @@ pub fn claude_unit(path: &Path, session_id: Option<&str>) -> Unit {
     let mut session = session_id.map(str::to_owned);
     if primary == path && name.starts_with("agent-") {
         // An older version's subagent file: its session's main file.
-        if let Some(sid) = claude_session_id(path) {
+        if let Some(sid) = ids.of(path) {
             let main = dir.join(format!("{sid}.jsonl"));
             if main.is_file() {
                 primary = main;
@@ -251,7 +276,7 @@ pub fn claude_unit(path: &Path, session_id: Option<&str>) -> Unit {
             session = Some(sid);
         }
     }
-    let session = session.or_else(|| claude_session_id(&primary));
+    let session = session.or_else(|| ids.of(&primary));
     let mut files = vec![primary.clone()];
     let sub = primary.with_extension("");
     if sub.is_dir() {
@@ -268,7 +293,7 @@ pub fn claude_unit(path: &Path, session_id: Option<&str>) -> Unit {
                     && p.file_name()
                         .and_then(|n| n.to_str())
                         .is_some_and(|n| n.starts_with("agent-") && n.ends_with(".jsonl"))
-                    && claude_session_id(p).as_deref() == Some(sid.as_str())
+                    && ids.of(p).as_deref() == Some(sid.as_str())
             })
             .collect();
         agents.sort();
@@ -384,8 +409,12 @@ impl Cursors {
         }
     }
 
+    /// The unit's cursor: named by its main file's canonical path, so that
+    /// a hook and a watcher given the path differently share it.
     fn path(&self, unit: &Unit) -> PathBuf {
-        let key = blake3::hash(unit.primary.as_os_str().as_encoded_bytes()).to_hex();
+        let canonical =
+            std::fs::canonicalize(&unit.primary).unwrap_or_else(|_| unit.primary.clone());
+        let key = blake3::hash(canonical.as_os_str().as_encoded_bytes()).to_hex();
         self.dir.join(format!("{}.json", &key.as_str()[..32]))
     }
 

@@ -8,7 +8,7 @@
 //! directory re-reads only what changed. SIGINT and SIGTERM end it after
 //! the import under way, with exit 0.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use notify::{RecursiveMode, Watcher};
 use sessctl_store::import::Format;
 
-use crate::hook::{catch_up, claude_unit, report, Cursors, Unit};
+use crate::hook::{catch_up, claude_unit, report, Cursors, SessionIds, Unit};
 use crate::{CmdResult, CommandError, Ctx};
 
 /// How long to wait for more events after one arrives, so that a burst of
@@ -40,18 +40,27 @@ fn accepts(format: Format, path: &Path) -> bool {
     }
 }
 
-fn unit_of(format: Format, path: &Path) -> Unit {
+fn unit_of(format: Format, path: &Path, ids: &mut SessionIds) -> Unit {
     match format {
-        Format::ClaudeCode => claude_unit(path, None),
+        Format::ClaudeCode => claude_unit(path, None, ids),
         _ => Unit::single(format, path.to_path_buf()),
     }
 }
 
 /// The units `files` belong to, each once.
-fn units_of<'a>(format: Format, files: impl IntoIterator<Item = &'a PathBuf>) -> Vec<Unit> {
+fn units_of<'a>(
+    format: Format,
+    files: impl IntoIterator<Item = &'a PathBuf>,
+    ids: &mut SessionIds,
+) -> Vec<Unit> {
     let mut out = BTreeMap::new();
+    let mut covered = HashSet::new();
     for f in files {
-        let u = unit_of(format, f);
+        if covered.contains(f) {
+            continue;
+        }
+        let u = unit_of(format, f, ids);
+        covered.extend(u.files.iter().cloned());
         out.entry(u.primary.clone()).or_insert(u);
     }
     out.into_values().collect()
@@ -104,7 +113,8 @@ pub fn watch(ctx: &Ctx, format: Format, paths: &[PathBuf], no_sync: bool) -> Cmd
     }
     let named: BTreeSet<PathBuf> = paths.iter().filter(|p| p.is_file()).cloned().collect();
     let mut state = State::default();
-    for u in units_of(format, &files) {
+    let mut ids = SessionIds::default();
+    for u in units_of(format, &files, &mut ids) {
         if stop.load(Ordering::Relaxed) {
             break;
         }
@@ -146,7 +156,7 @@ pub fn watch(ctx: &Ctx, format: Format, paths: &[PathBuf], no_sync: bool) -> Cmd
         while let Ok(ev) = rx.recv_timeout(SETTLE) {
             take(ev);
         }
-        for u in units_of(format, &changed) {
+        for u in units_of(format, &changed, &mut ids) {
             state.run(&store, &cursors, u, no_sync);
         }
         state.retry(&store, &cursors, no_sync);
