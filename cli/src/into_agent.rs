@@ -57,11 +57,19 @@ fn fresh_uuid(v7: bool, seed: &ObjectId) -> String {
 }
 
 /// Claude Code's directory name for a project: its path with every
-/// character that is not an ASCII letter or digit as `-`.
+/// character that is not an ASCII letter or digit as `-` (JavaScript's
+/// `/[^a-zA-Z0-9]/g`, which sees UTF-16 units: a character beyond the
+/// Basic Multilingual Plane is two).
 pub fn claude_project_dir_name(cwd: &str) -> String {
-    cwd.chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect()
+    let mut out = String::with_capacity(cwd.len());
+    for c in cwd.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else {
+            out.extend(std::iter::repeat_n('-', c.len_utf16()));
+        }
+    }
+    out
 }
 
 fn write_new(path: &Path, text: &str) -> CmdResult {
@@ -223,4 +231,36 @@ pub fn into_codex(store: &Store, id: ObjectId, home: Option<&Path>, source: &Sou
         cwd.as_deref().unwrap_or(&here),
         &format!("codex resume {thread}"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn project_folder_names_are_claude_codes() {
+        assert_eq!(claude_project_dir_name("/tmp/private"), "-tmp-private");
+        assert_eq!(
+            claude_project_dir_name("/home/me/my_repo.v2/a b"),
+            "-home-me-my-repo-v2-a-b"
+        );
+        assert_eq!(
+            claude_project_dir_name("/home/me/.agents"),
+            "-home-me--agents"
+        );
+        assert_eq!(claude_project_dir_name("/p/Проект"), "-p-------");
+        assert_eq!(claude_project_dir_name("/p/\u{1F600}"), "-p---");
+    }
+
+    #[test]
+    fn fresh_ids_are_uuids_of_their_version() {
+        let seed = ObjectId::from_bytes([7; 32]);
+        let (a, b) = (fresh_uuid(false, &seed), fresh_uuid(false, &seed));
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "4");
+        let v7 = fresh_uuid(true, &seed);
+        assert_eq!(&v7[14..15], "7");
+        assert!(matches!(&v7[19..20], "8" | "9" | "a" | "b"));
+    }
 }
