@@ -8,7 +8,7 @@
 //! directory re-reads only what changed. SIGINT and SIGTERM end it after
 //! the import under way, with exit 0.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -176,11 +176,19 @@ pub fn watch(ctx: &Ctx, format: Format, paths: &[PathBuf], no_sync: bool) -> Cmd
 const RETRY: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(60);
 
+/// What the watch loop remembers between events.
 #[derive(Debug, Default)]
 struct State {
-    /// Units whose last catch-up failed, when to try again, and the wait
-    /// after that.
-    failing: BTreeMap<PathBuf, (Unit, Instant, Duration)>,
+    /// Units to catch up at a time of their own, events or not: failed
+    /// ones, and ones written again before they may be read again.
+    due: BTreeMap<PathBuf, (Unit, Instant)>,
+    /// Units whose last catch-up failed, with the wait after their next
+    /// failure.
+    failing: HashMap<PathBuf, Duration>,
+    /// When each unit may be read again: a unit is re-read whole, so one
+    /// an agent writes without pause is read at most half the time (the
+    /// pause after a catch-up is as long as it took).
+    not_before: HashMap<PathBuf, Instant>,
     /// Whether some catch-up skipped lines it could not read (as `import`,
     /// the exit is then 1).
     lines_skipped: bool,
@@ -188,19 +196,29 @@ struct State {
 
 impl State {
     fn run(&mut self, store: &sessctl_store::Store, cursors: &Cursors, unit: Unit, no_sync: bool) {
-        match run_unit(store, cursors, &unit, no_sync) {
+        let key = unit.primary.clone();
+        let start = Instant::now();
+        if let Some(&at) = self.not_before.get(&key).filter(|at| **at > start) {
+            let e = self.due.entry(key).or_insert((unit, at));
+            e.1 = e.1.min(at);
+            return;
+        }
+        self.due.remove(&key);
+        let outcome = run_unit(store, cursors, &unit, no_sync);
+        let end = Instant::now();
+        self.not_before.insert(key.clone(), end + (end - start));
+        match outcome {
             Outcome::Done => {
-                self.failing.remove(&unit.primary);
+                self.failing.remove(&key);
             }
             Outcome::LinesSkipped => {
-                self.failing.remove(&unit.primary);
+                self.failing.remove(&key);
                 self.lines_skipped = true;
             }
             Outcome::Failed => {
-                let wait = self.failing.get(&unit.primary).map_or(RETRY, |f| f.2);
-                let next = (wait * 2).min(RETRY_MAX);
-                self.failing
-                    .insert(unit.primary.clone(), (unit, Instant::now() + wait, next));
+                let wait = self.failing.get(&key).copied().unwrap_or(RETRY);
+                self.failing.insert(key.clone(), (wait * 2).min(RETRY_MAX));
+                self.due.insert(key, (unit, end + wait));
             }
         }
     }
@@ -208,10 +226,10 @@ impl State {
     fn retry(&mut self, store: &sessctl_store::Store, cursors: &Cursors, no_sync: bool) {
         let now = Instant::now();
         let due: Vec<Unit> = self
-            .failing
+            .due
             .values()
-            .filter(|(_, at, _)| *at <= now)
-            .map(|(u, _, _)| u.clone())
+            .filter(|(_, at)| *at <= now)
+            .map(|(u, _)| u.clone())
             .collect();
         for u in due {
             self.run(store, cursors, u, no_sync);
