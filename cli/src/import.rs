@@ -161,7 +161,12 @@ pub fn export(ctx: &Ctx, args: ExportArgs) -> CmdResult {
             }
         };
     }
-    let text = export_history(&store, id, format)?;
+    let text = if format == ExportFormat::Codex {
+        let source = crate::into_agent::Source::of(&store, &args.rev, id);
+        crate::into_agent::codex_text(&store, id, &source)?
+    } else {
+        export_history(&store, id, format)?
+    };
     match &args.output {
         Some(path) => std::fs::write(path, text)
             .map_err(|e| CommandError::Failed(format!("{}: {e}", path.display()))),

@@ -193,6 +193,32 @@ impl Source {
     }
 }
 
+/// `export REV --format codex` to stdout or a file: the rollout
+/// `--into-codex` writes, with the source's `session_meta` (cwd, model
+/// provider, ...) when REV names a Codex conversation, but deterministic:
+/// the conversation's id as the thread id, the head's time as the file's.
+pub fn codex_text(store: &Store, id: ObjectId, source: &Source) -> CmdResult<String> {
+    let head = store.odb().session(&id)?;
+    let hex = head.conversation_id(id).to_hex();
+    let thread = format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    );
+    let out = codex_rollout(
+        store,
+        id,
+        &thread,
+        source.meta.as_ref(),
+        source.trailing_for("codex"),
+        head.created_at,
+    )?;
+    Ok(out.text)
+}
+
 /// `export REV --into-codex [CODEX_HOME]`.
 pub fn into_codex(store: &Store, id: ObjectId, home: Option<&Path>, source: &Source) -> CmdResult {
     let thread = fresh_uuid(true, &id);

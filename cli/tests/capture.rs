@@ -749,6 +749,18 @@ fn export_into_codex_writes_a_rollout_codex_resumes() {
         .filter(|v| v["type"] != "session_meta")
         .collect();
     assert_eq!(lines[1..], source[..]);
+    // --format codex alone prints the same lines, deterministically.
+    let printed = sessctl(&store, &["export", CODEX_NAME, "--format", "codex"]);
+    assert_eq!(printed.code, 0, "{}", printed.stderr);
+    let again = sessctl(&store, &["export", CODEX_NAME, "--format", "codex"]);
+    assert_eq!(printed.stdout, again.stdout);
+    let printed: Vec<Value> = printed
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(printed[1..], lines[1..]);
+    assert_eq!(printed[0]["payload"]["cwd"], lines[0]["payload"]["cwd"]);
     // It imports back as the same messages.
     let back = dir.path().join("back");
     init(&back);
