@@ -107,6 +107,7 @@ pub fn export_formats() -> Vec<CompletionCandidate> {
         ("jsonl", "one message a line"),
         ("openai", "{\"messages\": [...]}, OpenAI chat shape"),
         ("claude-code", "Claude Code session JSONL"),
+        ("codex", "a Codex rollout"),
     ]
     .into_iter()
     // Only what this binary's exporter parses.

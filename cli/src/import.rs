@@ -30,6 +30,10 @@ pub struct ImportArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Keep running: import new lines as agents write them (files created
+    /// later in a watched directory too), until Ctrl-C or SIGTERM.
+    #[arg(long, conflicts_with = "json")]
+    watch: bool,
 }
 
 fn parse_format(s: &str) -> Result<Format, String> {
@@ -41,6 +45,9 @@ fn parse_format(s: &str) -> Result<Format, String> {
 /// Prints the summary; exits 1 when lines were skipped (all else is
 /// imported and durable).
 pub fn import(ctx: &Ctx, args: ImportArgs) -> CmdResult {
+    if args.watch {
+        return crate::watch::watch(ctx, args.from, &args.paths, args.no_sync);
+    }
     let store = ctx.open_store()?;
     let bar = std::sync::Arc::new(Bar::new("import"));
     let report = import_paths(
@@ -95,24 +102,77 @@ pub struct ExportArgs {
     #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     rev: String,
     /// json (a JSON array), jsonl (a message a line), openai
-    /// ({"messages": [...]}, chat shape) or claude-code (session JSONL).
-    #[arg(long, value_name = "FORMAT", default_value = "json", value_parser = parse_export_format, add = clap_complete::engine::ArgValueCandidates::new(crate::complete::export_formats))]
-    format: ExportFormat,
+    /// ({"messages": [...]}, chat shape), claude-code (session JSONL) or codex
+    /// (a rollout). Default: json, or the format --into-claude/--into-codex
+    /// write.
+    #[arg(long, value_name = "FORMAT", value_parser = parse_export_format, add = clap_complete::engine::ArgValueCandidates::new(crate::complete::export_formats))]
+    format: Option<ExportFormat>,
     /// Write to FILE instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Write the history as a new Claude Code session, with a fresh
+    /// sessionId, into DIR (default: ~/.claude/projects/<its cwd, encoded as
+    /// Claude Code does>/), and print the `claude --resume ID` command.
+    #[arg(long, value_name = "DIR", num_args = 0..=1, conflicts_with_all = ["output", "into_codex"])]
+    into_claude: Option<Option<PathBuf>>,
+    /// Write the history as a new Codex rollout under
+    /// CODEX_HOME/sessions/YYYY/MM/DD/ (default: $CODEX_HOME, or ~/.codex),
+    /// and print the `codex resume ID` command.
+    #[arg(long, value_name = "CODEX_HOME", num_args = 0..=1, conflicts_with = "output")]
+    into_codex: Option<Option<PathBuf>>,
 }
 
 fn parse_export_format(s: &str) -> Result<ExportFormat, String> {
     ExportFormat::parse(s).ok_or_else(|| {
-        format!("unknown format '{s}' (expected json, jsonl, openai or claude-code)")
+        format!("unknown format '{s}' (expected json, jsonl, openai, claude-code or codex)")
     })
 }
 
 pub fn export(ctx: &Ctx, args: ExportArgs) -> CmdResult {
     let store = ctx.open_store_read()?;
     let id = store.resolve_rev(&args.rev)?;
-    let text = export_history(&store, id, args.format)?;
+    let (into, wants) = match (&args.into_claude, &args.into_codex) {
+        (Some(_), _) => (true, ExportFormat::ClaudeCode),
+        (_, Some(_)) => (true, ExportFormat::Codex),
+        _ => (false, ExportFormat::Json),
+    };
+    let format = args.format.unwrap_or(wants);
+    if into && format != wants {
+        return Err(CommandError::Usage(format!(
+            "--into-{} writes the {} format; drop --format or give --format {}",
+            if wants == ExportFormat::Codex {
+                "codex"
+            } else {
+                "claude"
+            },
+            if wants == ExportFormat::Codex {
+                "codex"
+            } else {
+                "claude-code"
+            },
+            if wants == ExportFormat::Codex {
+                "codex"
+            } else {
+                "claude-code"
+            },
+        )));
+    }
+    if into {
+        let source = crate::into_agent::Source::of(&store, &args.rev, id);
+        return match &args.into_claude {
+            Some(dir) => crate::into_agent::into_claude(&store, id, dir.as_deref(), &source),
+            None => {
+                let home = args.into_codex.as_ref().and_then(|h| h.as_deref());
+                crate::into_agent::into_codex(&store, id, home, &source)
+            }
+        };
+    }
+    let text = if format == ExportFormat::Codex {
+        let source = crate::into_agent::Source::of(&store, &args.rev, id);
+        crate::into_agent::codex_text(&store, id, &source)?
+    } else {
+        export_history(&store, id, format)?
+    };
     match &args.output {
         Some(path) => std::fs::write(path, text)
             .map_err(|e| CommandError::Failed(format!("{}: {e}", path.display()))),

@@ -9,7 +9,9 @@ mod compact;
 mod complete;
 mod conversations;
 mod history;
+mod hook;
 mod import;
+mod into_agent;
 mod maintenance;
 mod output;
 mod pager;
@@ -23,6 +25,7 @@ mod remote;
 mod replay;
 mod search;
 mod summarizer;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -137,8 +140,13 @@ enum Command {
     /// Import other agents' session files (Claude Code, Codex, OpenAI chat,
     /// SWE-agent); importing them again writes nothing.
     Import(import::ImportArgs),
-    /// Print a session's history as JSON, JSONL, OpenAI chat or Claude Code JSONL.
+    /// Print a session's history as JSON, JSONL, OpenAI chat, Claude Code JSONL or a
+    /// Codex rollout; or write it back as a session Claude Code or Codex resumes.
     Export(import::ExportArgs),
+    /// Capture an agent as it runs: import the transcript a Claude Code hook
+    /// (JSON on stdin) or Codex's notify (JSON argument) names. Fails with
+    /// exit 1, never 2 (which Claude Code takes as "block").
+    Hook(hook::HookArgs),
     /// Write, check or apply a bundle: sessions, their objects and refs in one file.
     Bundle(remote::BundleArgs),
     /// Copy a store (every ref, record and object) into a new directory.
@@ -166,6 +174,14 @@ enum Command {
     /// Report usage: sessions, messages, tokens, requests, time and tool
     /// calls, in total or by conversation, model, day or source.
     Stats(search::StatsArgs),
+}
+
+/// What [`CommandError::NoStore`] prints.
+pub fn no_store_message() -> String {
+    format!(
+        "not in a sessctl store: no {STORE_DIR} in this directory or any parent; \
+         run sessctl init to create one here, or give --store DIR or set SESSCTL_STORE"
+    )
 }
 
 /// A command's failure: what to print and how to exit.
@@ -304,7 +320,14 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
+            let code = if !e.use_stderr() {
+                0
+            } else if hook_invocation() {
+                // Exit 2 from a hook blocks Claude Code (see hook.rs).
+                1
+            } else {
+                2
+            };
             let _ = e.print();
             return ExitCode::from(code);
         }
@@ -312,7 +335,7 @@ fn main() -> ExitCode {
     let wait = match cli.wait {
         Some(s) if !(s.is_finite() && s >= 0.0) => {
             eprintln!("sessctl: --wait takes a number of seconds, not {s}");
-            return ExitCode::from(2);
+            return ExitCode::from(if hook_invocation() { 1 } else { 2 });
         }
         // Beyond what a Duration holds is as good as forever.
         w => w.map(|s| Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)),
@@ -379,6 +402,7 @@ fn main() -> ExitCode {
         Command::Diff(args) => history::diff(&ctx, args),
         Command::Import(args) => import::import(&ctx, args),
         Command::Export(args) => import::export(&ctx, args),
+        Command::Hook(args) => hook::hook(&ctx, args),
         Command::Bundle(args) => remote::bundle(&ctx, args),
         Command::Clone(args) => remote::clone(&ctx, args),
         Command::Push(args) => remote::push(&ctx, args),
@@ -396,6 +420,22 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => report(e),
     }
+}
+
+/// Whether the command line runs `hook` (its first word that is no flag or
+/// flag value), read without clap, for when clap refused it.
+fn hook_invocation() -> bool {
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--store" | "--wait" => {
+                args.next();
+            }
+            a if a.starts_with('-') => {}
+            a => return a == "hook",
+        }
+    }
+    false
 }
 
 /// The library's error in the words of this command line: where a flag or
@@ -440,13 +480,7 @@ fn report(e: CommandError) -> ExitCode {
         CommandError::Usage(m) => (m, 2),
         CommandError::Failed(m) => (m, 1),
         CommandError::Silent(code) => return ExitCode::from(code),
-        CommandError::NoStore => (
-            format!(
-                "not in a sessctl store: no {STORE_DIR} in this directory or any parent; \
-                 run sessctl init to create one here, or give --store DIR or set SESSCTL_STORE"
-            ),
-            1,
-        ),
+        CommandError::NoStore => (no_store_message(), 1),
     };
     eprintln!("sessctl: {msg}");
     ExitCode::from(code)

@@ -28,6 +28,8 @@ pub enum ExportFormat {
     OpenAi,
     /// Claude Code session JSONL.
     ClaudeCode,
+    /// A Codex rollout (`session_meta`, then `response_item` lines).
+    Codex,
 }
 
 impl ExportFormat {
@@ -37,6 +39,7 @@ impl ExportFormat {
             "jsonl" => ExportFormat::Jsonl,
             "openai" => ExportFormat::OpenAi,
             "claude-code" => ExportFormat::ClaudeCode,
+            "codex" => ExportFormat::Codex,
             _ => return None,
         })
     }
@@ -44,6 +47,19 @@ impl ExportFormat {
 
 /// The history of `id` with, for each message, the session that added it.
 fn history_with_owners(store: &Store, id: ObjectId) -> Result<Vec<(Value, Session)>> {
+    let Owned(history, owners) = history_with_owner_index(store, id)?;
+    Ok(history
+        .into_iter()
+        .map(|(v, k)| (v, owners[k].clone()))
+        .collect())
+}
+
+/// A history's messages, each with the index in [`Owned::1`] of the
+/// session that added it, and those sessions.
+struct Owned(Vec<(Value, usize)>, Vec<Session>);
+
+/// The history of `id`, each message with the session that added it.
+fn history_with_owner_index(store: &Store, id: ObjectId) -> Result<Owned> {
     let mut chain = Vec::new();
     let mut cur = Some(id);
     while let Some(c) = cur {
@@ -67,10 +83,11 @@ fn history_with_owners(store: &Store, id: ObjectId) -> Result<Vec<(Value, Sessio
         owned.truncate(base);
         owned.extend(s.messages.added.iter().map(|m| (*m, k)));
     }
-    owned
+    let history = owned
         .into_iter()
-        .map(|(m, k)| Ok((store.odb().blob(&m)?, chain[k].1.clone())))
-        .collect()
+        .map(|(m, k)| Ok((store.odb().blob(&m)?, k)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Owned(history, chain.into_iter().map(|(_, s)| s).collect()))
 }
 
 /// Exports the history of session `id`.
@@ -94,47 +111,61 @@ pub fn export(store: &Store, id: ObjectId, format: ExportFormat) -> Result<Strin
         }
         ExportFormat::ClaudeCode => {
             let session_id = store.odb().session(&id)?.conversation_id(id).to_hex();
-            let mut out = String::new();
-            let mut prev: Option<String> = None;
-            for (pos, (v, owner)) in history.iter().enumerate() {
-                if message::is_claude_code_line(v) {
-                    let uuid = v["uuid"].as_str().unwrap_or_default().to_owned();
-                    let extra = &owner.metadata.extra;
-                    let listed = |key: &str| -> Vec<Value> {
-                        extra
-                            .get(key)
-                            .and_then(|e| e.get(&uuid))
-                            .and_then(Value::as_array)
-                            .cloned()
-                            .unwrap_or_default()
-                    };
-                    for e in listed("events") {
-                        out += &(line(&e) + "\n");
-                    }
-                    let merged = listed("merged_lines");
-                    out += &(line(&unmerge(v, &merged)) + "\n");
-                    for m in &merged {
-                        out += &(line(m) + "\n");
-                    }
-                    prev = Some(uuid);
-                } else {
-                    let uuid = synthetic_uuid(v, pos);
-                    let (ty, message) = to_claude_message(v);
-                    out += &(line(&json!({
-                        "type": ty,
-                        "uuid": uuid,
-                        "parentUuid": prev,
-                        "sessionId": session_id,
-                        "isSidechain": false,
-                        "timestamp": format_rfc3339_ms(owner.created_at),
-                        "message": message,
-                    })) + "\n");
-                    prev = Some(uuid);
-                }
-            }
-            out
+            claude_lines(&history, &session_id)
+                .iter()
+                .map(|v| line(v) + "\n")
+                .collect()
+        }
+        ExportFormat::Codex => {
+            // Deterministic: the conversation's id as the thread id, the
+            // head's time as the rollout's.
+            let head = store.odb().session(&id)?;
+            let hex = head.conversation_id(id).to_hex();
+            codex_rollout(store, id, &uuid_from_hex(&hex), None, &[], head.created_at)?.text
         }
     })
+}
+
+/// The history as Claude Code lines: lines imported from Claude Code as
+/// they were (merged lines split again, the non-message lines before them
+/// restored), other messages converted, chained by fresh uuids, with
+/// `session_id` as their sessionId.
+fn claude_lines(history: &[(Value, Session)], session_id: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut prev: Option<String> = None;
+    for (pos, (v, owner)) in history.iter().enumerate() {
+        if message::is_claude_code_line(v) {
+            let uuid = v["uuid"].as_str().unwrap_or_default().to_owned();
+            let extra = &owner.metadata.extra;
+            let listed = |key: &str| -> Vec<Value> {
+                extra
+                    .get(key)
+                    .and_then(|e| e.get(&uuid))
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            out.extend(listed("events"));
+            let merged = listed("merged_lines");
+            out.push(unmerge(v, &merged));
+            out.extend(merged);
+            prev = Some(uuid);
+        } else {
+            let uuid = synthetic_uuid(v, pos);
+            let (ty, message) = to_claude_message(v);
+            out.push(json!({
+                "type": ty,
+                "uuid": uuid,
+                "parentUuid": prev,
+                "sessionId": session_id,
+                "isSidechain": false,
+                "timestamp": format_rfc3339_ms(owner.created_at),
+                "message": message,
+            }));
+            prev = Some(uuid);
+        }
+    }
+    out
 }
 
 /// The first line of a merged group as it was: its own content parts only.
@@ -160,7 +191,11 @@ fn unmerge(v: &Value, merged: &[Value]) -> Value {
 
 fn synthetic_uuid(v: &Value, pos: usize) -> String {
     let h = blake3::hash(format!("{pos}\0{v}").as_bytes()).to_hex();
-    let h = h.as_str();
+    uuid_from_hex(h.as_str())
+}
+
+/// The first 32 of 64 hex digits in a uuid's 8-4-4-4-12 shape.
+fn uuid_from_hex(h: &str) -> String {
     format!(
         "{}-{}-{}-{}-{}",
         &h[0..8],
@@ -348,4 +383,289 @@ pub fn to_openai(v: &Value) -> Vec<Value> {
         };
     }
     vec![json!({"role": "system", "content": v.to_string()})]
+}
+
+/// A session file written back for its agent to resume (`claude --resume`,
+/// `codex resume`).
+#[derive(Debug, Clone)]
+pub struct AgentSession {
+    /// JSON lines, each ending in `\n`.
+    pub text: String,
+    /// The working directory the session ran in, from its lines (the last
+    /// that names one) or the Codex `session_meta`.
+    pub cwd: Option<String>,
+    pub lines: usize,
+}
+
+/// The history of `id` as a Claude Code session file with sessionId
+/// `session_id`: the lines [`export`] writes, each line that carries a
+/// sessionId given this one, `cwd` and `version` kept (and given to
+/// converted messages), and the `parentUuid` chain made whole: a uuid seen
+/// twice (a line repeated after a compaction) gets a fresh one, and a
+/// parent that is not an earlier line of the file (cut away by a fork or a
+/// compaction) becomes the line before. Lines are otherwise the stored
+/// values, which are the source lines' values (the store keeps values, not
+/// key order or whitespace). `trailing` are lines to end with (the
+/// conversation's `trailing_events`, when `id` is its head); `cwd` is the
+/// working directory when no line names one (a history from another
+/// agent).
+pub fn claude_code_session(
+    store: &Store,
+    id: ObjectId,
+    session_id: &str,
+    trailing: &[Value],
+    cwd: Option<&str>,
+) -> Result<AgentSession> {
+    let history = history_with_owners(store, id)?;
+    let mut lines = claude_lines(&history, session_id);
+    lines.extend(trailing.iter().cloned());
+    let last_str = |key: &str, lines: &[Value]| {
+        lines
+            .iter()
+            .rev()
+            .find_map(|l| l.get(key).and_then(Value::as_str).map(str::to_owned))
+    };
+    let cwd = last_str("cwd", &lines).or_else(|| cwd.map(str::to_owned));
+    let version = last_str("version", &lines);
+    let mut seen = std::collections::HashSet::new();
+    let mut renamed = std::collections::HashMap::new();
+    let mut last: Option<String> = None;
+    for (pos, l) in lines.iter_mut().enumerate() {
+        let fresh = synthetic_uuid(l, pos);
+        let Some(o) = l.as_object_mut() else {
+            continue;
+        };
+        if o.contains_key("sessionId") {
+            o.insert("sessionId".into(), json!(session_id));
+        }
+        let Some(uuid) = o.get("uuid").and_then(Value::as_str).map(str::to_owned) else {
+            continue;
+        };
+        if !o.contains_key("cwd") {
+            if let Some(c) = &cwd {
+                o.insert("cwd".into(), json!(c));
+            }
+            if let Some(v) = &version {
+                o.insert("version".into(), json!(v));
+            }
+            o.insert("userType".into(), json!("external"));
+        }
+        if let Some(p) = o.get("parentUuid").and_then(Value::as_str) {
+            let p = renamed.get(p).cloned().unwrap_or_else(|| p.to_owned());
+            let p = if seen.contains(&p) {
+                Some(p)
+            } else {
+                last.clone()
+            };
+            o.insert("parentUuid".into(), json!(p));
+        }
+        let uuid = if seen.contains(&uuid) {
+            renamed.insert(uuid, fresh.clone());
+            o.insert("uuid".into(), json!(fresh));
+            fresh
+        } else {
+            renamed.remove(&uuid);
+            uuid
+        };
+        seen.insert(uuid.clone());
+        last = Some(uuid);
+    }
+    let text: String = lines
+        .iter()
+        .map(|v| serde_json::to_string(v).expect("a JSON value serializes") + "\n")
+        .collect();
+    Ok(AgentSession {
+        text,
+        cwd,
+        lines: lines.len(),
+    })
+}
+
+fn is_rollout_line(v: &Value) -> bool {
+    v.get("type").is_some_and(Value::is_string) && v.get("payload").is_some_and(Value::is_object)
+}
+
+/// The history of `id` as a Codex rollout whose thread id is `thread_id`,
+/// written at `now_ms`: a `session_meta` line first (the source's, from
+/// `source_meta`, with the new id and time and `forked_from_id` naming the
+/// source), then each message: lines imported from a rollout as they were,
+/// with the `event_msg` and `turn_context` lines that came before them;
+/// other messages as `response_item` lines (message, function_call,
+/// function_call_output); then `trailing` (the conversation's
+/// `trailing_events`, when `id` is its head).
+pub fn codex_rollout(
+    store: &Store,
+    id: ObjectId,
+    thread_id: &str,
+    source_meta: Option<&Value>,
+    trailing: &[Value],
+    now_ms: i64,
+) -> Result<AgentSession> {
+    let Owned(history, owners) = history_with_owner_index(store, id)?;
+    let now = format_rfc3339_ms(now_ms);
+    let mut meta = source_meta
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    if let Some(src) = meta.get("id").cloned() {
+        meta.insert("forked_from_id".into(), src);
+    }
+    meta.insert("id".into(), json!(thread_id));
+    meta.insert("timestamp".into(), json!(now));
+    let cwd = meta.get("cwd").and_then(Value::as_str).map(str::to_owned);
+    meta.entry("originator").or_insert(json!("sessctl"));
+    meta.entry("cli_version")
+        .or_insert(json!(env!("CARGO_PKG_VERSION")));
+    let mut lines = vec![json!({"timestamp": now, "type": "session_meta", "payload": meta})];
+    let mut k = 0;
+    while k < history.len() {
+        // The run of messages one session added (its events are keyed by
+        // the source's line numbers).
+        let owner = &owners[history[k].1];
+        let mut end = k + 1;
+        while end < history.len() && history[end].1 == history[k].1 {
+            end += 1;
+        }
+        let run: Vec<&Value> = history[k..end].iter().map(|(v, _)| v).collect();
+        let events = codex_events(owner, run.len());
+        for (i, v) in run.iter().enumerate() {
+            lines.extend(events[i].iter().cloned());
+            if is_rollout_line(v) {
+                lines.push((*v).clone());
+            } else {
+                let ts = format_rfc3339_ms(owner.created_at);
+                for p in to_codex_items(v) {
+                    lines.push(json!({"timestamp": ts, "type": "response_item", "payload": p}));
+                }
+            }
+        }
+        k = end;
+    }
+    lines.extend(trailing.iter().cloned());
+    let text: String = lines
+        .iter()
+        .map(|v| serde_json::to_string(v).expect("a JSON value serializes") + "\n")
+        .collect();
+    Ok(AgentSession {
+        text,
+        cwd,
+        lines: lines.len(),
+    })
+}
+
+/// The non-message lines before each of `run` (the messages one session
+/// added), from the session's `extra.events`, which keys them by the
+/// source line number `L<n>` of the message they precede. A rollout's
+/// lines are consecutive, so the message after the one at line `p` is at
+/// the next key `q` whose events fill the lines between (`q - p - 1` of
+/// them), or else at `p + 1`; the first message's line is the one that
+/// makes every key land on a message. When none does (blank or unreadable
+/// lines in the source), all events go before the first message, in order.
+fn codex_events(owner: &Session, run: usize) -> Vec<Vec<Value>> {
+    let mut out = vec![Vec::new(); run];
+    let Some(map) = owner
+        .metadata
+        .extra
+        .get("events")
+        .and_then(Value::as_object)
+    else {
+        return out;
+    };
+    let mut keyed: Vec<(u64, &Vec<Value>)> = map
+        .iter()
+        .filter_map(|(key, v)| {
+            let n = key.strip_prefix('L')?.parse().ok()?;
+            Some((n, v.as_array()?))
+        })
+        .collect();
+    if keyed.is_empty() || run == 0 {
+        return out;
+    }
+    keyed.sort_by_key(|(n, _)| *n);
+    let (k1, e1) = (keyed[0].0, keyed[0].1.len() as u64);
+    let below = k1.saturating_sub(e1 + 1);
+    let starts = std::iter::once(k1).chain((below.saturating_sub(run as u64)..=below).rev());
+    for start in starts {
+        let mut p = start;
+        let mut placed = vec![None; run];
+        let mut next = keyed
+            .iter()
+            .position(|(n, _)| *n >= p)
+            .unwrap_or(keyed.len());
+        for (i, slot) in placed.iter_mut().enumerate() {
+            if i > 0 {
+                p = match keyed.get(next) {
+                    Some((q, e)) if *q > p && q - p - 1 == e.len() as u64 => *q,
+                    _ => p + 1,
+                };
+            }
+            if let Some((q, e)) = keyed.get(next) {
+                if *q == p {
+                    *slot = Some(*e);
+                    next += 1;
+                }
+            }
+        }
+        if next == keyed.len() {
+            for (i, e) in placed.into_iter().enumerate() {
+                if let Some(e) = e {
+                    out[i] = e.clone();
+                }
+            }
+            return out;
+        }
+    }
+    out[0] = keyed.iter().flat_map(|(_, v)| v.iter().cloned()).collect();
+    out
+}
+
+/// A message of another format as Codex `response_item` payloads.
+fn to_codex_items(v: &Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    for m in to_openai(v) {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
+        let text = match m.get("content") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Null) | None => String::new(),
+            Some(c) => message::content_text(c).unwrap_or_default(),
+        };
+        match role {
+            "tool" => out.push(json!({
+                "type": "function_call_output",
+                "call_id": m.get("tool_call_id").cloned().unwrap_or(Value::Null),
+                "output": text,
+            })),
+            _ => {
+                if !text.is_empty() || m.get("tool_calls").is_none() {
+                    let part = if role == "assistant" {
+                        "output_text"
+                    } else {
+                        "input_text"
+                    };
+                    out.push(json!({
+                        "type": "message",
+                        "role": role,
+                        "content": [{"type": part, "text": text}],
+                    }));
+                }
+                for c in m
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    out.push(json!({
+                        "type": "function_call",
+                        "name": c["function"].get("name").cloned().unwrap_or(Value::Null),
+                        "arguments": c["function"]
+                            .get("arguments")
+                            .cloned()
+                            .unwrap_or(json!("{}")),
+                        "call_id": c.get("id").cloned().unwrap_or(Value::Null),
+                    }));
+                }
+            }
+        }
+    }
+    out
 }

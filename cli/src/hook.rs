@@ -1,0 +1,573 @@
+//! `hook`: capture agents as they run. Claude Code's hooks send a JSON
+//! object on stdin naming the transcript; Codex's `notify` program gets a
+//! JSON object as its last argument naming the thread. Either way the
+//! transcript's new lines are imported (the import is idempotent: what the
+//! store holds is written again as nothing).
+//!
+//! This file also owns what `import --watch` shares with the hooks: the
+//! **unit** of files one source conversation lives in (a Claude Code session
+//! and its subagents' files), and **catching up** a unit: import its
+//! complete lines, skipping the work when a cursor says nothing changed.
+//!
+//! Cursors live in `<store>/capture/`, one small JSON file per unit: the
+//! length, inode and mtime of each file at its last import, and a digest of
+//! the refs that import left for the unit's conversation. They are derived:
+//! deleting them costs one full re-read; a cursor is trusted only when the
+//! files and those refs are exactly as it recorded, never over the store.
+//!
+//! A hook must never break the agent. Claude Code treats exit 2 from a hook
+//! as "blocking": for `Stop` it feeds stderr back to the model and keeps it
+//! working. So every failure here, bad stdin included, is one line on
+//! stderr and exit 1, which Claude Code shows the user and otherwise
+//! ignores; never 2.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+use serde_json::{json, Value};
+use sessctl_store::import::SourceFile;
+use sessctl_store::import::{import_sources, sanitize_name, Format, ImportOptions, ImportReport};
+use sessctl_store::{Error, Store};
+
+use crate::output::print;
+use crate::{message, CmdResult, CommandError, Ctx};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Agent {
+    /// A Claude Code hook: the hook's JSON on stdin.
+    #[value(name = "claude-code")]
+    ClaudeCode,
+    /// Codex's `notify` program: the JSON as the last argument.
+    Codex,
+}
+
+#[derive(Debug, Args)]
+pub struct HookArgs {
+    /// Which agent calls: claude-code (hook JSON on stdin: transcript_path,
+    /// session_id, cwd, hook_event_name) or codex (notify JSON as the last
+    /// argument: thread-id, cwd, ...).
+    #[arg(value_enum)]
+    agent: Agent,
+    /// The payload, for codex (Codex appends it to the notify command).
+    #[arg(value_name = "JSON")]
+    payload: Option<String>,
+    /// Where Codex keeps its rollouts (default: $CODEX_HOME, or ~/.codex).
+    #[arg(long, value_name = "DIR")]
+    codex_home: Option<PathBuf>,
+    /// Do not sync (by default each capture is durable when the hook returns).
+    #[arg(long)]
+    no_sync: bool,
+}
+
+/// Runs a hook. Every error is exit 1 (see the module's note on exit 2).
+pub fn hook(ctx: &Ctx, args: HookArgs) -> CmdResult {
+    run(ctx, args).map_err(|e| match e {
+        CommandError::Store(e) => CommandError::Failed(format!("hook: {}", message(&e))),
+        CommandError::Usage(m) | CommandError::Failed(m) => {
+            CommandError::Failed(format!("hook: {m}"))
+        }
+        CommandError::NoStore => {
+            CommandError::Failed(format!("hook: {}", crate::no_store_message()))
+        }
+        CommandError::Silent(_) => CommandError::Silent(1),
+    })
+}
+
+fn run(ctx: &Ctx, args: HookArgs) -> CmdResult {
+    let unit = match args.agent {
+        Agent::ClaudeCode => {
+            if args.payload.is_some() {
+                return Err(CommandError::Failed(
+                    "claude-code sends its JSON on stdin, not as an argument".into(),
+                ));
+            }
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .map_err(|e| CommandError::Failed(format!("reading stdin: {e}")))?;
+            let payload = payload_object(&text, "stdin")?;
+            let path = field(&payload, &["transcript_path"]).ok_or_else(|| {
+                CommandError::Failed(
+                    "stdin has no \"transcript_path\": not a Claude Code hook's JSON".into(),
+                )
+            })?;
+            let path = PathBuf::from(path);
+            if !path.is_file() {
+                return Err(CommandError::Failed(format!(
+                    "{}: no such transcript",
+                    path.display()
+                )));
+            }
+            claude_unit(
+                &path,
+                field(&payload, &["session_id"]),
+                &mut SessionIds::default(),
+            )
+        }
+        Agent::Codex => {
+            let text = args.payload.ok_or_else(|| {
+                CommandError::Failed(
+                    "codex passes its JSON as the last argument; none given".into(),
+                )
+            })?;
+            let payload = payload_object(&text, "the argument")?;
+            let path = codex_rollout(&payload, args.codex_home.as_deref())?;
+            Unit::single(Format::Codex, path)
+        }
+    };
+    let store = ctx.open_store()?;
+    let cursors = Cursors::new(&ctx.store);
+    let outcome = catch_up(&store, &cursors, &unit, args.no_sync)?;
+    report(&unit, outcome.as_ref())
+}
+
+/// Prints what a catch-up did (nothing when there was nothing new); the
+/// lines it could not read go to stderr and make the exit 1.
+pub fn report(unit: &Unit, outcome: Option<&ImportReport>) -> CmdResult {
+    let Some(r) = outcome else {
+        return Ok(());
+    };
+    if r.sessions_written > 0 || r.refs_moved > 0 {
+        print(&format!(
+            "{}: {} new sessions, {} messages, {} refs moved\n",
+            unit.primary.display(),
+            r.sessions_written,
+            r.messages,
+            r.refs_moved
+        ))?;
+    }
+    for s in &r.skipped {
+        eprintln!("sessctl: {}:{}: {}", s.file.display(), s.line, s.reason);
+    }
+    if r.skipped.is_empty() {
+        Ok(())
+    } else {
+        Err(CommandError::Silent(1))
+    }
+}
+
+fn payload_object(text: &str, from: &str) -> CmdResult<Value> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(v) if v.is_object() => Ok(v),
+        Ok(_) => Err(CommandError::Failed(format!("{from} is not a JSON object"))),
+        Err(e) => Err(CommandError::Failed(format!(
+            "{from} is not valid JSON ({e})"
+        ))),
+    }
+}
+
+/// The first of `names` that `v` has as a non-empty string.
+fn field<'a>(v: &'a Value, names: &[&str]) -> Option<&'a str> {
+    names
+        .iter()
+        .find_map(|n| v.get(*n).and_then(Value::as_str))
+        .filter(|s| !s.is_empty())
+}
+
+/// The files one source conversation lives in, imported together (Claude
+/// Code lines name parents across a session's files; importing one of them
+/// alone would take its lines for roots).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unit {
+    pub format: Format,
+    /// The main file: the unit's name and its cursor's key.
+    pub primary: PathBuf,
+    /// All its files, the primary first.
+    pub files: Vec<PathBuf>,
+    /// The store's name for its conversation, when known (for the cursor's
+    /// check of the store).
+    pub conversation: Option<String>,
+}
+
+impl Unit {
+    /// A unit of one file (Codex, OpenAI, SWE-agent).
+    pub fn single(format: Format, path: PathBuf) -> Unit {
+        let conversation = match format {
+            Format::Codex => first_lines(&path, 1)
+                .into_iter()
+                .find(|v| v.get("type").and_then(Value::as_str) == Some("session_meta"))
+                .and_then(|v| field(&v["payload"], &["id"]).map(str::to_owned))
+                .map(|id| conversation_name("codex", &id)),
+            _ => None,
+        };
+        Unit {
+            format,
+            primary: path.clone(),
+            files: vec![path],
+            conversation,
+        }
+    }
+}
+
+fn conversation_name(prefix: &str, source_id: &str) -> String {
+    let short: String = source_id.chars().take(12).collect();
+    format!("{prefix}-{}", sanitize_name(&short, 12))
+}
+
+/// The first `n` JSON lines of a file (fewer when it is shorter or a line
+/// does not parse).
+fn first_lines(path: &Path, n: usize) -> Vec<Value> {
+    use std::io::BufRead;
+    let Ok(f) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    std::io::BufReader::new(f)
+        .lines()
+        .take(n)
+        .map_while(|l| l.ok().and_then(|l| serde_json::from_str(&l).ok()))
+        .collect()
+}
+
+/// The sessionId a Claude Code file's lines carry (the first that has one,
+/// among its first lines).
+fn claude_session_id(path: &Path) -> Option<String> {
+    first_lines(path, 20)
+        .iter()
+        .find_map(|v| field(v, &["sessionId"]).map(str::to_owned))
+}
+
+/// The sessionIds of Claude Code files read so far: a file's never changes
+/// once it has one, and a watcher over a folder of many older-layout
+/// `agent-*.jsonl` files would otherwise read them all for every unit.
+#[derive(Debug, Default)]
+pub struct SessionIds(HashMap<PathBuf, String>);
+
+impl SessionIds {
+    fn of(&mut self, path: &Path) -> Option<String> {
+        if let Some(s) = self.0.get(path) {
+            return Some(s.clone());
+        }
+        let s = claude_session_id(path)?;
+        self.0.insert(path.to_path_buf(), s.clone());
+        Some(s)
+    }
+}
+
+/// How far above a file its session's folder can be
+/// (`<session>/subagents/agent-*.jsonl`, and one more for what may come).
+const SESSION_FOLDER_DEPTH: usize = 3;
+
+/// The unit a Claude Code file belongs to: its session's main file
+/// (`<dir>/<session>.jsonl`), the subagents under `<dir>/<session>/`, and
+/// older versions' `agent-*.jsonl` beside it with the same sessionId.
+pub fn claude_unit(path: &Path, session_id: Option<&str>, ids: &mut SessionIds) -> Unit {
+    // A file under <dir>/<session>/... belongs to <dir>/<session>.jsonl.
+    let mut primary = path.to_path_buf();
+    for dir in path.ancestors().skip(1).take(SESSION_FOLDER_DEPTH) {
+        let main = dir.with_extension("jsonl");
+        if dir.file_name().is_some() && main.is_file() {
+            primary = main;
+            break;
+        }
+    }
+    let dir = primary.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let name = primary
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut session = session_id.map(str::to_owned);
+    if primary == path && name.starts_with("agent-") {
+        // An older version's subagent file: its session's main file.
+        if let Some(sid) = ids.of(path) {
+            let main = dir.join(format!("{sid}.jsonl"));
+            if main.is_file() {
+                primary = main;
+            }
+            session = Some(sid);
+        }
+    }
+    let session = session.or_else(|| ids.of(&primary));
+    let mut files = vec![primary.clone()];
+    let sub = primary.with_extension("");
+    if sub.is_dir() {
+        let mut found = Vec::new();
+        walk_jsonl(&sub, &mut found);
+        found.sort();
+        files.extend(found);
+    }
+    if let (Some(sid), Ok(rd)) = (&session, std::fs::read_dir(&dir)) {
+        let mut agents: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p != &primary
+                    && p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("agent-") && n.ends_with(".jsonl"))
+                    && ids.of(p).as_deref() == Some(sid.as_str())
+            })
+            .collect();
+        agents.sort();
+        files.extend(agents);
+    }
+    Unit {
+        format: Format::ClaudeCode,
+        primary,
+        files,
+        conversation: session.map(|s| conversation_name("cc", &s)),
+    }
+}
+
+fn walk_jsonl(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            walk_jsonl(&p, out);
+        } else if p.extension().is_some_and(|x| x == "jsonl") {
+            out.push(p);
+        }
+    }
+}
+
+/// The rollout file of the thread a Codex notify payload names: its own
+/// path when the payload has one, else the newest
+/// `$CODEX_HOME/sessions/YYYY/MM/DD/rollout-*-<thread id>.jsonl`.
+fn codex_rollout(payload: &Value, codex_home: Option<&Path>) -> CmdResult<PathBuf> {
+    if let Some(p) = field(
+        payload,
+        &["rollout_path", "rollout-path", "transcript_path"],
+    ) {
+        return Ok(PathBuf::from(p));
+    }
+    let id = field(
+        payload,
+        &[
+            "thread-id",
+            "thread_id",
+            "session_id",
+            "session-id",
+            "conversation_id",
+        ],
+    )
+    .ok_or_else(|| {
+        CommandError::Failed(
+            "the JSON names no thread (\"thread-id\"): not a Codex notify payload".into(),
+        )
+    })?;
+    let home = match codex_home {
+        Some(h) => h.to_path_buf(),
+        None => codex_home_dir()?,
+    };
+    let sessions = home.join("sessions");
+    let suffix = format!("-{id}.jsonl");
+    let mut found = Vec::new();
+    find_rollouts(&sessions, &suffix, &mut found);
+    found.sort();
+    found.pop().ok_or_else(|| {
+        CommandError::Failed(format!(
+            "no rollout of thread {id} under {}",
+            sessions.display()
+        ))
+    })
+}
+
+/// `$CODEX_HOME`, or `~/.codex`.
+pub fn codex_home_dir() -> CmdResult<PathBuf> {
+    if let Some(h) = std::env::var_os("CODEX_HOME").filter(|h| !h.is_empty()) {
+        return Ok(PathBuf::from(h));
+    }
+    Ok(home_dir()?.join(".codex"))
+}
+
+pub fn home_dir() -> CmdResult<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .ok_or_else(|| CommandError::Failed("$HOME is not set".into()))
+}
+
+fn find_rollouts(dir: &Path, suffix: &str, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            find_rollouts(&p, suffix, out);
+        } else if p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("rollout-") && n.ends_with(suffix))
+        {
+            out.push(p);
+        }
+    }
+}
+
+/// The cursors of one store (`<store>/capture/`).
+#[derive(Debug)]
+pub struct Cursors {
+    dir: PathBuf,
+}
+
+impl Cursors {
+    pub fn new(store: &Path) -> Cursors {
+        Cursors {
+            dir: store.join("capture"),
+        }
+    }
+
+    /// The unit's cursor: named by its main file's canonical path, so that
+    /// a hook and a watcher given the path differently share it.
+    fn path(&self, unit: &Unit) -> PathBuf {
+        let canonical =
+            std::fs::canonicalize(&unit.primary).unwrap_or_else(|_| unit.primary.clone());
+        let key = blake3::hash(canonical.as_os_str().as_encoded_bytes()).to_hex();
+        self.dir.join(format!("{}.json", &key.as_str()[..32]))
+    }
+
+    /// Waits for this unit's turn: an exclusive `flock` on
+    /// `capture/<key>.lock`, released when the file is dropped (or the
+    /// process dies). Without it (a read-only directory) catch-ups still
+    /// work, only without taking turns.
+    fn lock(&self, unit: &Unit) -> Option<std::fs::File> {
+        let _ = std::fs::create_dir_all(&self.dir);
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.path(unit).with_extension("lock"))
+            .ok()?;
+        f.lock().ok()?;
+        Some(f)
+    }
+
+    /// What the cursor recorded, or nothing when it is absent or unreadable
+    /// (it is only a shortcut).
+    fn get(&self, unit: &Unit) -> Option<Value> {
+        let text = std::fs::read(self.path(unit)).ok()?;
+        serde_json::from_slice(&text).ok()
+    }
+
+    /// Replaces the cursor whole (a temporary file renamed over it), so a
+    /// reader sees the old one or the new one. A cursor that cannot be
+    /// written is no error: the next catch-up reads the files again.
+    fn put(&self, unit: &Unit, value: &Value) {
+        let _ = std::fs::create_dir_all(&self.dir);
+        let path = self.path(unit);
+        let tmp = self.dir.join(format!(
+            ".tmp-{}-{}",
+            std::process::id(),
+            path.file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default()
+        ));
+        if std::fs::write(&tmp, value.to_string()).is_ok() && std::fs::rename(&tmp, &path).is_err()
+        {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+}
+
+/// Each file's length, inode and mtime: what a cursor compares.
+fn file_states(unit: &Unit) -> CmdResult<Value> {
+    let mut out = Vec::new();
+    for f in &unit.files {
+        let m = std::fs::metadata(f)
+            .map_err(|e| CommandError::Failed(format!("{}: {e}", f.display())))?;
+        out.push(json!([
+            f.display().to_string(),
+            m.len(),
+            m.dev(),
+            m.ino(),
+            m.mtime(),
+            m.mtime_nsec()
+        ]));
+    }
+    Ok(Value::Array(out))
+}
+
+/// A digest of the refs of the unit's conversation (its forks' and
+/// subagents' too), as the store holds them now.
+fn refs_digest(store: &Store, unit: &Unit) -> CmdResult<Option<String>> {
+    let Some(name) = &unit.conversation else {
+        return Ok(None);
+    };
+    let mut h = blake3::Hasher::new();
+    for ns in ["refs/heads/", "refs/tags/", "refs/archive/"] {
+        for (r, t) in store.refs_with_prefix(&format!("{ns}{name}"))? {
+            h.update(format!("{r:?}\0{t:?}\n").as_bytes());
+        }
+    }
+    Ok(Some(h.finalize().to_hex().to_string()))
+}
+
+/// Imports the unit's complete lines, unless its cursor shows that neither
+/// its files nor its refs moved since the last catch-up (`None` then). A
+/// half-written last line is left for the next catch-up; a file gone since
+/// the unit was made is left out.
+///
+/// Catch-ups of one unit take turns (a lock file beside its cursor, held
+/// while reading and importing): files only grow, so each import reads at
+/// least what the one before it did, and none moves the conversation back
+/// to a shorter snapshot read before the other landed. A lost race with any
+/// other writer of the same refs is retried on a fresh read of the files:
+/// the import is idempotent, so the retry writes what the winner did not.
+pub fn catch_up(
+    store: &Store,
+    cursors: &Cursors,
+    unit: &Unit,
+    no_sync: bool,
+) -> CmdResult<Option<ImportReport>> {
+    let unit = &Unit {
+        files: unit.files.iter().filter(|f| f.is_file()).cloned().collect(),
+        ..unit.clone()
+    };
+    if !unit.files.contains(&unit.primary) {
+        return Ok(None);
+    }
+    let _turn = cursors.lock(unit);
+    let opts = ImportOptions {
+        no_sync,
+        progress: None,
+    };
+    let mut attempt = 0;
+    loop {
+        let states = file_states(unit)?;
+        if let Some(c) = cursors.get(unit) {
+            if c.get("files") == Some(&states)
+                && c.get("refs") == Some(&json!(refs_digest(store, unit)?))
+            {
+                return Ok(None);
+            }
+        }
+        let (sources, base) = read_complete_lines(unit)?;
+        let report = match import_sources(store, unit.format, &sources, &opts, base) {
+            Err(Error::RefOutOfDate { .. }) if attempt < 50 => {
+                attempt += 1;
+                continue;
+            }
+            r => r?,
+        };
+        let mut record = BTreeMap::new();
+        record.insert("files", states);
+        record.insert("refs", json!(refs_digest(store, unit)?));
+        if report.skipped.is_empty() {
+            cursors.put(unit, &json!(record));
+        }
+        return Ok(Some(report));
+    }
+}
+
+/// The unit's files up to their last newline.
+fn read_complete_lines(unit: &Unit) -> CmdResult<(Vec<SourceFile>, ImportReport)> {
+    let mut sources = Vec::with_capacity(unit.files.len());
+    let mut base = ImportReport::default();
+    for f in &unit.files {
+        let bytes =
+            std::fs::read(f).map_err(|e| CommandError::Failed(format!("{}: {e}", f.display())))?;
+        let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        base.files += 1;
+        base.bytes_read += complete as u64;
+        sources.push(SourceFile {
+            path: f.clone(),
+            text: String::from_utf8_lossy(&bytes[..complete]).into_owned(),
+        });
+    }
+    Ok((sources, base))
+}
