@@ -5,21 +5,28 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use sessctl_store::export::{export as export_history, ExportFormat};
-use sessctl_store::import::{import_paths, Format, ImportOptions};
+use sessctl_store::import::{import_paths_as, Format, ImportOptions};
 
 use crate::output::{print, progress, progress_done};
 use crate::{CmdResult, CommandError, Ctx};
 
 #[derive(Debug, Args)]
 pub struct ImportArgs {
-    /// The files' format: claude-code, codex, openai or swe-agent.
+    /// The files' format: claude-code, codex, openai or swe-agent (default:
+    /// detected for each file from its content). A file in another format
+    /// is refused, naming what it looks like, before anything is written.
     #[arg(long = "from", value_name = "FORMAT", value_parser = parse_format)]
-    from: Format,
+    from: Option<Format>,
     /// Files, or directories searched recursively for the format's files
     /// (claude-code and codex: *.jsonl; openai: *.json and *.jsonl;
-    /// swe-agent: *.traj).
+    /// swe-agent: *.traj; without --from: all of these).
     #[arg(value_name = "PATH", required = true)]
     paths: Vec<PathBuf>,
+    /// The files are finished: also import a last turn nothing marks as
+    /// ended (by default it is held back until the agent ends it, so that
+    /// importing a file as it grows only ever fast-forwards).
+    #[arg(long)]
+    finished: bool,
     /// Do not sync at all (by default the import is made durable with one
     /// sync at its end).
     #[arg(long)]
@@ -40,16 +47,18 @@ fn show_progress(path: &Path) {
 }
 
 /// Prints the summary; exits 1 when lines were skipped (all else is
-/// imported and durable).
+/// imported and durable). A last line still being written and turns not
+/// ended yet are noted on stderr and left for a later import (exit 0).
 pub fn import(ctx: &Ctx, args: ImportArgs) -> CmdResult {
     let store = ctx.open_store()?;
-    let report = import_paths(
+    let report = import_paths_as(
         &store,
         args.from,
         &args.paths,
         &ImportOptions {
             no_sync: args.no_sync,
             progress: Some(show_progress),
+            finished: args.finished,
         },
     );
     progress_done();
@@ -72,7 +81,25 @@ pub fn import(ctx: &Ctx, args: ImportArgs) -> CmdResult {
         ))?;
     }
     for s in &r.skipped {
-        eprintln!("{}:{}: {}", s.file.display(), s.line, s.reason);
+        eprintln!("{s}");
+    }
+    for f in &r.unfinished_lines {
+        eprintln!(
+            "{}: last line not written yet; left for a later import",
+            f.display()
+        );
+    }
+    if r.held_back > 0 {
+        eprintln!(
+            "{} messages held back: their turn has not ended yet (--finished imports them)",
+            r.held_back
+        );
+    }
+    for (name, follows) in &r.redirected {
+        eprintln!("{name} was continued here; the import follows {follows}");
+    }
+    for (name, why) in &r.left_alone {
+        eprintln!("{name} left as it is: {why}");
     }
     for (file, uuid) in &r.dangling {
         eprintln!("dangling parent: {file}: {uuid}");

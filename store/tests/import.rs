@@ -34,6 +34,8 @@ fn opts() -> ImportOptions {
     ImportOptions {
         no_sync: true,
         progress: None,
+        // These files are whole: what they hold is what the import must take.
+        finished: true,
     }
 }
 

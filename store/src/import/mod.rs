@@ -71,6 +71,16 @@ impl Format {
         }
     }
 
+    /// What a file of this format is, in words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Format::ClaudeCode => "a Claude Code session log (claude-code)",
+            Format::Codex => "a Codex rollout (codex)",
+            Format::OpenAi => "OpenAI chat messages (openai)",
+            Format::SweAgent => "a SWE-agent trajectory (swe-agent)",
+        }
+    }
+
     pub fn parse(s: &str) -> Option<Format> {
         Format::ALL.into_iter().find(|f| f.as_str() == s)
     }
@@ -112,6 +122,19 @@ pub struct Node {
     pub merged: Vec<Value>,
     /// What producing this message cost, when the source says.
     pub usage: Option<Usage>,
+    /// Of its prompt tokens, those read from the provider's prompt cache and
+    /// those written to it (0 when the source does not say).
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    /// The model that wrote it, when the source says.
+    pub model: Option<String>,
+    /// The last message of a finished turn: a session ends after it, so that
+    /// a later snapshot of the file appends the next turn as sessions of its
+    /// own (see "Live files" in the module docs).
+    pub turn_end: bool,
+    /// A message the source is still writing (its turn has not ended): it
+    /// and the rest of its session are held back until a later import.
+    pub open: bool,
     /// File and line it came from, for reports.
     pub file: String,
 }
@@ -129,6 +152,11 @@ impl Node {
             events: Vec::new(),
             merged: Vec::new(),
             usage: None,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
+            model: None,
+            turn_end: false,
+            open: false,
             file: file.to_owned(),
         }
     }
@@ -165,6 +193,16 @@ pub struct Skipped {
     pub reason: String,
 }
 
+impl std::fmt::Display for Skipped {
+    /// `FILE:LINE: reason`, or `FILE: reason` for a whole file.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            0 => write!(f, "{}: {}", self.file.display(), self.reason),
+            n => write!(f, "{}:{n}: {}", self.file.display(), self.reason),
+        }
+    }
+}
+
 /// What an import did.
 #[derive(Debug, Clone, Default)]
 pub struct ImportReport {
@@ -183,6 +221,18 @@ pub struct ImportReport {
     /// (file, parent id) of entries whose parent no line has; kept as roots.
     pub dangling: Vec<(String, String)>,
     pub bytes_read: u64,
+    /// Files whose last line the agent is still writing (no newline yet, not
+    /// JSON yet): that line is left for a later import.
+    pub unfinished_lines: Vec<PathBuf>,
+    /// Messages of turns that have not ended yet, left for a later import
+    /// (see "Live files" in the module docs).
+    pub held_back: usize,
+    /// (name, ref the import follows instead): conversations continued,
+    /// forked or compacted locally, whose import goes on under `imported/`.
+    pub redirected: Vec<(String, String)>,
+    /// (name, why): conversations the user archived or removed, which the
+    /// import leaves as they are.
+    pub left_alone: Vec<(String, String)>,
 }
 
 impl ImportReport {
@@ -204,6 +254,13 @@ impl ImportReport {
             })).collect::<Vec<_>>(),
             "dangling": self.dangling.iter().map(|(f, u)| json!({"file": f, "parent": u}))
                 .collect::<Vec<_>>(),
+            "unfinished_lines": self.unfinished_lines.iter()
+                .map(|f| f.display().to_string()).collect::<Vec<_>>(),
+            "held_back": self.held_back,
+            "redirected": self.redirected.iter().map(|(n, r)| json!({"name": n, "follows": r}))
+                .collect::<Vec<_>>(),
+            "left_alone": self.left_alone.iter().map(|(n, why)| json!({"name": n, "why": why}))
+                .collect::<Vec<_>>(),
         })
     }
 }
@@ -217,13 +274,34 @@ pub struct ImportOptions {
     pub no_sync: bool,
     /// Called with each file as it is read (progress display).
     pub progress: Option<fn(&Path)>,
+    /// The files are finished: import a last turn that nothing marks as
+    /// ended too (an agent that never wrote its end). A file that grows
+    /// after such an import may move its conversation's ref to a session
+    /// that does not descend from the one it held.
+    pub finished: bool,
 }
 
 /// Reads `paths` (files, or directories walked recursively for the
-/// format's files), in sorted order, and imports them.
+/// format's files), in sorted order, and imports them. A file that is not
+/// in `format` is refused before anything is written
+/// ([`Error::ImportFormat`]).
 pub fn import_paths(
     store: &Store,
     format: Format,
+    paths: &[PathBuf],
+    opts: &ImportOptions,
+) -> Result<ImportReport> {
+    import_paths_as(store, Some(format), paths, opts)
+}
+
+/// [`import_paths`] with the format of each file detected when `format` is
+/// `None` (directories are then walked for `*.jsonl`, `*.json` and
+/// `*.traj`). A file that matches no format, or not `format`, is refused
+/// before anything is written ([`Error::ImportFormat`]); an empty file is
+/// read as nothing.
+pub fn import_paths_as(
+    store: &Store,
+    format: Option<Format>,
     paths: &[PathBuf],
     opts: &ImportOptions,
 ) -> Result<ImportReport> {
@@ -239,7 +317,7 @@ pub fn import_paths(
     files.sort();
     files.dedup();
     let mut report = ImportReport::default();
-    let mut sources = Vec::with_capacity(files.len());
+    let mut groups: BTreeMap<usize, Vec<SourceFile>> = BTreeMap::new();
     for f in &files {
         if let Some(cb) = opts.progress {
             cb(f);
@@ -247,12 +325,170 @@ pub fn import_paths(
         let bytes = std::fs::read(f).map_err(|e| Error::io(f, e))?;
         report.files += 1;
         report.bytes_read += bytes.len() as u64;
-        sources.push(SourceFile {
+        let src = SourceFile {
             path: f.clone(),
             text: String::from_utf8_lossy(&bytes).into_owned(),
-        });
+        };
+        let found = match detect(&src) {
+            Detected::Empty => match format {
+                Some(f) => f,
+                None => continue,
+            },
+            Detected::Format(found) if format.is_none_or(|f| f == found) => found,
+            Detected::Format(found) => {
+                return Err(Error::ImportFormat {
+                    path: f.clone(),
+                    expected: format.map(|f| f.as_str().to_owned()),
+                    found: found.describe().to_owned(),
+                })
+            }
+            Detected::Unknown(what) => {
+                return Err(Error::ImportFormat {
+                    path: f.clone(),
+                    expected: format.map(|f| f.as_str().to_owned()),
+                    found: what,
+                })
+            }
+        };
+        let k = Format::ALL
+            .iter()
+            .position(|&f| f == found)
+            .expect("ALL holds every format");
+        groups.entry(k).or_default().push(src);
     }
-    import_sources(store, format, &sources, opts, report)
+    for (k, sources) in groups {
+        report = import_sources(store, Format::ALL[k], &sources, opts, report)?;
+    }
+    Ok(report)
+}
+
+/// What a file looks like.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Detected {
+    /// Nothing but blank lines.
+    Empty,
+    Format(Format),
+    /// In no format import reads: what it looks like instead.
+    Unknown(String),
+}
+
+/// Detects a file's format from its content: the first line that is JSON
+/// (a JSONL format), else the whole text (a single JSON document). A
+/// trajectory or chat file still being written (its JSON ends early) is
+/// told by its name.
+pub fn detect(src: &SourceFile) -> Detected {
+    let text = src.text.trim_start_matches('\u{feff}');
+    if text.trim().is_empty() {
+        return Detected::Empty;
+    }
+    let mut first_json = None;
+    for line in text.lines().filter(|l| !l.trim().is_empty()).take(64) {
+        if let Ok(v) = serde_json::from_str::<Value>(line) {
+            first_json = Some(v);
+            break;
+        }
+    }
+    if let Some(v) = &first_json {
+        if let Some(f) = line_format(v) {
+            return Detected::Format(f);
+        }
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(v) => match document_format(&v) {
+            Some(f) => Detected::Format(f),
+            None => Detected::Unknown(shape(&v)),
+        },
+        Err(e) if e.is_eof() => {
+            let name = src.name();
+            if name.ends_with(".traj") {
+                Detected::Format(Format::SweAgent)
+            } else if name.ends_with(".json") {
+                Detected::Format(Format::OpenAi)
+            } else {
+                Detected::Unknown("JSON that ends early".to_owned())
+            }
+        }
+        Err(_) => match &first_json {
+            Some(v) => Detected::Unknown(format!("JSON lines of another kind ({})", shape(v))),
+            None => Detected::Unknown("text, not JSON".to_owned()),
+        },
+    }
+}
+
+/// The JSONL format one line belongs to.
+fn line_format(v: &Value) -> Option<Format> {
+    let ty = v.get("type").and_then(Value::as_str);
+    match v {
+        Value::Object(o) => {
+            if ty.is_some() && o.get("payload").is_some_and(Value::is_object) {
+                return Some(Format::Codex);
+            }
+            let claude_type = matches!(
+                ty,
+                Some(
+                    "user"
+                        | "assistant"
+                        | "system"
+                        | "summary"
+                        | "file-history-snapshot"
+                        | "queue-operation"
+                        | "progress"
+                )
+            );
+            if claude_type
+                && (o.contains_key("sessionId")
+                    || o.contains_key("uuid")
+                    || o.contains_key("leafUuid")
+                    || o.contains_key("messageId"))
+            {
+                return Some(Format::ClaudeCode);
+            }
+            if o.get("messages").is_some_and(Value::is_array) {
+                return Some(Format::OpenAi);
+            }
+            None
+        }
+        Value::Array(a) if !a.is_empty() && a.iter().all(is_chat_message) => Some(Format::OpenAi),
+        _ => None,
+    }
+}
+
+/// The single-document format a whole file belongs to.
+fn document_format(v: &Value) -> Option<Format> {
+    if v.get("history").is_some_and(Value::is_array) {
+        return Some(Format::SweAgent);
+    }
+    if v.get("messages").is_some_and(Value::is_array) {
+        return Some(Format::OpenAi);
+    }
+    match v {
+        Value::Array(a) if a.iter().all(is_chat_message) => Some(Format::OpenAi),
+        _ => None,
+    }
+}
+
+fn is_chat_message(m: &Value) -> bool {
+    m.get("role").is_some_and(Value::is_string)
+}
+
+/// A few words on a JSON value's shape, for an error.
+fn shape(v: &Value) -> String {
+    match v {
+        Value::Object(o) => {
+            let keys: Vec<&str> = o.keys().take(6).map(String::as_str).collect();
+            if keys.is_empty() {
+                "an empty JSON object".to_owned()
+            } else if is_chat_message(v) {
+                "one chat message a line (a conversation needs a line of messages)".to_owned()
+            } else {
+                format!("JSON objects with keys {}", keys.join(", "))
+            }
+        }
+        Value::Array(_) => "a JSON array of something other than chat messages".to_owned(),
+        Value::String(_) => "a JSON string".to_owned(),
+        Value::Number(_) => "a JSON number".to_owned(),
+        Value::Bool(_) | Value::Null => "a JSON scalar".to_owned(),
+    }
 }
 
 /// Imports files already read (`report` counts what reading them found):
@@ -291,7 +527,7 @@ impl SourceFile {
     }
 }
 
-fn walk(dir: &Path, format: Format, out: &mut Vec<PathBuf>) -> Result<()> {
+fn walk(dir: &Path, format: Option<Format>, out: &mut Vec<PathBuf>) -> Result<()> {
     let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     for entry in rd {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
@@ -299,11 +535,60 @@ fn walk(dir: &Path, format: Format, out: &mut Vec<PathBuf>) -> Result<()> {
         let ft = entry.file_type().map_err(|e| Error::io(&path, e))?;
         if ft.is_dir() {
             walk(&path, format, out)?;
-        } else if format.accepts(&path) {
+        } else if format.map_or_else(
+            || Format::ALL.iter().any(|f| f.accepts(&path)),
+            |f| f.accepts(&path),
+        ) {
             out.push(path);
         }
     }
     Ok(())
+}
+
+/// A parsed source line, or why it is skipped.
+pub(crate) type ParsedLine = std::result::Result<Value, String>;
+
+/// The lines of a JSONL source, numbered from 1, blank ones left out, each
+/// parsed. A last line without its newline that does not parse is one the
+/// agent is still writing: it is left out, and noted once in
+/// `report.unfinished_lines`, for a later import to read whole.
+pub(crate) fn jsonl_lines(src: &SourceFile, report: &mut ImportReport) -> Vec<(usize, ParsedLine)> {
+    let mut out = Vec::new();
+    let text = src.text.as_str();
+    let unterminated = !text.is_empty() && !text.ends_with('\n');
+    let count = text.lines().count();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let parsed = parse_json(line);
+        if parsed.is_err() && unterminated && i + 1 == count {
+            report.unfinished_lines.push(src.path.clone());
+            continue;
+        }
+        out.push((i + 1, parsed));
+    }
+    out
+}
+
+/// A source that is one JSON document, parsed; `None` when it ends early
+/// and has no final newline: the agent is still writing it (noted in
+/// `report.unfinished_lines`).
+pub(crate) fn whole_json(src: &SourceFile, report: &mut ImportReport) -> Option<ParsedLine> {
+    match parse_json(&src.text) {
+        Ok(v) => Some(Ok(v)),
+        Err(e) => {
+            let early = serde_json::from_str::<serde::de::IgnoredAny>(&src.text)
+                .err()
+                .is_some_and(|e| e.is_eof());
+            if early && !src.text.ends_with('\n') {
+                report.unfinished_lines.push(src.path.clone());
+                None
+            } else {
+                Some(Err(e))
+            }
+        }
+    }
 }
 
 /// Parses one line (or file) of JSON, refusing duplicate keys as blobs do,

@@ -56,7 +56,7 @@ pub(super) fn import_trees(
             }
             None => None,
         };
-        let built = build(format, tree, &boundaries, graft, report)?;
+        let built = build(format, tree, &boundaries, graft, opts.finished, report)?;
         // Never move a ref that holds someone else's sessions (a
         // conversation of the same name made by hand, or from another
         // format): the tree is left out and reported.
