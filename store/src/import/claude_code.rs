@@ -56,8 +56,8 @@ struct Line {
     entry: Value,
     kind: Kind,
     file: String,
-    /// Whether another line of its file follows it (any line: a tool
-    /// result, a system line, the next prompt), which tells that the
+    /// Whether a user or assistant line of its file follows it (a tool
+    /// result, the next response, the next prompt), which tells that the
     /// agent finished writing it.
     followed: bool,
 }
@@ -113,10 +113,16 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
             .unwrap_or_else(|| name.trim_end_matches(".jsonl").to_owned());
         let g = groups.entry(session).or_default();
         g.files.push(name.clone());
-        let total = parsed.len();
+        // Lines other processes write into the file (`summary`,
+        // `file-history-snapshot`, ...) can come between two lines of one
+        // response: only a later user or assistant line tells that a line
+        // was written whole.
+        let last_message = parsed
+            .iter()
+            .rposition(|v| matches!(str_of(v, "type"), Some("user" | "assistant")));
         let mut last_uuid: Option<String> = None;
         for (pos, v) in parsed.into_iter().enumerate() {
-            let followed = pos + 1 < total;
+            let followed = last_message.is_some_and(|m| pos < m);
             if matches!(
                 (str_of(&v, "type"), str_of(&v, "subtype")),
                 (Some("system"), Some("turn_duration" | "stop_hook_summary"))
