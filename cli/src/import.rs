@@ -96,10 +96,13 @@ pub fn import(ctx: &Ctx, args: ImportArgs) -> CmdResult {
         );
     }
     for (name, follows) in &r.redirected {
-        eprintln!("{name} was continued here; the import follows {follows}");
+        eprintln!(
+            "{name} holds sessions this import did not write (a local commit, fork or \
+             compaction): it stays as it is, and the import follows {follows}"
+        );
     }
     for (name, why) in &r.left_alone {
-        eprintln!("{name} left as it is: {why}");
+        eprintln!("{name} was {why}: the import leaves it so");
     }
     for (file, uuid) in &r.dangling {
         eprintln!("dangling parent: {file}: {uuid}");

@@ -170,7 +170,12 @@ fn token_totals_equal_the_sources_in_ls_log_and_show() {
                 .iter()
                 .filter(|s| s["conversation"] == c["conversation_id"])
                 .fold((0, 0, 0, 0), |a, s| add(a, tokens_of(&s["usage"])));
-            assert_eq!(tokens_of(&c["usage"]), own, "ls {name} of {}", path.display());
+            assert_eq!(
+                tokens_of(&c["usage"]),
+                own,
+                "ls {name} of {}",
+                path.display()
+            );
             // `show` prints a session's own usage.
             let head = c["head"].as_str().unwrap();
             let s = sessions.iter().find(|s| s["id"] == head).unwrap();
@@ -252,7 +257,10 @@ fn every_prefix_of_a_growing_file_lands_as_the_whole_file_does() {
         std::fs::create_dir(&whole_dir).unwrap();
         std::fs::create_dir(&live_dir).unwrap();
         let f = write_prefix(&whole_dir, &path, &bytes, bytes.len());
-        ok(&whole_store, &["import", "--from", format, f.to_str().unwrap()]);
+        ok(
+            &whole_store,
+            &["import", "--from", format, f.to_str().unwrap()],
+        );
         // Cut at every line end (a trajectory is one document: only at
         // its end), and once in the middle of a line.
         let mut cuts: Vec<usize> = if format == "swe-agent" {

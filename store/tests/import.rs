@@ -911,17 +911,19 @@ fn a_conversation_made_by_hand_is_not_overwritten() {
     let (_, mine) = store
         .create(Some(name.short()), turn, sessctl_store::Durability::NoSync)
         .unwrap();
-    let r = import(&store, Format::ClaudeCode, &[src]);
-    assert_eq!(r.skipped.len(), 1);
-    assert!(
-        r.skipped[0]
-            .reason
-            .contains("not imported from claude-code"),
-        "{}",
-        r.skipped[0].reason
-    );
-    assert_eq!((r.objects_written, r.refs_moved), (0, 0));
+    let r = import(&store, Format::ClaudeCode, std::slice::from_ref(&src));
+    assert!(r.skipped.is_empty(), "{:?}", r.skipped);
+    let alt = format!("{}.imported", name.short());
+    assert_eq!(r.redirected, vec![(name.short().to_owned(), alt.clone())]);
     assert_eq!(store.resolve_rev(name.short()).unwrap(), mine);
+    assert_eq!(
+        store.resolve_rev(&alt).unwrap(),
+        probe.resolve_rev(name.short()).unwrap()
+    );
+    // Once redirected, always: a second import writes nothing.
+    let again = import(&store, Format::ClaudeCode, &[src]);
+    assert!(again.redirected.is_empty());
+    assert_eq!((again.objects_written, again.refs_moved), (0, 0));
 }
 
 #[test]

@@ -60,6 +60,9 @@ pub(super) struct Built {
     pub(super) compactions: usize,
     /// (ref, head, record) per branch with a ref.
     pub(super) refs: Vec<BranchRef>,
+    /// Each new session's first parent, to tell whether a head descends
+    /// from a session before they are written.
+    pub(super) first_parent: HashMap<ObjectId, Option<ObjectId>>,
 }
 
 /// Where an earlier import ended a session: its last message, its history
@@ -473,6 +476,7 @@ pub(super) fn build(
         }
         let o = session.encode()?;
         let id = o.id();
+        built.first_parent.insert(id, parent_id);
         built
             .objects
             .extend(plan.nodes.iter().map(|&i| blobs[i].clone()));
