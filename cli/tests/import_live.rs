@@ -298,3 +298,302 @@ fn every_prefix_of_a_growing_file_lands_as_the_whole_file_does() {
         assert_fast_forwards(&live_store, &what);
     }
 }
+
+/// A store, and a directory with copies of the real files named.
+fn store_and_copies(files: &[&str]) -> Option<(tempfile::TempDir, PathBuf, Vec<PathBuf>)> {
+    let src = data("")?;
+    let mut copies = Vec::new();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s");
+    ok(&store, &["init"]);
+    let into = dir.path().join("in");
+    std::fs::create_dir(&into).unwrap();
+    for f in files {
+        let p = src.join(f);
+        if !p.exists() {
+            eprintln!("note: {} is absent; skipping", p.display());
+            return None;
+        }
+        let to = into.join(p.file_name().unwrap());
+        std::fs::copy(&p, &to).unwrap();
+        copies.push(to);
+    }
+    Some((dir, store, copies))
+}
+
+const CODEX: &str = "codex/rollout-2026-05-11T11-26-55-019e1625-789d-76c0-80ab-3724b5ddb799.jsonl";
+const CLAUDE: &str = "claude-code/session-9eda1058.jsonl";
+const SWE: &str = "swe-agent/trajectories/demonstrations/function_calling_simple.traj";
+
+#[test]
+fn formats_are_detected_and_a_wrong_from_is_one_clear_error() {
+    let Some((_d, store, files)) = store_and_copies(&[CODEX, CLAUDE, SWE]) else {
+        return;
+    };
+    let p: Vec<&str> = files.iter().map(|f| f.to_str().unwrap()).collect();
+    // The wrong --from: one line naming the file and what it is; nothing written.
+    let r = sessctl(&store, &["import", "--from", "claude-code", p[0]]);
+    assert_eq!(r.code, 1);
+    assert_eq!(
+        r.stderr,
+        format!(
+            "sessctl: {}: not a claude-code file: it looks like a Codex rollout (codex)\n",
+            p[0]
+        )
+    );
+    assert_eq!(r.stdout, "");
+    let r = sessctl(&store, &["import", "--from", "codex", p[2]]);
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stderr
+            .ends_with("not a codex file: it looks like a SWE-agent trajectory (swe-agent)\n"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(ok(&store, &["ls"]).stdout, "");
+    // A file in no format: refused, saying what it looks like.
+    let other = files[0].with_file_name("notes.jsonl");
+    std::fs::write(&other, "{\"level\":\"info\",\"msg\":\"started\"}\n").unwrap();
+    let r = sessctl(&store, &["import", other.to_str().unwrap()]);
+    assert_eq!(
+        (r.code, r.stderr.as_str()),
+        (
+            1,
+            format!(
+                "sessctl: {}: not a format sessctl imports: it looks like JSON objects \
+                 with keys level, msg\n",
+                other.display()
+            )
+            .as_str()
+        )
+    );
+    let text = files[0].with_file_name("notes.txt");
+    std::fs::write(&text, "hello\n").unwrap();
+    let r = sessctl(
+        &store,
+        &["import", "--from", "openai", text.to_str().unwrap()],
+    );
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stderr.ends_with("it looks like text, not JSON\n"),
+        "{}",
+        r.stderr
+    );
+    std::fs::remove_file(&other).unwrap();
+    std::fs::remove_file(&text).unwrap();
+    // Without --from, each file (and each file of a directory) in its own format.
+    let r = ok(&store, &["import", "--json", p[0], p[1], p[2]]);
+    let v = json(&r);
+    assert_eq!(
+        (v["files"].as_u64(), v["conversations"].as_u64()),
+        (Some(3), Some(3))
+    );
+    let ls = ok(&store, &["ls"]).stdout;
+    for name in [
+        "codex-019e1625-789",
+        "cc-9eda1058-970",
+        "swe-function_calling_simple",
+    ] {
+        assert!(ls.contains(name), "{ls}");
+    }
+    let dir = files[0].parent().unwrap().to_str().unwrap();
+    let again = ok(&store, &["import", dir]);
+    assert!(again.stdout.contains("0 refs moved"), "{}", again.stdout);
+}
+
+#[test]
+fn skipped_lines_name_their_line_and_say_invalid_json_once() {
+    let Some((_d, store, files)) = store_and_copies(&[CLAUDE, SWE]) else {
+        return;
+    };
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines[4] = "{\"type\": \"user\", \"oops";
+    std::fs::write(&files[0], lines.join("\n") + "\n").unwrap();
+    let r = sessctl(&store, &["import", files[0].to_str().unwrap()]);
+    assert_eq!(r.code, 1);
+    let first = r.stderr.lines().next().unwrap();
+    assert!(
+        first.starts_with(&format!(
+            "{}:5: invalid JSON: EOF while parsing",
+            files[0].display()
+        )),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.stderr.matches("invalid JSON").count(), 1, "{}", r.stderr);
+    // A trajectory is one document: its error names the file alone (no `:0`).
+    let traj = std::fs::read_to_string(&files[1]).unwrap();
+    std::fs::write(&files[1], traj.replacen('{', "{\"a\": 1, \"a\": 2, ", 1)).unwrap();
+    let r = sessctl(&store, &["import", files[1].to_str().unwrap()]);
+    assert_eq!(r.code, 1);
+    assert_eq!(
+        r.stderr,
+        format!(
+            "{}: invalid JSON: duplicate object key \"a\" at line 1 column 12\n",
+            files[1].display()
+        )
+    );
+}
+
+#[test]
+fn a_half_written_last_line_is_left_for_later_and_reported_once() {
+    let Some((_d, store, files)) = store_and_copies(&[CODEX]) else {
+        return;
+    };
+    let whole = std::fs::read(&files[0]).unwrap();
+    let cut = whole.len() - 40;
+    std::fs::write(&files[0], &whole[..cut]).unwrap();
+    let f = files[0].to_str().unwrap();
+    let r = sessctl(&store, &["import", f]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        r.stderr.matches("last line not written yet").count(),
+        1,
+        "{}",
+        r.stderr
+    );
+    assert!(r.stdout.ends_with("0 lines skipped\n"), "{}", r.stdout);
+    // Its turn has not ended either: held back, and imported once it has.
+    assert!(r.stderr.contains("messages held back"), "{}", r.stderr);
+    std::fs::write(&files[0], &whole).unwrap();
+    let r = sessctl(&store, &["import", f]);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    assert_fast_forwards(&store, f);
+}
+
+#[test]
+fn commit_usage_takes_anthropic_names() {
+    let (_d, store) = support::new_store();
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m.json");
+    std::fs::write(&m, r#"[{"role": "user", "content": "hi"}]"#).unwrap();
+    let m = m.to_str().unwrap();
+    let anthropic = r#"{"input_tokens": 3, "cache_creation_input_tokens": 100,
+        "cache_read_input_tokens": 20, "output_tokens": 7,
+        "cache_creation": {"ephemeral_5m_input_tokens": 100}, "service_tier": "standard"}"#;
+    ok(
+        &store,
+        &[
+            "commit",
+            "--new",
+            "a",
+            "--messages",
+            m,
+            "--usage",
+            anthropic,
+        ],
+    );
+    let show = ok(&store, &["show", "a"]).stdout;
+    assert!(
+        show.contains("Usage:        130 tokens (123 prompt, 7 completion)"),
+        "{show}"
+    );
+    assert!(
+        show.contains(r#"usage = {"cache_read_tokens":20,"cache_write_tokens":100}"#),
+        "{show}"
+    );
+    ok(
+        &store,
+        &[
+            "commit",
+            "a",
+            "--messages",
+            m,
+            "--usage",
+            r#"{"prompt_tokens": 5, "completion_tokens": 2, "requests": 1}"#,
+        ],
+    );
+    let ls = json(&ok(&store, &["ls", "--json"]));
+    assert_eq!(tokens_of(&ls[0]["usage"]), (128, 9, 137, 1));
+    let r = sessctl(
+        &store,
+        &[
+            "commit",
+            "a",
+            "--messages",
+            m,
+            "--usage",
+            r#"{"input_tokens": 1, "prompt_tokens": 1}"#,
+        ],
+    );
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.starts_with("sessctl: --usage: give prompt_tokens"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// The head of `name`, or `None`.
+fn head(store: &Path, name: &str) -> Option<String> {
+    let r = sessctl(store, &["rev-parse", name]);
+    (r.code == 0).then(|| r.stdout.trim().to_owned())
+}
+
+#[test]
+fn a_conversation_continued_here_keeps_its_sessions_and_the_import_follows_name_imported() {
+    let Some((_d, store, files)) = store_and_copies(&[
+        "claude-code/claude/incremental-simple/turn-1.jsonl",
+        "claude-code/claude/incremental-simple/turn-2.jsonl",
+    ]) else {
+        return;
+    };
+    // The same session read twice, as a live file: turn-1 then turn-2.
+    let live = files[0].with_file_name("live.jsonl");
+    std::fs::copy(&files[0], &live).unwrap();
+    let f = live.to_str().unwrap();
+    ok(&store, &["import", f]);
+    let name = "cc-3fb74381-1bf";
+    let imported = head(&store, name).unwrap();
+    let m = live.with_file_name("m.json");
+    std::fs::write(&m, r#"[{"role": "user", "content": "and locally"}]"#).unwrap();
+    ok(&store, &["commit", name, "--messages", m.to_str().unwrap()]);
+    let mine = head(&store, name).unwrap();
+    std::fs::copy(&files[1], &live).unwrap();
+    let r = ok(&store, &["import", f]);
+    assert_eq!(
+        r.stderr,
+        format!(
+            "{name} holds sessions this import did not write (a local commit, fork or \
+             compaction): it stays as it is, and the import follows {name}.imported\n"
+        )
+    );
+    assert_eq!(head(&store, name).unwrap(), mine);
+    let alt = head(&store, &format!("{name}.imported")).unwrap();
+    let anc = sessctl(&store, &["merge-base", "--is-ancestor", &imported, &alt]);
+    assert_eq!(anc.code, 0);
+    // The whole file lands there as it would on a store of its own.
+    let (_d2, fresh) = support::new_store();
+    ok(&fresh, &["import", f]);
+    assert_eq!(Some(alt), head(&fresh, name));
+    // A second import: nothing to say, nothing to do.
+    let again = ok(&store, &["import", f]);
+    assert_eq!(again.stderr, "");
+    assert!(again.stdout.contains("0 refs moved"), "{}", again.stdout);
+    assert_fast_forwards(&store, f);
+}
+
+#[test]
+fn archived_and_removed_conversations_stay_so() {
+    let Some((_d, store, files)) = store_and_copies(&[CLAUDE, CODEX]) else {
+        return;
+    };
+    let (cc, codex) = (files[0].to_str().unwrap(), files[1].to_str().unwrap());
+    ok(&store, &["import", cc, codex]);
+    ok(&store, &["archive", "cc-9eda1058-970"]);
+    ok(&store, &["rm", "codex-019e1625-789"]);
+    let r = ok(&store, &["import", cc, codex]);
+    assert_eq!(
+        r.stderr,
+        "cc-9eda1058-970 was archived: the import leaves it so\n\
+         codex-019e1625-789 was removed: the import leaves it so\n"
+    );
+    assert!(r.stdout.contains("0 refs moved"), "{}", r.stdout);
+    assert_eq!(ok(&store, &["ls"]).stdout, "");
+    assert!(head(&store, "codex-019e1625-789").is_none());
+    // Unarchived, it is followed again.
+    ok(&store, &["unarchive", "cc-9eda1058-970"]);
+    let r = ok(&store, &["import", cc]);
+    assert_eq!(r.stderr, "");
+}
