@@ -59,6 +59,25 @@ pub(super) fn import_trees(
             None => None,
         };
         let mut built = build(format, tree, &boundaries, graft, opts.finished, report)?;
+        // Never take a ref an earlier source of this import makes (`x.fork-1`
+        // is a fork of `x` and may be a conversation of its own): the first
+        // keeps it.
+        if let Some(name) = built
+            .refs
+            .iter()
+            .map(|r| &r.0)
+            .find(|n| claimed.contains(*n))
+        {
+            report.skipped.push(Skipped {
+                file: PathBuf::from(&first_file),
+                line: 0,
+                reason: format!(
+                    "{name} is also made by an earlier source of this import; left to it"
+                ),
+            });
+            continue;
+        }
+        claimed.extend(built.refs.iter().map(|r| r.0.clone()));
         // Where each branch goes: its own ref while that only ever
         // fast-forwards; `<name>.imported` once the user moved the ref
         // elsewhere (a local commit, fork or compaction, or a conversation
@@ -83,24 +102,6 @@ pub(super) fn import_trees(
             }
         }
         built.refs = refs;
-        // Nor one an earlier source of this import makes (`x.fork-1` is a
-        // fork of `x` and may be a conversation of its own): the first keeps it.
-        if let Some(name) = built
-            .refs
-            .iter()
-            .map(|r| &r.0)
-            .find(|n| claimed.contains(*n))
-        {
-            report.skipped.push(Skipped {
-                file: PathBuf::from(&first_file),
-                line: 0,
-                reason: format!(
-                    "{name} is also made by an earlier source of this import; left to it"
-                ),
-            });
-            continue;
-        }
-        claimed.extend(built.refs.iter().map(|r| r.0.clone()));
         report.sessions_total += built.sessions;
         report.messages += built.messages;
         report.forks += built.forks;
