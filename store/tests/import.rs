@@ -1019,8 +1019,7 @@ fn codex_token_counts_repeated_add_nothing_and_cache_reads_are_kept() {
     // The last running total is the rollout's.
     let last = jsonl(&f)
         .into_iter()
-        .filter(|l| l["payload"]["type"] == "token_count")
-        .last()
+        .rfind(|l| l["payload"]["type"] == "token_count")
         .unwrap();
     let t = &last["payload"]["info"]["total_token_usage"];
     assert_eq!(
