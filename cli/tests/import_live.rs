@@ -176,6 +176,20 @@ fn token_totals_equal_the_sources_in_ls_log_and_show() {
                 "ls {name} of {}",
                 path.display()
             );
+            // `resume` sums the conversation's line: its first-parent chain.
+            let chain = json(&ok(&store, &["log", "--first-parent", "--json", name]));
+            let line = chain
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|s| s["conversation"] == c["conversation_id"])
+                .fold((0, 0, 0, 0), |a, s| add(a, tokens_of(&s["usage"])));
+            let resumed = json(&ok(&store, &["resume", "--json", name]));
+            assert_eq!(
+                tokens_of(&resumed["summary"]["usage"]),
+                line,
+                "resume {name}"
+            );
             // `show` prints a session's own usage.
             let head = c["head"].as_str().unwrap();
             let s = sessions.iter().find(|s| s["id"] == head).unwrap();
