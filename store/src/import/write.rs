@@ -85,7 +85,14 @@ pub(super) fn import_trees(
         // removed it.
         let mut refs = Vec::with_capacity(built.refs.len());
         for (name, head, record) in std::mem::take(&mut built.refs) {
-            match destination(store, &name, head, &built.first_parent, &mut ever_held)? {
+            match destination(
+                store,
+                format,
+                &name,
+                head,
+                &built.first_parent,
+                &mut ever_held,
+            )? {
                 Destination::Own => refs.push((name, head, record)),
                 Destination::Imported(alt, newly) => {
                     if newly {
@@ -189,6 +196,7 @@ enum Destination {
 /// `head` (see objects-format.md, "Imported sessions").
 fn destination(
     store: &Store,
+    format: Format,
     name: &RefName,
     head: ObjectId,
     first_parent: &HashMap<ObjectId, Option<ObjectId>>,
@@ -204,8 +212,13 @@ fn destination(
     }
     match store.get_ref(name)? {
         Some(RefTarget::Session(cur))
-            if cur == head || descends(store, head, cur, first_parent)? =>
+            if cur == head
+                || descends(store, head, cur, first_parent)?
+                || imported_from(store, cur, format)? =>
         {
+            // Not descending, yet written by an import of this format: an
+            // import with `finished` (or by an older sessctl) ended a turn
+            // the file went on with; its line is the import's to move.
             Ok(Destination::Own)
         }
         Some(_) => Ok(match put_aside(store, &alt, ever_held)? {
@@ -244,6 +257,13 @@ fn put_aside(
         .as_ref()
         .is_some_and(|h| h.contains(name))
         .then_some("removed"))
+}
+
+/// Whether session `id` is one an import of `format` wrote.
+fn imported_from(store: &Store, id: ObjectId, format: Format) -> Result<bool> {
+    let s = store.odb().session(&id)?;
+    Ok(s.metadata.transport.as_deref() == Some("import")
+        && s.metadata.extra.get("source").and_then(Value::as_str) == Some(format.as_str()))
 }
 
 /// Whether `cur` is on `head`'s first-parent chain (`head` may be a session
