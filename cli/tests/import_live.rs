@@ -413,6 +413,22 @@ fn formats_are_detected_and_a_wrong_from_is_one_clear_error() {
     let dir = files[0].parent().unwrap().to_str().unwrap();
     let again = ok(&store, &["import", dir]);
     assert!(again.stdout.contains("0 refs moved"), "{}", again.stdout);
+    // Found in a directory, a file in no format is skipped and listed (exit
+    // 1); the others are imported.
+    let (_d2, fresh) = support::new_store();
+    let notes = files[0].with_file_name("settings.json");
+    std::fs::write(&notes, "{\"theme\": \"dark\"}\n").unwrap();
+    let r = sessctl(&fresh, &["import", dir]);
+    assert_eq!(r.code, 1);
+    assert_eq!(
+        r.stderr,
+        format!(
+            "{}: not a format sessctl imports: it looks like JSON objects with keys theme\n",
+            notes.display()
+        )
+    );
+    assert!(r.stdout.ends_with("; 1 lines skipped\n"), "{}", r.stdout);
+    assert_eq!(ok(&fresh, &["ls"]).stdout.lines().count(), 4);
 }
 
 #[test]

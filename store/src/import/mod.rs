@@ -282,9 +282,10 @@ pub struct ImportOptions {
 }
 
 /// Reads `paths` (files, or directories walked recursively for the
-/// format's files), in sorted order, and imports them. A file that is not
-/// in `format` is refused before anything is written
-/// ([`Error::ImportFormat`]).
+/// format's files), in sorted order, and imports them. A file named in
+/// `paths` that is not in `format` is refused before anything is written
+/// ([`Error::ImportFormat`]); one found in a directory is skipped and
+/// reported.
 pub fn import_paths(
     store: &Store,
     format: Format,
@@ -296,9 +297,11 @@ pub fn import_paths(
 
 /// [`import_paths`] with the format of each file detected when `format` is
 /// `None` (directories are then walked for `*.jsonl`, `*.json` and
-/// `*.traj`). A file that matches no format, or not `format`, is refused
-/// before anything is written ([`Error::ImportFormat`]); an empty file is
-/// read as nothing.
+/// `*.traj`). A file named in `paths` that matches no format, or not
+/// `format`, is refused before anything is written
+/// ([`Error::ImportFormat`]); one found in a directory is reported in
+/// `skipped` (line 0) and the rest imported. An empty file is read as
+/// nothing.
 pub fn import_paths_as(
     store: &Store,
     format: Option<Format>,
@@ -306,18 +309,24 @@ pub fn import_paths_as(
     opts: &ImportOptions,
 ) -> Result<ImportReport> {
     let mut files = Vec::new();
+    let mut named = std::collections::HashSet::new();
     for p in paths {
         let meta = std::fs::metadata(p).map_err(|e| Error::io(p, e))?;
         if meta.is_dir() {
             walk(p, format, &mut files)?;
         } else {
             files.push(p.clone());
+            named.insert(p.clone());
         }
     }
     files.sort();
     files.dedup();
     let mut report = ImportReport::default();
     let mut groups: BTreeMap<usize, Vec<SourceFile>> = BTreeMap::new();
+    // A file named on the command line in the wrong format refuses the
+    // import before anything is written; one found in a directory is
+    // skipped and reported, and the rest imported.
+    let mut refused = Vec::new();
     for f in &files {
         if let Some(cb) = opts.progress {
             cb(f);
@@ -329,6 +338,11 @@ pub fn import_paths_as(
             path: f.clone(),
             text: String::from_utf8_lossy(&bytes).into_owned(),
         };
+        let wrong = |found: String| Error::ImportFormat {
+            path: f.clone(),
+            expected: format.map(|f| f.as_str().to_owned()),
+            found,
+        };
         let found = match detect(&src) {
             Detected::Empty => match format {
                 Some(f) => f,
@@ -336,18 +350,12 @@ pub fn import_paths_as(
             },
             Detected::Format(found) if format.is_none_or(|f| f == found) => found,
             Detected::Format(found) => {
-                return Err(Error::ImportFormat {
-                    path: f.clone(),
-                    expected: format.map(|f| f.as_str().to_owned()),
-                    found: found.describe().to_owned(),
-                })
+                refused.push((f, wrong(found.describe().to_owned())));
+                continue;
             }
             Detected::Unknown(what) => {
-                return Err(Error::ImportFormat {
-                    path: f.clone(),
-                    expected: format.map(|f| f.as_str().to_owned()),
-                    found: what,
-                })
+                refused.push((f, wrong(what)));
+                continue;
             }
         };
         let k = Format::ALL
@@ -355,6 +363,21 @@ pub fn import_paths_as(
             .position(|&f| f == found)
             .expect("ALL holds every format");
         groups.entry(k).or_default().push(src);
+    }
+    for (f, e) in refused {
+        if named.contains(f) {
+            return Err(e);
+        }
+        let reason = e.to_string();
+        let reason = reason
+            .strip_prefix(&format!("{}: ", f.display()))
+            .unwrap_or(&reason)
+            .to_owned();
+        report.skipped.push(Skipped {
+            file: f.clone(),
+            line: 0,
+            reason,
+        });
     }
     for (k, sources) in groups {
         report = import_sources(store, Format::ALL[k], &sources, opts, report)?;
