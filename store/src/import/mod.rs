@@ -19,8 +19,25 @@
 //!   spawner's conversation id.
 //!
 //! `write.rs` then writes each tree's sessions onto what earlier imports of
-//! the same source wrote; this file holds the types, reading the files, and
-//! the entry points.
+//! the same source wrote; this file holds the types, reading the files,
+//! format detection ([`detect`]) and the entry points.
+//!
+//! # Live files
+//!
+//! Files are imported while their agent writes them, so that importing a
+//! file at any prefix of its lines writes only sessions importing it whole
+//! writes too, and every ref move is a fast-forward:
+//!
+//! - a last line without its newline that does not parse is not written
+//!   yet: left out, noted in [`ImportReport::unfinished_lines`];
+//! - each parser marks the last message of a finished turn
+//!   ([`Node::turn_end`]; a session ends after it) and a message whose turn
+//!   goes on ([`Node::open`]); the builder holds back the session holding an
+//!   open message and every session after it ([`ImportReport::held_back`]),
+//!   unless [`ImportOptions::finished`];
+//! - a ref the user moved elsewhere stays theirs and the import follows
+//!   `<name>.imported`; an archived or removed conversation is left so
+//!   (objects-format.md, "Imported sessions").
 //!
 //! This module must never use the clock: every time comes from the source, so
 //! importing the same files twice yields the same ids, and a second import
@@ -349,6 +366,16 @@ pub fn import_paths_as(
                 None => continue,
             },
             Detected::Format(found) if format.is_none_or(|f| f == found) => found,
+            // Nothing whole yet: as the format named, its parser leaves the
+            // line for later.
+            Detected::Unfinished if format.is_some() => format.expect("matched is_some"),
+            Detected::Unfinished => {
+                refused.push((
+                    f,
+                    wrong("a first line not written whole yet: its format cannot be told".into()),
+                ));
+                continue;
+            }
             Detected::Format(found) => {
                 refused.push((f, wrong(found.describe().to_owned())));
                 continue;
@@ -391,6 +418,8 @@ pub enum Detected {
     /// Nothing but blank lines.
     Empty,
     Format(Format),
+    /// One line of JSON, not written whole yet: nothing tells its format.
+    Unfinished,
     /// In no format import reads: what it looks like instead.
     Unknown(String),
 }
@@ -427,6 +456,8 @@ pub fn detect(src: &SourceFile) -> Detected {
                 Detected::Format(Format::SweAgent)
             } else if name.ends_with(".json") {
                 Detected::Format(Format::OpenAi)
+            } else if first_json.is_none() && !text.ends_with('\n') && !text.contains('\n') {
+                Detected::Unfinished
             } else {
                 Detected::Unknown("JSON that ends early".to_owned())
             }
