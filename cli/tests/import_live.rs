@@ -627,3 +627,64 @@ fn archived_and_removed_conversations_stay_so() {
     let r = ok(&store, &["import", cc]);
     assert_eq!(r.stderr, "");
 }
+
+#[test]
+fn imports_of_one_growing_file_at_once_all_land() {
+    let Some((_d, store, files)) = store_and_copies(&[CLAUDE]) else {
+        return;
+    };
+    let whole = std::fs::read(&files[0]).unwrap();
+    let (_d2, reference) = support::new_store();
+    ok(&reference, &["import", files[0].to_str().unwrap()]);
+    // Four hooks fire at once on each of a few snapshots of the file.
+    let ends: Vec<usize> = (0..whole.len())
+        .filter(|&i| whole[i] == b'\n')
+        .map(|i| i + 1)
+        .collect();
+    for &len in &[ends[ends.len() / 3], ends[2 * ends.len() / 3], whole.len()] {
+        std::fs::write(&files[0], &whole[..len]).unwrap();
+        let children: Vec<_> = (0..4)
+            .map(|_| {
+                std::process::Command::new(env!("CARGO_BIN_EXE_sessctl"))
+                    .arg("--store")
+                    .arg(&store)
+                    .args(["import", files[0].to_str().unwrap()])
+                    .env_remove("SESSCTL_STORE")
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for c in children {
+            let out = c.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    assert_eq!(state(&store), state(&reference));
+    assert_fast_forwards(&store, "concurrent imports");
+}
+
+#[test]
+fn an_older_copy_of_a_file_moves_nothing_back() {
+    let Some((_d, store, files)) = store_and_copies(&[
+        "claude-code/claude/incremental-simple/turn-1.jsonl",
+        "claude-code/claude/incremental-simple/turn-2.jsonl",
+    ]) else {
+        return;
+    };
+    let live = files[0].with_file_name("live.jsonl");
+    let f = live.to_str().unwrap();
+    std::fs::copy(&files[1], &live).unwrap();
+    ok(&store, &["import", f]);
+    let before = state(&store);
+    std::fs::copy(&files[0], &live).unwrap();
+    let r = ok(&store, &["import", f]);
+    assert_eq!(r.stderr, "");
+    assert!(r.stdout.contains("0 refs moved"), "{}", r.stdout);
+    assert_eq!(state(&store), before);
+}

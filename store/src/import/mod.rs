@@ -545,23 +545,39 @@ fn shape(v: &Value) -> String {
     }
 }
 
+/// How many times an import starts over after another process moved a ref
+/// it was moving (two hooks importing one transcript at once).
+const CAS_RETRIES: usize = 8;
+
 /// Imports files already read (`report` counts what reading them found):
 /// the path every import takes after reading, and the one fuzzing drives.
+///
+/// A batch whose compare-and-swap another process won is not an error: the
+/// import starts over on what the store holds now (what it already wrote
+/// is found there, and the report counts only what the last attempt did),
+/// up to a few times.
 pub fn import_sources(
     store: &Store,
     format: Format,
     sources: &[SourceFile],
     opts: &ImportOptions,
-    mut report: ImportReport,
+    report: ImportReport,
 ) -> Result<ImportReport> {
-    let trees = match format {
-        Format::ClaudeCode => claude_code::parse(sources, &mut report),
-        Format::Codex => codex::parse(sources, &mut report),
-        Format::OpenAi => openai::parse(sources, &mut report),
-        Format::SweAgent => swe_agent::parse(sources, &mut report),
-    };
-    import_trees(store, format, trees, opts, &mut report)?;
-    Ok(report)
+    let mut attempt = 0;
+    loop {
+        let mut r = report.clone();
+        let trees = match format {
+            Format::ClaudeCode => claude_code::parse(sources, &mut r),
+            Format::Codex => codex::parse(sources, &mut r),
+            Format::OpenAi => openai::parse(sources, &mut r),
+            Format::SweAgent => swe_agent::parse(sources, &mut r),
+        };
+        match import_trees(store, format, trees, opts, &mut r) {
+            Err(Error::RefOutOfDate { .. }) if attempt < CAS_RETRIES => attempt += 1,
+            Err(e) => return Err(e),
+            Ok(()) => return Ok(r),
+        }
+    }
 }
 
 /// A file read for import.

@@ -106,6 +106,7 @@ pub(super) fn import_trees(
                 Destination::LeftAlone(which, why) => {
                     report.left_alone.push((which, why.to_owned()));
                 }
+                Destination::Behind => {}
             }
         }
         built.refs = refs;
@@ -190,6 +191,8 @@ enum Destination {
     Imported(RefName, bool),
     /// Archived or removed by the user: which ref, and why.
     LeftAlone(String, &'static str),
+    /// The ref is ahead of what this import read: left where it is.
+    Behind,
 }
 
 /// Where an import writes the branch whose ref is `name` and new head
@@ -207,10 +210,21 @@ fn destination(
         RefName::Tag(_) => RefName::tag(&alt_short)?,
         _ => RefName::conversation(&alt_short)?,
     };
-    if store.get_ref(&alt)?.is_some() {
+    if let Some(t) = store.get_ref(&alt)? {
+        if let RefTarget::Session(cur) = t {
+            if cur != head && descends(store, cur, head, first_parent)? {
+                return Ok(Destination::Behind);
+            }
+        }
         return Ok(Destination::Imported(alt, false));
     }
     match store.get_ref(name)? {
+        // Already past it: another import read a longer copy of the file.
+        Some(RefTarget::Session(cur))
+            if cur != head && descends(store, cur, head, first_parent)? =>
+        {
+            Ok(Destination::Behind)
+        }
         Some(RefTarget::Session(cur))
             if cur == head
                 || descends(store, head, cur, first_parent)?
