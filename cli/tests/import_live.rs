@@ -218,8 +218,9 @@ fn write_prefix(dir: &Path, path: &Path, bytes: &[u8], len: usize) -> PathBuf {
     out
 }
 
-/// Refs and the ids of every session they reach.
-fn state(store: &Path) -> (Vec<(String, String)>, BTreeSet<String>) {
+/// Refs, the ids of every session they reach, and the conversations as
+/// `ls --json` shows them (records, counts, usage).
+fn state(store: &Path) -> (Vec<(String, String)>, BTreeSet<String>, Value) {
     let refs = json(&ok(store, &["for-each-ref", "--json"]));
     let refs = refs
         .as_array()
@@ -239,7 +240,7 @@ fn state(store: &Path) -> (Vec<(String, String)>, BTreeSet<String>) {
         .iter()
         .map(|s| s["id"].as_str().unwrap().to_owned())
         .collect();
-    (refs, ids)
+    (refs, ids, json(&ok(store, &["ls", "--all", "--json"])))
 }
 
 /// Every move the ref log holds goes from a session to one descending
