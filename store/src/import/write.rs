@@ -210,26 +210,31 @@ fn destination(
         RefName::Tag(_) => RefName::tag(&alt_short)?,
         _ => RefName::conversation(&alt_short)?,
     };
+    // Once followed, always (the import's own line: not moved back).
     if let Some(t) = store.get_ref(&alt)? {
         if let RefTarget::Session(cur) = t {
-            if cur != head && descends(store, cur, head, first_parent)? {
+            if cur != head
+                && !descends(store, head, cur, first_parent)?
+                && descends(store, cur, head, first_parent)?
+            {
                 return Ok(Destination::Behind);
             }
         }
         return Ok(Destination::Imported(alt, false));
     }
     match store.get_ref(name)? {
-        // Already past it: another import read a longer copy of the file.
+        // The common case first: a fast-forward (a walk of the new
+        // sessions only).
         Some(RefTarget::Session(cur))
-            if cur != head && descends(store, cur, head, first_parent)? =>
+            if cur == head || descends(store, head, cur, first_parent)? =>
         {
+            Ok(Destination::Own)
+        }
+        // Already past it: another import read a longer copy of the file.
+        Some(RefTarget::Session(cur)) if descends(store, cur, head, first_parent)? => {
             Ok(Destination::Behind)
         }
-        Some(RefTarget::Session(cur))
-            if cur == head
-                || descends(store, head, cur, first_parent)?
-                || imported_from(store, cur, format)? =>
-        {
+        Some(RefTarget::Session(cur)) if imported_from(store, cur, format)? => {
             // Not descending, yet written by an import of this format: an
             // import with `finished` (or by an older sessctl) ended a turn
             // the file went on with; its line is the import's to move.
