@@ -689,3 +689,46 @@ fn an_older_copy_of_a_file_moves_nothing_back() {
     assert!(r.stdout.contains("0 refs moved"), "{}", r.stdout);
     assert_eq!(state(&store), before);
 }
+
+#[test]
+fn a_conversation_compacted_here_keeps_its_compaction() {
+    let Some((_d, store, files)) = store_and_copies(&[
+        "claude-code/claude/incremental-simple/turn-1.jsonl",
+        "claude-code/claude/incremental-simple/turn-2.jsonl",
+    ]) else {
+        return;
+    };
+    let live = files[0].with_file_name("live.jsonl");
+    let f = live.to_str().unwrap();
+    std::fs::copy(&files[0], &live).unwrap();
+    ok(&store, &["import", "--finished", f]);
+    let name = "cc-3fb74381-1bf";
+    ok(
+        &store,
+        &[
+            "compact",
+            name,
+            "--keep-last",
+            "1",
+            "--summarizer",
+            r#"cat >/dev/null; echo '[{"role": "user", "content": "summary"}]'"#,
+        ],
+    );
+    let compacted = head(&store, name).unwrap();
+    std::fs::copy(&files[1], &live).unwrap();
+    let r = ok(&store, &["import", f]);
+    assert!(
+        r.stderr
+            .contains(&format!("the import follows {name}.imported")),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(head(&store, name).unwrap(), compacted);
+    let (_d2, fresh) = support::new_store();
+    ok(&fresh, &["import", f]);
+    assert_eq!(
+        head(&store, &format!("{name}.imported")),
+        head(&fresh, name)
+    );
+    assert_fast_forwards(&store, f);
+}
