@@ -4,7 +4,8 @@
 //! `environment`. `history` is the message list, one session per file (a
 //! trajectory is one task); `info`, `environment` and `trajectory` go to the
 //! first session's `extra`. Named `swe-<file stem>`. `info.model_stats`
-//! (`tokens_sent`, `tokens_received`, `api_calls`) is the run's usage.
+//! (`tokens_sent`, `tokens_received`, `api_calls`) is the run's usage, on
+//! its last message, and `replay_config.agent.model.name` its model.
 
 use std::collections::BTreeMap;
 
@@ -50,6 +51,18 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
         tree.metadata.insert("source_file".into(), json!(file));
         // `info.model_stats`: what the whole run cost, on its last message.
         let stats = v.get("info").and_then(|i| i.get("model_stats")).cloned();
+        // The model, from `replay_config` (an object, or the same as JSON text).
+        let model = v.get("replay_config").and_then(|c| {
+            let c = match c {
+                Value::String(text) => serde_json::from_str::<Value>(text).ok()?,
+                c => c.clone(),
+            };
+            c.get("agent")?
+                .get("model")?
+                .get("name")?
+                .as_str()
+                .map(str::to_owned)
+        });
         let mut root_extra = BTreeMap::new();
         if let Value::Object(o) = v {
             for (k, val) in o {
@@ -63,6 +76,9 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
             tree.nodes
                 .push(Node::new(id.clone(), last.clone(), m, &file));
             last = Some(id);
+        }
+        if let Some(node) = tree.nodes.last_mut() {
+            node.model = model;
         }
         if let (Some(stats), Some(node)) = (stats, tree.nodes.last_mut()) {
             let g = |k: &str| stats.get(k).and_then(Value::as_u64).unwrap_or(0);
