@@ -398,8 +398,10 @@ impl Real {
                 )
                 .into());
             }
+            // Whole files: every turn they hold, the last ones too.
             let opts = ImportOptions {
                 no_sync: true,
+                finished: true,
                 ..ImportOptions::default()
             };
             let r = import_paths(&store, *format, std::slice::from_ref(dir), &opts)?;

@@ -90,6 +90,14 @@ fn summary_text(s: &ResumeSummary) -> String {
             c.messages, c.session, c.summary
         );
     }
+    let u = &s.usage;
+    if u.total_tokens > 0 || u.requests > 0 {
+        let _ = writeln!(
+            t,
+            "usage {} tokens ({} prompt, {} completion), {} requests",
+            u.total_tokens, u.prompt_tokens, u.completion_tokens, u.requests
+        );
+    }
     t
 }
 

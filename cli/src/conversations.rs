@@ -133,7 +133,10 @@ pub struct CommitArgs {
     #[arg(long, value_name = "FILE")]
     environment_state: Option<PathBuf>,
     /// Token usage as a JSON object with any of total_tokens, prompt_tokens,
-    /// completion_tokens, requests (total defaults to prompt + completion).
+    /// completion_tokens, requests (total defaults to prompt + completion),
+    /// or Anthropic's input_tokens, output_tokens,
+    /// cache_creation_input_tokens, cache_read_input_tokens (prompt tokens
+    /// are then input plus cache writes and reads).
     #[arg(long, value_name = "JSON")]
     usage: Option<String>,
     /// How long the run took.
@@ -162,8 +165,16 @@ fn parse_status(text: &str) -> CmdResult<SessionStatus> {
     })
 }
 
-fn parse_usage(text: &str) -> CmdResult<Usage> {
-    const KEYS: &str = "total_tokens, prompt_tokens, completion_tokens, requests";
+/// `--usage`: OpenAI's names (`prompt_tokens`, `completion_tokens`,
+/// `total_tokens`) or Anthropic's (`input_tokens`, `output_tokens`,
+/// `cache_creation_input_tokens`, `cache_read_input_tokens`), and
+/// `requests`. Anthropic's input tokens leave out cache writes and reads;
+/// prompt tokens count them, as an import does. Cache counts also go to the
+/// session's `extra.usage` (objects-format.md, "Imported sessions").
+fn parse_usage(text: &str) -> CmdResult<(Usage, serde_json::Map<String, Value>)> {
+    const KEYS: &str = "total_tokens, prompt_tokens, completion_tokens, requests, \
+                        input_tokens, output_tokens, cache_creation_input_tokens, \
+                        cache_read_input_tokens";
     let bad = |m: String| CommandError::Usage(format!("--usage: {m}"));
     let value = Blob::from_json_str(text)
         .map_err(|e| bad(e.to_string()))?
@@ -176,7 +187,16 @@ fn parse_usage(text: &str) -> CmdResult<Usage> {
     };
     let mut usage = Usage::default();
     let mut total = None;
+    let (mut input, mut output) = (None, None);
+    let (mut cache_write, mut cache_read) = (0u64, 0u64);
     for (k, v) in &map {
+        // Parts of Anthropic's usage object that are no token counts.
+        if matches!(
+            k.as_str(),
+            "cache_creation" | "service_tier" | "server_tool_use"
+        ) {
+            continue;
+        }
         let n = v
             .as_u64()
             .ok_or_else(|| bad(format!("{k} must be a whole number of at least 0, not {v}")))?;
@@ -185,17 +205,52 @@ fn parse_usage(text: &str) -> CmdResult<Usage> {
             "prompt_tokens" => usage.prompt_tokens = n,
             "completion_tokens" => usage.completion_tokens = n,
             "requests" => usage.requests = n,
+            "input_tokens" => input = Some(n),
+            "output_tokens" => output = Some(n),
+            "cache_creation_input_tokens" => cache_write = n,
+            "cache_read_input_tokens" => cache_read = n,
             _ => return Err(bad(format!("unknown key '{k}': expected any of {KEYS}"))),
         }
+    }
+    let overflow = || bad("the token counts overflow".into());
+    let anthropic = input.is_some() || cache_write > 0 || cache_read > 0;
+    if anthropic {
+        if map.contains_key("prompt_tokens") {
+            return Err(bad(
+                "give prompt_tokens (OpenAI) or input_tokens and the cache counts \
+                 (Anthropic), not both"
+                    .into(),
+            ));
+        }
+        usage.prompt_tokens = input
+            .unwrap_or(0)
+            .checked_add(cache_write)
+            .and_then(|n| n.checked_add(cache_read))
+            .ok_or_else(overflow)?;
+    }
+    if let Some(o) = output {
+        if map.contains_key("completion_tokens") {
+            return Err(bad(
+                "give completion_tokens (OpenAI) or output_tokens (Anthropic), not both".into(),
+            ));
+        }
+        usage.completion_tokens = o;
     }
     usage.total_tokens = match total {
         Some(t) => t,
         None => usage
             .prompt_tokens
             .checked_add(usage.completion_tokens)
-            .ok_or_else(|| bad("prompt_tokens + completion_tokens overflows".into()))?,
+            .ok_or_else(overflow)?,
     };
-    Ok(usage)
+    let mut detail = serde_json::Map::new();
+    if cache_read > 0 {
+        detail.insert("cache_read_tokens".into(), Value::from(cache_read));
+    }
+    if cache_write > 0 {
+        detail.insert("cache_write_tokens".into(), Value::from(cache_write));
+    }
+    Ok((usage, detail))
 }
 
 fn parse_meta(items: &[String]) -> CmdResult<SessionMetadata> {
@@ -253,13 +308,19 @@ fn parse_meta(items: &[String]) -> CmdResult<SessionMetadata> {
 
 pub fn commit(ctx: &Ctx, args: CommitArgs) -> CmdResult {
     let status = args.status.as_deref().map(parse_status).transpose()?;
-    let usage = args
+    let (usage, usage_detail) = args
         .usage
         .as_deref()
         .map(parse_usage)
         .transpose()?
         .unwrap_or_default();
-    let metadata = parse_meta(&args.meta)?;
+    let mut metadata = parse_meta(&args.meta)?;
+    if !usage_detail.is_empty() {
+        metadata
+            .extra
+            .entry("usage".to_owned())
+            .or_insert(Value::Object(usage_detail));
+    }
     check_stdin(&[
         ("--messages", &args.messages),
         ("--history", &args.history),

@@ -77,6 +77,7 @@ pub fn hook(ctx: &Ctx, args: HookArgs) -> CmdResult {
 }
 
 fn run(ctx: &Ctx, args: HookArgs) -> CmdResult {
+    let finished;
     let unit = match args.agent {
         Agent::ClaudeCode => {
             if args.payload.is_some() {
@@ -101,6 +102,13 @@ fn run(ctx: &Ctx, args: HookArgs) -> CmdResult {
                     path.display()
                 )));
             }
+            // These events fire once a turn (or the session) has ended, so
+            // its last answer is imported even when nothing in the file
+            // marks the end (Claude Code often writes no stop_reason).
+            finished = matches!(
+                field(&payload, &["hook_event_name"]),
+                Some("Stop" | "SubagentStop" | "SessionEnd")
+            );
             claude_unit(
                 &path,
                 field(&payload, &["session_id"]),
@@ -115,12 +123,14 @@ fn run(ctx: &Ctx, args: HookArgs) -> CmdResult {
             })?;
             let payload = payload_object(&text, "the argument")?;
             let path = codex_rollout(&payload, args.codex_home.as_deref())?;
+            // Codex notifies after a turn has completed.
+            finished = true;
             Unit::single(Format::Codex, path)
         }
     };
     let store = ctx.open_store()?;
     let cursors = Cursors::new(&ctx.store);
-    let outcome = catch_up(&store, &cursors, &unit, args.no_sync)?;
+    let outcome = catch_up(&store, &cursors, &unit, args.no_sync, finished)?;
     report(&unit, outcome.as_ref())
 }
 
@@ -508,11 +518,14 @@ fn refs_digest(store: &Store, unit: &Unit) -> CmdResult<Option<String>> {
 /// to a shorter snapshot read before the other landed. A lost race with any
 /// other writer of the same refs is retried on a fresh read of the files:
 /// the import is idempotent, so the retry writes what the winner did not.
+/// With `finished`, the agent has ended its turn: a last turn nothing in
+/// the file marks as ended is imported too (`ImportOptions::finished`).
 pub fn catch_up(
     store: &Store,
     cursors: &Cursors,
     unit: &Unit,
     no_sync: bool,
+    finished: bool,
 ) -> CmdResult<Option<ImportReport>> {
     let unit = &Unit {
         files: unit.files.iter().filter(|f| f.is_file()).cloned().collect(),
@@ -525,6 +538,7 @@ pub fn catch_up(
     let opts = ImportOptions {
         no_sync,
         progress: None,
+        finished,
     };
     let mut attempt = 0;
     loop {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use sessctl_store::export::{export as export_history, ExportFormat};
-use sessctl_store::import::{import_paths, Format, ImportOptions};
+use sessctl_store::import::{import_paths_as, Format, ImportOptions};
 
 use sessctl_store::progress::Progress as _;
 
@@ -15,14 +15,21 @@ use crate::{CmdResult, CommandError, Ctx};
 
 #[derive(Debug, Args)]
 pub struct ImportArgs {
-    /// The files' format: claude-code, codex, openai or swe-agent.
+    /// The files' format: claude-code, codex, openai or swe-agent (default:
+    /// detected for each file from its content). A file in another format
+    /// is refused, naming what it looks like, before anything is written.
     #[arg(long = "from", value_name = "FORMAT", value_parser = parse_format, add = clap_complete::engine::ArgValueCandidates::new(crate::complete::import_formats))]
-    from: Format,
+    from: Option<Format>,
     /// Files, or directories searched recursively for the format's files
     /// (claude-code and codex: *.jsonl; openai: *.json and *.jsonl;
-    /// swe-agent: *.traj).
+    /// swe-agent: *.traj; without --from: all of these).
     #[arg(value_name = "PATH", required = true)]
     paths: Vec<PathBuf>,
+    /// The files are finished: also import a last turn nothing marks as
+    /// ended (by default it is held back until the agent ends it, so that
+    /// importing a file as it grows only ever fast-forwards).
+    #[arg(long)]
+    finished: bool,
     /// Do not sync at all (by default the import is made durable with one
     /// sync at its end).
     #[arg(long)]
@@ -43,20 +50,30 @@ fn parse_format(s: &str) -> Result<Format, String> {
 }
 
 /// Prints the summary; exits 1 when lines were skipped (all else is
-/// imported and durable).
+/// imported and durable). A last line still being written and turns not
+/// ended yet are noted on stderr and left for a later import (exit 0).
 pub fn import(ctx: &Ctx, args: ImportArgs) -> CmdResult {
     if args.watch {
-        return crate::watch::watch(ctx, args.from, &args.paths, args.no_sync);
+        // A watched directory's new files are read as the format named.
+        let Some(format) = args.from else {
+            return Err(CommandError::Usage(
+                "--watch needs --from FORMAT: the files a watched directory will hold are read \
+                 as that format"
+                    .into(),
+            ));
+        };
+        return crate::watch::watch(ctx, format, &args.paths, args.no_sync);
     }
     let store = ctx.open_store()?;
     let bar = std::sync::Arc::new(Bar::new("import"));
-    let report = import_paths(
+    let report = import_paths_as(
         &store,
         args.from,
         &args.paths,
         &ImportOptions {
             no_sync: args.no_sync,
             progress: Some(bar.clone()),
+            finished: args.finished,
         },
     );
     bar.finish();
@@ -84,7 +101,28 @@ pub fn import(ctx: &Ctx, args: ImportArgs) -> CmdResult {
         }
     }
     for s in &r.skipped {
-        eprintln!("{}:{}: {}", s.file.display(), s.line, s.reason);
+        eprintln!("{s}");
+    }
+    for f in &r.unfinished_lines {
+        eprintln!(
+            "{}: last line not written yet; left for a later import",
+            f.display()
+        );
+    }
+    if r.held_back > 0 {
+        eprintln!(
+            "{} messages held back: their turn has not ended yet (--finished imports them)",
+            r.held_back
+        );
+    }
+    for (name, follows) in &r.redirected {
+        eprintln!(
+            "{name} holds sessions this import did not write (a local commit, fork or \
+             compaction): it stays as it is, and the import follows {follows}"
+        );
+    }
+    for (name, why) in &r.left_alone {
+        eprintln!("{name} was {why}: the import leaves it so");
     }
     for (file, uuid) in &r.dangling {
         eprintln!("dangling parent: {file}: {uuid}");

@@ -252,8 +252,8 @@ fn run_unit(
     unit: &Unit,
     no_sync: bool,
 ) -> Outcome {
-    let result =
-        catch_up(store, cursors, unit, no_sync).and_then(|outcome| report(unit, outcome.as_ref()));
+    let result = catch_up(store, cursors, unit, no_sync, false)
+        .and_then(|outcome| report(unit, outcome.as_ref()));
     match result {
         Ok(()) => Outcome::Done,
         Err(CommandError::Silent(_)) => Outcome::LinesSkipped,

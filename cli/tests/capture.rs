@@ -99,16 +99,27 @@ fn messages(store: &Path, rev: &str) -> Option<Vec<Value>> {
     })
 }
 
-/// The messages importing `files` into a new store gives.
-fn imported_messages(dir: &Path, format: &str, files: &[&Path], rev: &str) -> Vec<Value> {
+/// The messages importing `files` into a new store gives (`None`: no such
+/// conversation yet, its first turn not ended). With `finished`, as
+/// `import --finished` does: what a hook at the end of a turn imports.
+fn imported_messages(
+    dir: &Path,
+    format: &str,
+    files: &[&Path],
+    rev: &str,
+    finished: bool,
+) -> Option<Vec<Value>> {
     let store = dir.join(format!("scratch-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&store);
     init(&store);
     let mut args = vec!["import", "--from", format];
+    if finished {
+        args.push("--finished");
+    }
     args.extend(files.iter().map(|f| f.to_str().unwrap()));
     let r = sessctl(&store, &args);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let m = messages(&store, rev).unwrap();
+    let m = messages(&store, rev);
     std::fs::remove_dir_all(&store).unwrap();
     m
 }
@@ -146,9 +157,16 @@ fn hook_claude_code_imports_the_transcript_with_its_subagents() {
     // The same as importing the folder: the session and its subagents.
     let all = dir.path().join("all");
     init(&all);
+    // A Stop hook: the turn has ended, as `import --finished` takes it.
     let i = sessctl(
         &all,
-        &["import", "--from", "claude-code", files.to_str().unwrap()],
+        &[
+            "import",
+            "--from",
+            "claude-code",
+            "--finished",
+            files.to_str().unwrap(),
+        ],
     );
     assert_eq!(i.code, 0, "{}", i.stderr);
     let refs = |s: &Path| sessctl(s, &["for-each-ref"]).stdout;
@@ -191,6 +209,7 @@ fn hook_takes_the_subagents_under_the_session_folder() {
             "import",
             "--from",
             "claude-code",
+            "--finished",
             transcript.to_str().unwrap(),
             agent.to_str().unwrap(),
         ],
@@ -253,15 +272,26 @@ fn hook_imports_a_growing_transcript_and_leaves_a_half_written_line() {
             body += &lines[k][..lines[k].len() / 2];
         }
         std::fs::write(&transcript, &body).unwrap();
+        // A hook that fires mid-turn (a tool's end): an unended turn waits,
+        // as in an import of the same prefix.
         let payload = json!({"session_id": sid, "transcript_path": transcript,
-            "hook_event_name": "Stop", "cwd": "/x"});
+            "hook_event_name": "PostToolUse", "cwd": "/x"});
         let r = hook(&store, &payload.to_string());
         assert_eq!((r.code, r.stderr.as_str()), (0, ""), "at {k} lines");
         let prefix = dir.path().join("prefix.jsonl");
         std::fs::write(&prefix, lines[..k].join("\n") + "\n").unwrap();
-        let want = imported_messages(dir.path(), "claude-code", &[&prefix], &name);
-        assert_eq!(messages(&store, &name).unwrap(), want, "at {k} lines");
+        let want = imported_messages(dir.path(), "claude-code", &[&prefix], &name, false);
+        assert_eq!(messages(&store, &name), want, "at {k} lines");
     }
+    // The session ends: its last turn lands too, whether or not the file
+    // marks its end, as with `import --finished`; every move a fast-forward.
+    let payload = json!({"session_id": sid, "transcript_path": transcript,
+        "hook_event_name": "SessionEnd", "cwd": "/x"});
+    let r = hook(&store, &payload.to_string());
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    let want = imported_messages(dir.path(), "claude-code", &[&src], &name, true);
+    assert!(want.is_some());
+    assert_eq!(messages(&store, &name), want);
     let f = sessctl(&store, &["fsck"]);
     assert_eq!(f.code, 0, "{}{}", f.stdout, f.stderr);
 }
@@ -314,13 +344,21 @@ fn two_hooks_at_once_both_land() {
     let b = dir.path().join("session-196820da.jsonl");
     std::fs::copy(src.join("session-9eda1058.jsonl"), &a).unwrap();
     std::fs::copy(src.join("session-196820da.jsonl"), &b).unwrap();
-    let want_a = imported_messages(dir.path(), "claude-code", &[&a], "cc-9eda1058-970");
+    // Stop and SubagentStop: turns that ended, as `import --finished`.
+    let want_a = imported_messages(dir.path(), "claude-code", &[&a], "cc-9eda1058-970", true);
+    assert!(want_a.is_some());
     let conv_b = {
         let all = dir.path().join("names");
         init(&all);
         sessctl(
             &all,
-            &["import", "--from", "claude-code", b.to_str().unwrap()],
+            &[
+                "import",
+                "--from",
+                "claude-code",
+                "--finished",
+                b.to_str().unwrap(),
+            ],
         );
         let out = sessctl(&all, &["ls", "--json"]).stdout;
         let v: Value = serde_json::from_str(&out).unwrap();
@@ -329,7 +367,8 @@ fn two_hooks_at_once_both_land() {
             .unwrap()
             .to_owned()
     };
-    let want_b = imported_messages(dir.path(), "claude-code", &[&b], &conv_b);
+    let want_b = imported_messages(dir.path(), "claude-code", &[&b], &conv_b, true);
+    assert!(want_b.is_some());
     let spawn = |store: &Path, t: &Path, event: &str| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_sessctl"))
             .arg("--store")
@@ -368,16 +407,8 @@ fn two_hooks_at_once_both_land() {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        assert_eq!(
-            messages(&store, "cc-9eda1058-970").as_ref(),
-            Some(&want_a),
-            "round {round}"
-        );
-        assert_eq!(
-            messages(&store, &conv_b).as_ref(),
-            Some(&want_b),
-            "round {round}"
-        );
+        assert_eq!(messages(&store, "cc-9eda1058-970"), want_a, "round {round}");
+        assert_eq!(messages(&store, &conv_b), want_b, "round {round}");
     }
 }
 
@@ -410,8 +441,10 @@ fn hook_codex_imports_the_thread_the_notify_payload_names() {
         None,
     );
     assert_eq!((r.code, r.stderr.as_str()), (0, ""));
-    let want = imported_messages(dir.path(), "codex", &[&rollout], CODEX_NAME);
-    assert_eq!(messages(&store, CODEX_NAME).unwrap(), want);
+    // Codex notifies once a turn has completed: as `import --finished`.
+    let want = imported_messages(dir.path(), "codex", &[&rollout], CODEX_NAME, true);
+    assert!(want.is_some());
+    assert_eq!(messages(&store, CODEX_NAME), want);
     // A thread it cannot find, and no payload: exit 1, one line.
     let other = json!({"type": "agent-turn-complete", "thread-id": "nope"}).to_string();
     for args in [vec!["hook", "codex", other.as_str()], vec!["hook", "codex"]] {
@@ -471,9 +504,16 @@ fn watch_follows_a_growing_transcript_and_new_files_and_stops_on_sigterm() {
         f.flush().unwrap();
         let prefix = dir.path().join("prefix.jsonl");
         std::fs::write(&prefix, lines[..k].join("\n") + "\n").unwrap();
-        let want = imported_messages(dir.path(), "claude-code", &[&prefix], "cc-9eda1058-970");
+        // The watcher imports as `import` does: a turn not ended waits.
+        let want = imported_messages(
+            dir.path(),
+            "claude-code",
+            &[&prefix],
+            "cc-9eda1058-970",
+            false,
+        );
         eventually(&format!("the first {k} lines"), || {
-            messages(&store, "cc-9eda1058-970").as_ref() == Some(&want)
+            messages(&store, "cc-9eda1058-970") == want
         });
         if k < n {
             // The rest of the half-written line comes with the next step.
@@ -491,7 +531,9 @@ fn watch_follows_a_growing_transcript_and_new_files_and_stops_on_sigterm() {
         "claude-code",
         &[&sub.join(format!("{CC_SESSION}.jsonl"))],
         CC_NAME,
-    );
+        false,
+    )
+    .expect("the session has an ended turn");
     eventually("the new session", || {
         messages(&store, CC_NAME).is_some_and(|m| m.len() >= want.len())
     });
@@ -524,7 +566,9 @@ fn watch_retries_what_a_busy_store_refused() {
     let text = std::fs::read_to_string(&src).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     let transcript = watched.join("session-9eda1058.jsonl");
-    std::fs::write(&transcript, lines[..3].join("\n") + "\n").unwrap();
+    // Enough lines for a turn that has ended (an unended one waits).
+    let first = lines.len() * 3 / 4;
+    std::fs::write(&transcript, lines[..first].join("\n") + "\n").unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_sessctl"))
         .arg("--store")
         .arg(&store)
@@ -553,10 +597,9 @@ fn watch_retries_what_a_busy_store_refused() {
     assert!(refused.starts_with("sessctl: "), "{refused}");
     drop(lock);
     // No further write: the watcher tries again by itself.
-    let want = imported_messages(dir.path(), "claude-code", &[&src], "cc-9eda1058-970");
-    eventually("all lines", || {
-        messages(&store, "cc-9eda1058-970").as_ref() == Some(&want)
-    });
+    let want = imported_messages(dir.path(), "claude-code", &[&src], "cc-9eda1058-970", false);
+    assert!(want.is_some());
+    eventually("all lines", || messages(&store, "cc-9eda1058-970") == want);
     let pid = libc::pid_t::try_from(child.id()).unwrap();
     // SAFETY: kill(2) on our own child, which has not been waited for.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
@@ -663,9 +706,16 @@ fn export_into_claude_writes_a_session_claude_code_resumes() {
         // It imports back as the same messages, under the new id.
         let back = dir.path().join(format!("back-{rev}"));
         init(&back);
+        // A session written whole: its last turn has ended.
         let r = sessctl(
             &back,
-            &["import", "--from", "claude-code", path.to_str().unwrap()],
+            &[
+                "import",
+                "--from",
+                "claude-code",
+                "--finished",
+                path.to_str().unwrap(),
+            ],
         );
         assert_eq!(r.code, 0, "{}", r.stderr);
         let name = format!("cc-{}", &id[..12]);

@@ -241,7 +241,9 @@ fn resume_prints_a_summary_or_the_history() {
     assert!(lines[4].starts_with("created "));
     assert!(lines[5].starts_with("last-activity "));
     assert_eq!(lines[6], "messages 6 (assistant 3, tool 1, user 2)");
-    assert_eq!(lines.len(), 7);
+    // What its line of sessions cost, summed over the first-parent chain.
+    assert!(lines[7].starts_with("usage ") && lines[7].ends_with(" requests"));
+    assert_eq!(lines.len(), 8);
 
     let v: Value = serde_json::from_str(&ok(&s, &["resume", "--json", &b[..8]], None)).unwrap();
     let state: Value = serde_json::from_str(STATE_JSON).unwrap();

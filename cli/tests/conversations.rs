@@ -882,7 +882,7 @@ fn bad_input_gets_one_line_and_the_right_exit_code() {
             &["commit", "--new", "--messages", "-", "--usage", r#"{"tokens":1}"#],
             Some("[]"),
             2,
-            "sessctl: --usage: unknown key 'tokens': expected any of total_tokens, prompt_tokens, completion_tokens, requests\n",
+            "sessctl: --usage: unknown key 'tokens': expected any of total_tokens, prompt_tokens, completion_tokens, requests, input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens\n",
         ),
         (
             &["commit", "--new", "--messages", "-", "--usage", r#"{"requests":-1}"#],

@@ -176,7 +176,13 @@ fn mixed() -> Native {
     let src = claude_file(n._dir.path());
     let r = sessctl(
         &n.store,
-        &["import", "--from", "claude-code", src.to_str().unwrap()],
+        &[
+            "import",
+            "--from",
+            "claude-code",
+            "--finished",
+            src.to_str().unwrap(),
+        ],
         None,
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -641,7 +647,13 @@ fn shared_claude_store() -> Option<(tempfile::TempDir, PathBuf)> {
     let (dir, store) = new_store();
     let r = sessctl(
         &store,
-        &["import", "--from", "claude-code", src.to_str().unwrap()],
+        &[
+            "import",
+            "--from",
+            "claude-code",
+            "--finished",
+            src.to_str().unwrap(),
+        ],
         None,
     );
     assert_eq!(r.code, 0, "{}", r.stderr);

@@ -779,7 +779,7 @@ impl Store {
                 &paths,
                 &ImportOptions {
                     no_sync,
-                    progress: None,
+                    ..ImportOptions::default()
                 },
             )
         })?;

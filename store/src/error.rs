@@ -142,6 +142,19 @@ pub enum Error {
     /// A malformed revision (`fix~x`): a usage error, not a lookup failure.
     #[error(transparent)]
     BadRev(#[from] RevParseError),
+    /// A file handed to import is not in the format it was asked to read,
+    /// or in none that import reads.
+    #[error("{}: {}", path.display(), match expected {
+        Some(f) => format!("not a {f} file: it looks like {found}"),
+        None => format!("not a format sessctl imports: it looks like {found}"),
+    })]
+    ImportFormat {
+        path: PathBuf,
+        /// The format asked for (`None`: detection found none).
+        expected: Option<String>,
+        /// What the file looks like.
+        found: String,
+    },
     #[error("no conversation named {name}")]
     NoSuchConversation { name: String },
     #[error("conversation {name} has no head")]

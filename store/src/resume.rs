@@ -16,7 +16,7 @@ use crate::compact::CHECKPOINT_MESSAGE_KEY;
 use crate::error::{Error, Result};
 use crate::hash::ObjectId;
 use crate::message::{chat_history, needs_conversion, user_text, view, Shape};
-use crate::object::Compaction;
+use crate::object::{Compaction, Usage};
 use crate::odb::atomic_file::AtomicFile;
 use crate::odb::{Durability, Odb};
 use crate::refs::{validate_name, PreviousValue, RefEdit, RefName, RefTarget};
@@ -255,6 +255,9 @@ pub struct ResumeSummary {
     pub first_topic: String,
     /// The compaction the history starts from, if it was compacted.
     pub compaction: Option<Compaction>,
+    /// What the sessions of its line cost: the first-parent chain back to
+    /// the conversation's first session.
+    pub usage: Usage,
 }
 
 /// The compaction record of the session where `id`'s history starts (the
@@ -304,11 +307,17 @@ pub fn resume(store: &Store, id: &ObjectId) -> Result<Resume> {
 
     let mut title = None;
     let mut at = *id;
+    let mut usage = Usage::default();
     let created = loop {
         let s = odb.session(&at)?;
         if title.is_none() {
             title = s.title.clone();
         }
+        let u = s.run.usage;
+        usage.total_tokens = usage.total_tokens.saturating_add(u.total_tokens);
+        usage.prompt_tokens = usage.prompt_tokens.saturating_add(u.prompt_tokens);
+        usage.completion_tokens = usage.completion_tokens.saturating_add(u.completion_tokens);
+        usage.requests = usage.requests.saturating_add(u.requests);
         match s.first_parent() {
             Some(p) if at != conversation => at = p,
             _ => break s.created_at,
@@ -349,6 +358,7 @@ pub fn resume(store: &Store, id: &ObjectId) -> Result<Resume> {
             description,
             first_topic,
             compaction: history_origin(odb, id)?,
+            usage,
         },
         history,
     })
@@ -373,6 +383,12 @@ impl ResumeSummary {
                 "messages": c.messages,
                 "summary": c.summary.to_hex(),
             })),
+            "usage": {
+                "total_tokens": self.usage.total_tokens,
+                "prompt_tokens": self.usage.prompt_tokens,
+                "completion_tokens": self.usage.completion_tokens,
+                "requests": self.usage.requests,
+            },
         })
     }
 }

@@ -20,6 +20,8 @@ fn import(store: &Store, format: Format, name: &str, text: &str) {
     let opts = ImportOptions {
         no_sync: true,
         progress: None,
+        // The whole file: its last turn too.
+        finished: true,
     };
     let r = import_sources(store, format, &[src], &opts, ImportReport::default()).unwrap();
     assert!(r.skipped.is_empty(), "{:?}", r.skipped);

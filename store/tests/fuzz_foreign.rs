@@ -295,8 +295,10 @@ fn import_seeds_reach_the_store() {
         for (path, bytes) in committed(target) {
             let store = Store::in_memory().unwrap();
             let files = fuzzing::import_files(format, &bytes);
+            // Seeds are whole inputs: a turn they leave open is imported too.
             let opts = ImportOptions {
                 no_sync: true,
+                finished: true,
                 ..ImportOptions::default()
             };
             let r = import_sources(&store, format, &files, &opts, ImportReport::default()).unwrap();

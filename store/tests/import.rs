@@ -34,6 +34,8 @@ fn opts() -> ImportOptions {
     ImportOptions {
         no_sync: true,
         progress: None,
+        // These files are whole: what they hold is what the import must take.
+        finished: true,
     }
 }
 
@@ -909,17 +911,19 @@ fn a_conversation_made_by_hand_is_not_overwritten() {
     let (_, mine) = store
         .create(Some(name.short()), turn, sessctl_store::Durability::NoSync)
         .unwrap();
-    let r = import(&store, Format::ClaudeCode, &[src]);
-    assert_eq!(r.skipped.len(), 1);
-    assert!(
-        r.skipped[0]
-            .reason
-            .contains("not imported from claude-code"),
-        "{}",
-        r.skipped[0].reason
-    );
-    assert_eq!((r.objects_written, r.refs_moved), (0, 0));
+    let r = import(&store, Format::ClaudeCode, std::slice::from_ref(&src));
+    assert!(r.skipped.is_empty(), "{:?}", r.skipped);
+    let alt = format!("{}.imported", name.short());
+    assert_eq!(r.redirected, vec![(name.short().to_owned(), alt.clone())]);
     assert_eq!(store.resolve_rev(name.short()).unwrap(), mine);
+    assert_eq!(
+        store.resolve_rev(&alt).unwrap(),
+        probe.resolve_rev(name.short()).unwrap()
+    );
+    // Once redirected, always: a second import writes nothing.
+    let again = import(&store, Format::ClaudeCode, &[src]);
+    assert!(again.redirected.is_empty());
+    assert_eq!((again.objects_written, again.refs_moved), (0, 0));
 }
 
 #[test]
@@ -943,4 +947,142 @@ fn import_survives_reopen() {
     assert_eq!(heads(&store), before);
     let r = import(&store, Format::ClaudeCode, &[src]);
     assert_eq!((r.objects_written, r.refs_moved), (0, 0));
+}
+
+#[test]
+fn every_real_file_is_detected_as_its_format() {
+    use sessctl_store::import::{detect, Detected, SourceFile};
+    for (sub, ext, format) in [
+        ("claude-code", ".jsonl", Format::ClaudeCode),
+        ("codex", ".jsonl", Format::Codex),
+        ("swe-agent", ".traj", Format::SweAgent),
+    ] {
+        let Some(dir) = data(sub) else {
+            continue;
+        };
+        let mut files = Vec::new();
+        files_under(&dir, ext, &mut files);
+        for f in files {
+            let src = SourceFile {
+                text: std::fs::read_to_string(&f).unwrap(),
+                path: f.clone(),
+            };
+            assert_eq!(detect(&src), Detected::Format(format), "{}", f.display());
+            // Half of it, as an agent is writing it, too.
+            let half = SourceFile {
+                text: src.text[..src.text.len() / 2].to_owned(),
+                path: f.clone(),
+            };
+            assert_eq!(detect(&half), Detected::Format(format), "{}", f.display());
+        }
+    }
+}
+
+/// The usage every session of the store holds, summed.
+fn store_usage(store: &Store) -> (u64, u64, u64, u64) {
+    let mut seen = HashSet::new();
+    let mut out = (0, 0, 0, 0);
+    for (_, h) in heads(store) {
+        let mut cur = Some(h);
+        while let Some(c) = cur {
+            if !seen.insert(c) {
+                break;
+            }
+            let s = store.odb().session(&c).unwrap();
+            let u = s.run.usage;
+            out = (
+                out.0 + u.prompt_tokens,
+                out.1 + u.completion_tokens,
+                out.2 + u.total_tokens,
+                out.3 + u.requests,
+            );
+            cur = s.first_parent();
+        }
+    }
+    out
+}
+
+#[test]
+fn codex_token_counts_repeated_add_nothing_and_cache_reads_are_kept() {
+    let Some(dir) = data("codex") else {
+        return;
+    };
+    let mut files = Vec::new();
+    files_under(&dir, ".jsonl", &mut files);
+    let f = files
+        .into_iter()
+        .find(|f| std::fs::read_to_string(f).unwrap().contains("token_count"))
+        .unwrap();
+    let (_d, store) = new_store();
+    import(&store, Format::Codex, std::slice::from_ref(&f));
+    let once = store_usage(&store);
+    // The last running total is the rollout's.
+    let last = jsonl(&f)
+        .into_iter()
+        .rfind(|l| l["payload"]["type"] == "token_count")
+        .unwrap();
+    let t = &last["payload"]["info"]["total_token_usage"];
+    assert_eq!(
+        (once.0, once.1, once.2),
+        (
+            t["input_tokens"].as_u64().unwrap(),
+            t["output_tokens"].as_u64().unwrap(),
+            t["total_tokens"].as_u64().unwrap()
+        )
+    );
+    // Every token_count line written twice: the same totals.
+    let text = std::fs::read_to_string(&f).unwrap();
+    let doubled: String = text
+        .lines()
+        .flat_map(|l| {
+            let n = if l.contains("\"token_count\"") { 2 } else { 1 };
+            std::iter::repeat_n(format!("{l}\n"), n)
+        })
+        .collect();
+    let d = tempfile::tempdir().unwrap();
+    let g = d.path().join(f.file_name().unwrap());
+    std::fs::write(&g, doubled).unwrap();
+    let (_d2, store2) = new_store();
+    import(&store2, Format::Codex, &[g]);
+    assert_eq!(store_usage(&store2), once);
+    // Cache reads and the model are in `extra.usage`.
+    let mut cached = 0;
+    let mut models = BTreeSet::new();
+    for (_, h) in heads(&store) {
+        let mut cur = Some(h);
+        while let Some(c) = cur {
+            let s = store.odb().session(&c).unwrap();
+            if let Some(u) = s.metadata.extra.get("usage") {
+                cached += u["cache_read_tokens"].as_u64().unwrap_or(0);
+                models.extend(u["model"].as_str().map(str::to_owned));
+            }
+            cur = s.first_parent();
+        }
+    }
+    assert_eq!(cached, t["cached_input_tokens"].as_u64().unwrap());
+    assert_eq!(models.len(), 1, "{models:?}");
+}
+
+#[test]
+fn an_open_turn_is_held_back_until_it_ends() {
+    let Some(f) = data("claude-code/claude/incremental-subagents/turn-1.jsonl") else {
+        return;
+    };
+    // turn-1 ends on a tool call whose result is not written yet.
+    let (_d, store) = new_store();
+    let live = ImportOptions {
+        no_sync: true,
+        ..ImportOptions::default()
+    };
+    let r = import_paths(&store, Format::ClaudeCode, std::slice::from_ref(&f), &live).unwrap();
+    assert!(r.held_back > 0, "{r:?}");
+    let (_d2, whole) = new_store();
+    let r2 = import(&whole, Format::ClaudeCode, &[f]);
+    assert_eq!(r2.held_back, 0);
+    assert_eq!(r.messages + r.held_back, r2.messages);
+    // What was written is a prefix of what --finished writes.
+    let held: HashSet<ObjectId> = heads(&store).into_iter().map(|(_, h)| h).collect();
+    for h in held {
+        assert!(whole.odb().contains(&h).unwrap());
+    }
 }

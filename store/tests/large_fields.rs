@@ -41,7 +41,11 @@ fn a_large_source_field_is_a_blob_gc_keeps_and_fsck_checks() {
         &store,
         Format::Codex,
         &[rollout(&prompt)],
-        &ImportOptions::default(),
+        &ImportOptions {
+            // The rollout is whole: its one turn too.
+            finished: true,
+            ..ImportOptions::default()
+        },
         ImportReport::default(),
     )
     .unwrap();

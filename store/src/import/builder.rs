@@ -60,6 +60,9 @@ pub(super) struct Built {
     pub(super) compactions: usize,
     /// (ref, head, record) per branch with a ref.
     pub(super) refs: Vec<BranchRef>,
+    /// Each new session's first parent, to tell whether a head descends
+    /// from a session before they are written.
+    pub(super) first_parent: HashMap<ObjectId, Option<ObjectId>>,
 }
 
 /// Where an earlier import ended a session: its last message, its history
@@ -83,6 +86,7 @@ pub(super) fn build(
     mut tree: Tree,
     boundaries: &HashSet<Boundary>,
     graft: Option<Graft>,
+    finished: bool,
     report: &mut ImportReport,
 ) -> Result<Built> {
     let n = tree.nodes.len();
@@ -199,6 +203,7 @@ pub(super) fn build(
                 Some(p) => {
                     !node.user_prompt
                         && !node.compaction
+                        && !tree.nodes[p].turn_end
                         && children[p].len() == 1
                         && tree.nodes[p].subagent == node.subagent
                         && !boundaries.contains(&(blob_ids[p], depth[p], compactions[p]))
@@ -288,6 +293,24 @@ pub(super) fn build(
     if branches.is_empty() {
         return Ok(Built::default());
     }
+    // A session holding a message still being written is held back, with
+    // every session after it or spawned from it (plans come after their
+    // parent and spawner).
+    let mut held = vec![false; plans.len()];
+    if !finished {
+        for (pi, plan) in plans.iter().enumerate() {
+            held[pi] = plan.nodes.iter().any(|&i| tree.nodes[i].open)
+                || plan.parent.is_some_and(|p| held[p])
+                || plan.spawned_by.is_some_and(|p| held[p]);
+        }
+    }
+    let held_nodes: usize = plans
+        .iter()
+        .zip(&held)
+        .filter(|(_, h)| **h)
+        .map(|(p, _)| p.nodes.len())
+        .sum();
+    report.held_back += held_nodes;
     // Fork names follow the order of their first node's source id.
     let mut fork_order: Vec<usize> = (0..branches.len())
         .filter(|&b| branches[b].kind == BranchKind::Fork)
@@ -317,7 +340,7 @@ pub(super) fn build(
     }
     // Encode in plan order: a plan's parent and spawner come before it.
     let mut built = Built {
-        messages: n,
+        messages: n - held_nodes,
         forks: fork_order.len() + usize::from(graft.is_some()),
         ..Built::default()
     };
@@ -326,6 +349,11 @@ pub(super) fn build(
     let mut head: Vec<Option<usize>> = vec![None; branches.len()];
     let mut root_extra = std::mem::take(&mut tree.root_extra);
     for (pi, plan) in plans.iter().enumerate() {
+        if held[pi] {
+            // Never read: whatever names it is held back too.
+            session_ids.push(ObjectId::from_bytes([0; 32]));
+            continue;
+        }
         let nodes: Vec<&Node> = plan.nodes.iter().map(|&i| &tree.nodes[i]).collect();
         let added: Vec<ObjectId> = plan.nodes.iter().map(|&i| blob_ids[i]).collect();
         let mut extra = BTreeMap::new();
@@ -353,13 +381,36 @@ pub(super) fn build(
             extra.append(&mut root_extra);
         }
         let mut usage = Usage::default();
+        let (mut cache_read, mut cache_write) = (0u64, 0u64);
+        let mut model = None;
         for node in &nodes {
             if let Some(u) = node.usage {
-                usage.total_tokens += u.total_tokens;
-                usage.prompt_tokens += u.prompt_tokens;
-                usage.completion_tokens += u.completion_tokens;
-                usage.requests += u.requests;
+                usage.total_tokens = usage.total_tokens.saturating_add(u.total_tokens);
+                usage.prompt_tokens = usage.prompt_tokens.saturating_add(u.prompt_tokens);
+                usage.completion_tokens =
+                    usage.completion_tokens.saturating_add(u.completion_tokens);
+                usage.requests = usage.requests.saturating_add(u.requests);
             }
+            cache_read = cache_read.saturating_add(node.cache_read_tokens);
+            cache_write = cache_write.saturating_add(node.cache_write_tokens);
+            if node.model.is_some() {
+                model = node.model.as_deref();
+            }
+        }
+        // What the run summary has no field for (objects-format.md,
+        // "Imported sessions").
+        let mut detail = serde_json::Map::new();
+        if cache_read > 0 {
+            detail.insert("cache_read_tokens".to_owned(), json!(cache_read));
+        }
+        if cache_write > 0 {
+            detail.insert("cache_write_tokens".to_owned(), json!(cache_write));
+        }
+        if let Some(m) = model {
+            detail.insert("model".to_owned(), json!(m));
+        }
+        if !detail.is_empty() {
+            extra.insert("usage".to_owned(), Value::Object(detail));
         }
         let first_ts = nodes[0].timestamp;
         let last_ts = nodes.iter().map(|n| n.timestamp).max().unwrap_or(first_ts);
@@ -425,6 +476,7 @@ pub(super) fn build(
         }
         let o = session.encode()?;
         let id = o.id();
+        built.first_parent.insert(id, parent_id);
         built
             .objects
             .extend(plan.nodes.iter().map(|&i| blobs[i].clone()));
@@ -436,14 +488,16 @@ pub(super) fn build(
         // Plans of a branch follow its path, so the last is its head.
         head[plan.branch] = Some(pi);
     }
-    built.sessions = plans.len();
+    built.sessions = held.iter().filter(|h| !**h).count();
     let first_ts = tree.nodes.iter().map(|n| n.timestamp).min().unwrap_or(0);
     for (b, br) in branches.iter().enumerate() {
         let Some(h) = head[b] else { continue };
         let name = &branch_name[b];
         let last_ts = plans
             .iter()
-            .filter(|p| p.branch == b)
+            .zip(&held)
+            .filter(|(p, h)| p.branch == b && !**h)
+            .map(|(p, _)| p)
             .flat_map(|p| p.nodes.iter().map(|&i| tree.nodes[i].timestamp))
             .max()
             .unwrap_or(first_ts);

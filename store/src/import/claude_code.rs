@@ -39,7 +39,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{json, Value};
 
-use super::{parse_json, sanitize_name, ImportReport, Skipped, SourceFile, Tree};
+use super::{jsonl_lines, sanitize_name, ImportReport, Skipped, SourceFile, Tree};
+use crate::object::Usage;
 use crate::time::parse_rfc3339_ms;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +58,10 @@ struct Line {
     entry: Value,
     kind: Kind,
     file: String,
+    /// Whether a user or assistant line of its file follows it (a tool
+    /// result, the next response, the next prompt), which tells that the
+    /// agent finished writing it.
+    followed: bool,
 }
 
 #[derive(Debug)]
@@ -73,6 +78,10 @@ struct Group {
     by_uuid: HashMap<String, usize>,
     items: Vec<Item>,
     files: Vec<String>,
+    /// Turn ends marked by a line after the message (`system` lines
+    /// `turn_duration` and `stop_hook_summary`): the uuid of the line they
+    /// follow.
+    ended: HashSet<String>,
 }
 
 fn str_of<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
@@ -84,20 +93,17 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
     for src in sources {
         let name = src.name();
         let mut parsed = Vec::new();
-        for (i, text) in src.text.lines().enumerate() {
-            if text.trim().is_empty() {
-                continue;
-            }
-            match parse_json(text) {
+        for (line, v) in jsonl_lines(src, report) {
+            match v {
                 Ok(v) if v.is_object() => parsed.push(v),
                 Ok(_) => report.skipped.push(Skipped {
                     file: src.path.clone(),
-                    line: i + 1,
+                    line,
                     reason: "not a JSON object".into(),
                 }),
                 Err(e) => report.skipped.push(Skipped {
                     file: src.path.clone(),
-                    line: i + 1,
+                    line,
                     reason: e,
                 }),
             }
@@ -109,7 +115,27 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
             .unwrap_or_else(|| name.trim_end_matches(".jsonl").to_owned());
         let g = groups.entry(session).or_default();
         g.files.push(name.clone());
-        for v in parsed {
+        // Lines other processes write into the file (`summary`,
+        // `file-history-snapshot`, ...) can come between two lines of one
+        // response: only a later user or assistant line tells that a line
+        // was written whole.
+        let last_message = parsed
+            .iter()
+            .rposition(|v| matches!(str_of(v, "type"), Some("user" | "assistant")));
+        let mut last_uuid: Option<String> = None;
+        for (pos, v) in parsed.into_iter().enumerate() {
+            let followed = last_message.is_some_and(|m| pos < m);
+            if matches!(
+                (str_of(&v, "type"), str_of(&v, "subtype")),
+                (Some("system"), Some("turn_duration" | "stop_hook_summary"))
+            ) {
+                if let Some(u) = &last_uuid {
+                    g.ended.insert(u.clone());
+                }
+            }
+            if matches!(str_of(&v, "type"), Some("user" | "assistant")) {
+                last_uuid = str_of(&v, "uuid").map(str::to_owned);
+            }
             let uuid = str_of(&v, "uuid").map(str::to_owned);
             let ty = str_of(&v, "type").unwrap_or("");
             let kind = match (ty, str_of(&v, "subtype")) {
@@ -123,7 +149,8 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
                 g.items.push(Item::Event(v));
                 continue;
             };
-            if g.by_uuid.contains_key(&uuid) {
+            if let Some(&i) = g.by_uuid.get(&uuid) {
+                g.lines[i].followed |= followed;
                 // A later snapshot repeats the line: read once.
                 match kind {
                     Kind::Transparent => g.items.push(Item::Event(v)),
@@ -148,6 +175,7 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
                 entry: v,
                 kind,
                 file: name.clone(),
+                followed,
             });
         }
         g.items.push(Item::FileEnd);
@@ -156,6 +184,39 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
         .into_iter()
         .filter_map(|(session, g)| build_tree(session, g))
         .collect()
+}
+
+/// Adds an Anthropic `message.usage` to a node: prompt tokens are every
+/// input token the request read (`input_tokens` plus cache writes and
+/// reads, as OpenAI counts them), completion tokens `output_tokens`.
+/// Claude Code's `<synthetic>` messages (written without a request) count
+/// no request.
+fn add_response_usage(node: &mut super::Node, entry: &Value) {
+    let Some(m) = entry.get("message") else {
+        return;
+    };
+    let model = m.get("model").and_then(Value::as_str);
+    if let Some(u) = m.get("usage").filter(|u| u.is_object()) {
+        let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let (input, output) = (n("input_tokens"), n("output_tokens"));
+        let (write, read) = (
+            n("cache_creation_input_tokens"),
+            n("cache_read_input_tokens"),
+        );
+        let prompt = input.saturating_add(write).saturating_add(read);
+        let acc = node.usage.get_or_insert(Usage::default());
+        acc.prompt_tokens = acc.prompt_tokens.saturating_add(prompt);
+        acc.completion_tokens = acc.completion_tokens.saturating_add(output);
+        acc.total_tokens = acc
+            .total_tokens
+            .saturating_add(prompt.saturating_add(output));
+        acc.requests += u64::from(model != Some("<synthetic>"));
+        node.cache_write_tokens = node.cache_write_tokens.saturating_add(write);
+        node.cache_read_tokens = node.cache_read_tokens.saturating_add(read);
+    }
+    if let Some(model) = model.filter(|m| *m != "<synthetic>") {
+        node.model = Some(model.to_owned());
+    }
 }
 
 fn content_parts(entry: &Value) -> Vec<Value> {
@@ -305,6 +366,17 @@ fn build_tree(session: String, g: Group) -> Option<Tree> {
     };
     let mut nodes = Vec::with_capacity(reps.len());
     let mut index: HashMap<String, usize> = HashMap::new();
+    // One API response is several lines sharing `message.id`, each with the
+    // usage as it stood when written: its last line's counts, once.
+    let mut last_of_response: HashMap<&str, usize> = HashMap::new();
+    for (i, l) in lines.iter().enumerate() {
+        if let Some(id) = message_id(&l.entry) {
+            last_of_response.insert(id, i);
+        }
+    }
+    let mut counted: HashSet<&str> = HashSet::new();
+    // Per file, the node holding its last message line.
+    let mut last_in_file: HashMap<&str, (usize, usize)> = HashMap::new();
     for &i in &reps {
         let l = &lines[i];
         let ms = &members[&l.uuid];
@@ -339,6 +411,36 @@ fn build_tree(session: String, g: Group) -> Option<Tree> {
             );
         }
         node.merged = merged;
+        for &j in ms {
+            if let Some(id) = message_id(&lines[j].entry) {
+                if counted.insert(id) {
+                    add_response_usage(&mut node, &lines[last_of_response[id]].entry);
+                }
+            }
+            let at = last_in_file
+                .entry(lines[j].file.as_str())
+                .or_insert((j, nodes.len()));
+            if j >= at.0 {
+                *at = (j, nodes.len());
+            }
+        }
+        let last = &lines[*ms.last().expect("a group has its representative")];
+        let stop = last
+            .entry
+            .get("message")
+            .and_then(|m| m.get("stop_reason"))
+            .and_then(Value::as_str);
+        let settled = last.followed
+            || g.ended.contains(&last.uuid)
+            || matches!(
+                stop,
+                Some("end_turn" | "stop_sequence" | "max_tokens" | "refusal")
+            );
+        node.turn_end = message_id(&l.entry).is_some()
+            && settled
+            && !ms
+                .iter()
+                .any(|&j| !tool_use_ids(&lines[j].entry).is_empty());
         index.insert(l.uuid.clone(), nodes.len());
         nodes.push(node);
     }
@@ -402,6 +504,18 @@ fn build_tree(session: String, g: Group) -> Option<Tree> {
                 spawners.entry(agent.to_owned()).or_insert(n);
             }
         }
+    }
+    // A file's last message, when nothing answers it yet, is still being
+    // written or its turn goes on, unless it ends a turn; a subagent's,
+    // unless its result is in.
+    let has_child: HashSet<String> = nodes.iter().filter_map(|n| n.parent.clone()).collect();
+    for &(_, ni) in last_in_file.values() {
+        let node = &mut nodes[ni];
+        let answered = node
+            .subagent
+            .as_ref()
+            .is_some_and(|k| spawners.contains_key(k));
+        node.open = !node.turn_end && !answered && !has_child.contains(&node.id);
     }
     let mut metadata = BTreeMap::new();
     metadata.insert("source".to_owned(), json!("claude-code"));

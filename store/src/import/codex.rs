@@ -27,9 +27,67 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use super::{parse_json, sanitize_name, ImportReport, Node, Skipped, SourceFile, Tree};
+use super::{jsonl_lines, sanitize_name, ImportReport, Node, Skipped, SourceFile, Tree};
 use crate::object::Usage;
 use crate::time::parse_rfc3339_ms;
+
+/// Adds one `token_count` event's usage to the message it follows. Codex
+/// writes running totals (`total_token_usage`): a request's usage is the
+/// difference from the total before, so an event repeated with the same
+/// totals adds nothing. The first event, and one whose total is below the
+/// one before (a restarted process), count their `last_token_usage`.
+/// Prompt tokens are `input_tokens` (cached ones included, as OpenAI counts
+/// them), of which `cached_input_tokens` are cache reads.
+fn add_token_count(node: &mut Node, info: &Value, total_before: &mut Option<(Usage, u64)>) {
+    let read = |u: Option<&Value>| {
+        u.filter(|u| u.is_object()).map(|u| {
+            let g = |key: &str| u.get(key).and_then(Value::as_u64).unwrap_or(0);
+            (
+                Usage {
+                    prompt_tokens: g("input_tokens"),
+                    completion_tokens: g("output_tokens"),
+                    total_tokens: g("total_tokens"),
+                    requests: 1,
+                },
+                g("cached_input_tokens"),
+            )
+        })
+    };
+    let total = read(info.get("total_token_usage"));
+    let last = read(info.get("last_token_usage"));
+    let step = match (total, *total_before) {
+        (Some((t, cached)), Some((b, cached_before)))
+            if t.prompt_tokens >= b.prompt_tokens
+                && t.completion_tokens >= b.completion_tokens
+                && t.total_tokens >= b.total_tokens
+                && cached >= cached_before =>
+        {
+            let d = Usage {
+                prompt_tokens: t.prompt_tokens - b.prompt_tokens,
+                completion_tokens: t.completion_tokens - b.completion_tokens,
+                total_tokens: t.total_tokens - b.total_tokens,
+                requests: 0,
+            };
+            Some((d, cached - cached_before))
+        }
+        _ => last,
+    };
+    if total.is_some() {
+        *total_before = total;
+    }
+    let Some((d, cached)) = step else {
+        return;
+    };
+    if d.total_tokens == 0 && d.prompt_tokens == 0 && d.completion_tokens == 0 {
+        return;
+    }
+    let acc = node.usage.get_or_insert(Usage::default());
+    acc.prompt_tokens = acc.prompt_tokens.saturating_add(d.prompt_tokens);
+    acc.completion_tokens = acc.completion_tokens.saturating_add(d.completion_tokens);
+    acc.total_tokens = acc.total_tokens.saturating_add(d.total_tokens);
+    acc.requests += 1;
+    node.cache_read_tokens = node.cache_read_tokens.saturating_add(cached);
+}
 
 fn text_of(payload: &Value) -> String {
     match payload.get("content") {
@@ -53,20 +111,17 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
 fn parse_file(src: &SourceFile, report: &mut ImportReport) -> Option<Tree> {
     let file = src.name();
     let mut lines = Vec::new();
-    for (i, text) in src.text.lines().enumerate() {
-        if text.trim().is_empty() {
-            continue;
-        }
-        match parse_json(text) {
-            Ok(v) if v.get("type").and_then(Value::as_str).is_some() => lines.push((i + 1, v)),
+    for (line, v) in jsonl_lines(src, report) {
+        match v {
+            Ok(v) if v.get("type").and_then(Value::as_str).is_some() => lines.push((line, v)),
             Ok(_) => report.skipped.push(Skipped {
                 file: src.path.clone(),
-                line: i + 1,
+                line,
                 reason: "not a rollout line (no \"type\")".into(),
             }),
             Err(e) => report.skipped.push(Skipped {
                 file: src.path.clone(),
-                line: i + 1,
+                line,
                 reason: e,
             }),
         }
@@ -89,9 +144,17 @@ fn parse_file(src: &SourceFile, report: &mut ImportReport) -> Option<Tree> {
             && ptype(v) == "message"
             && v["payload"].get("role").and_then(Value::as_str) == Some("user")
     });
+    // CLI rollouts mark each turn's start and end (`task_started`,
+    // `task_complete`); Desktop ones log neither, and end a turn with an
+    // assistant message of phase `final_answer`.
+    let marks_turns = lines
+        .iter()
+        .any(|(_, v)| kind(v) == "event_msg" && ptype(v) == "task_started");
     let mut tree = Tree::default();
     let mut pending: Vec<Value> = Vec::new();
     let mut last: Option<String> = None;
+    let mut total_before: Option<(Usage, u64)> = None;
+    let mut model: Option<String> = None;
     for (no, v) in lines {
         let ts = v
             .get("timestamp")
@@ -135,19 +198,22 @@ fn parse_file(src: &SourceFile, report: &mut ImportReport) -> Option<Tree> {
             }
         }
         if !is_message {
+            if k == "turn_context" {
+                if let Some(m) = v["payload"].get("model").and_then(Value::as_str) {
+                    model = Some(m.to_owned());
+                }
+            }
             if pt == "token_count" {
-                if let (Some(l), Some(u)) = (
-                    tree.nodes.last_mut(),
-                    v["payload"]
-                        .get("info")
-                        .and_then(|i| i.get("last_token_usage")),
-                ) {
-                    let g = |key: &str| u.get(key).and_then(Value::as_u64).unwrap_or(0);
-                    let acc = l.usage.get_or_insert(Usage::default());
-                    acc.prompt_tokens += g("input_tokens");
-                    acc.completion_tokens += g("output_tokens");
-                    acc.total_tokens += g("total_tokens");
-                    acc.requests += 1;
+                if let (Some(l), Some(info)) = (tree.nodes.last_mut(), v["payload"].get("info")) {
+                    add_token_count(l, info, &mut total_before);
+                    if l.model.is_none() {
+                        l.model.clone_from(&model);
+                    }
+                }
+            }
+            if matches!(pt.as_str(), "task_complete" | "turn_aborted") {
+                if let Some(l) = tree.nodes.last_mut() {
+                    l.turn_end = true;
                 }
             }
             pending.push(v);
@@ -166,11 +232,17 @@ fn parse_file(src: &SourceFile, report: &mut ImportReport) -> Option<Tree> {
                 !t.is_empty() && !t.starts_with('<') && !t.starts_with("# AGENTS.md")
             }
         };
+        node.turn_end = !marks_turns
+            && pt == "message"
+            && v["payload"].get("role").and_then(Value::as_str) == Some("assistant")
+            && v["payload"].get("phase").and_then(Value::as_str) == Some("final_answer");
         node.events = std::mem::take(&mut pending);
         tree.nodes.push(node);
         last = Some(id);
     }
-    if tree.nodes.is_empty() {
+    if let Some(l) = tree.nodes.last_mut() {
+        l.open = !l.turn_end;
+    } else {
         return None;
     }
     if !pending.is_empty() {

@@ -19,8 +19,25 @@
 //!   spawner's conversation id.
 //!
 //! `write.rs` then writes each tree's sessions onto what earlier imports of
-//! the same source wrote; this file holds the types, reading the files, and
-//! the entry points.
+//! the same source wrote; this file holds the types, reading the files,
+//! format detection ([`detect`]) and the entry points.
+//!
+//! # Live files
+//!
+//! Files are imported while their agent writes them, so that importing a
+//! file at any prefix of its lines writes only sessions importing it whole
+//! writes too, and every ref move is a fast-forward:
+//!
+//! - a last line without its newline that does not parse is not written
+//!   yet: left out, noted in [`ImportReport::unfinished_lines`];
+//! - each parser marks the last message of a finished turn
+//!   ([`Node::turn_end`]; a session ends after it) and a message whose turn
+//!   goes on ([`Node::open`]); the builder holds back the session holding an
+//!   open message and every session after it ([`ImportReport::held_back`]),
+//!   unless [`ImportOptions::finished`];
+//! - a ref the user moved elsewhere stays theirs and the import follows
+//!   `<name>.imported`; an archived or removed conversation is left so
+//!   (objects-format.md, "Imported sessions").
 //!
 //! This module must never use the clock: every time comes from the source, so
 //! importing the same files twice yields the same ids, and a second import
@@ -71,6 +88,16 @@ impl Format {
         }
     }
 
+    /// What a file of this format is, in words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Format::ClaudeCode => "a Claude Code session log (claude-code)",
+            Format::Codex => "a Codex rollout (codex)",
+            Format::OpenAi => "OpenAI chat messages (openai)",
+            Format::SweAgent => "a SWE-agent trajectory (swe-agent)",
+        }
+    }
+
     pub fn parse(s: &str) -> Option<Format> {
         Format::ALL.into_iter().find(|f| f.as_str() == s)
     }
@@ -112,6 +139,19 @@ pub struct Node {
     pub merged: Vec<Value>,
     /// What producing this message cost, when the source says.
     pub usage: Option<Usage>,
+    /// Of its prompt tokens, those read from the provider's prompt cache and
+    /// those written to it (0 when the source does not say).
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    /// The model that wrote it, when the source says.
+    pub model: Option<String>,
+    /// The last message of a finished turn: a session ends after it, so that
+    /// a later snapshot of the file appends the next turn as sessions of its
+    /// own (see "Live files" in the module docs).
+    pub turn_end: bool,
+    /// A message the source is still writing (its turn has not ended): it
+    /// and the rest of its session are held back until a later import.
+    pub open: bool,
     /// File and line it came from, for reports.
     pub file: String,
 }
@@ -129,6 +169,11 @@ impl Node {
             events: Vec::new(),
             merged: Vec::new(),
             usage: None,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
+            model: None,
+            turn_end: false,
+            open: false,
             file: file.to_owned(),
         }
     }
@@ -165,6 +210,16 @@ pub struct Skipped {
     pub reason: String,
 }
 
+impl std::fmt::Display for Skipped {
+    /// `FILE:LINE: reason`, or `FILE: reason` for a whole file.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            0 => write!(f, "{}: {}", self.file.display(), self.reason),
+            n => write!(f, "{}:{n}: {}", self.file.display(), self.reason),
+        }
+    }
+}
+
 /// What an import did.
 #[derive(Debug, Clone, Default)]
 pub struct ImportReport {
@@ -186,6 +241,18 @@ pub struct ImportReport {
     /// The conversation HEAD was pointed at: HEAD named nothing usable, so
     /// it now names the most recently active conversation the import wrote.
     pub head: Option<String>,
+    /// Files whose last line the agent is still writing (no newline yet, not
+    /// JSON yet): that line is left for a later import.
+    pub unfinished_lines: Vec<PathBuf>,
+    /// Messages of turns that have not ended yet, left for a later import
+    /// (see "Live files" in the module docs).
+    pub held_back: usize,
+    /// (name, ref the import follows instead): conversations continued,
+    /// forked or compacted locally, whose import goes on under `<name>.imported`.
+    pub redirected: Vec<(String, String)>,
+    /// (name, why): conversations the user archived or removed, which the
+    /// import leaves as they are.
+    pub left_alone: Vec<(String, String)>,
 }
 
 impl ImportReport {
@@ -208,6 +275,13 @@ impl ImportReport {
             })).collect::<Vec<_>>(),
             "dangling": self.dangling.iter().map(|(f, u)| json!({"file": f, "parent": u}))
                 .collect::<Vec<_>>(),
+            "unfinished_lines": self.unfinished_lines.iter()
+                .map(|f| f.display().to_string()).collect::<Vec<_>>(),
+            "held_back": self.held_back,
+            "redirected": self.redirected.iter().map(|(n, r)| json!({"name": n, "follows": r}))
+                .collect::<Vec<_>>(),
+            "left_alone": self.left_alone.iter().map(|(n, why)| json!({"name": n, "why": why}))
+                .collect::<Vec<_>>(),
         })
     }
 }
@@ -221,29 +295,59 @@ pub struct ImportOptions {
     pub no_sync: bool,
     /// Told of the files read (N of M) and the conversations written.
     pub progress: Option<std::sync::Arc<dyn crate::progress::Progress>>,
+    /// The files are finished: import a last turn that nothing marks as
+    /// ended too (an agent that never wrote its end). A file that grows
+    /// after such an import may move its conversation's ref to a session
+    /// that does not descend from the one it held.
+    pub finished: bool,
 }
 
 /// Reads `paths` (files, or directories walked recursively for the
-/// format's files), in sorted order, and imports them.
+/// format's files), in sorted order, and imports them. A file named in
+/// `paths` that is not in `format` is refused before anything is written
+/// ([`Error::ImportFormat`]); one found in a directory is skipped and
+/// reported.
 pub fn import_paths(
     store: &Store,
     format: Format,
     paths: &[PathBuf],
     opts: &ImportOptions,
 ) -> Result<ImportReport> {
+    import_paths_as(store, Some(format), paths, opts)
+}
+
+/// [`import_paths`] with the format of each file detected when `format` is
+/// `None` (directories are then walked for `*.jsonl`, `*.json` and
+/// `*.traj`). A file named in `paths` that matches no format, or not
+/// `format`, is refused before anything is written
+/// ([`Error::ImportFormat`]); one found in a directory is reported in
+/// `skipped` (line 0) and the rest imported. An empty file is read as
+/// nothing.
+pub fn import_paths_as(
+    store: &Store,
+    format: Option<Format>,
+    paths: &[PathBuf],
+    opts: &ImportOptions,
+) -> Result<ImportReport> {
     let mut files = Vec::new();
+    let mut named = std::collections::HashSet::new();
     for p in paths {
         let meta = std::fs::metadata(p).map_err(|e| Error::io(p, e))?;
         if meta.is_dir() {
             walk(p, format, &mut files)?;
         } else {
             files.push(p.clone());
+            named.insert(p.clone());
         }
     }
     files.sort();
     files.dedup();
     let mut report = ImportReport::default();
-    let mut sources = Vec::with_capacity(files.len());
+    let mut groups: BTreeMap<usize, Vec<SourceFile>> = BTreeMap::new();
+    // A file named on the command line in the wrong format refuses the
+    // import before anything is written; one found in a directory is
+    // skipped and reported, and the rest imported.
+    let mut refused = Vec::new();
     if let Some(p) = &opts.progress {
         p.phase("reading files", Some(files.len() as u64));
     }
@@ -254,31 +358,233 @@ pub fn import_paths(
         let bytes = std::fs::read(f).map_err(|e| Error::io(f, e))?;
         report.files += 1;
         report.bytes_read += bytes.len() as u64;
-        sources.push(SourceFile {
+        let src = SourceFile {
             path: f.clone(),
             text: String::from_utf8_lossy(&bytes).into_owned(),
+        };
+        let wrong = |found: String| Error::ImportFormat {
+            path: f.clone(),
+            expected: format.map(|f| f.as_str().to_owned()),
+            found,
+        };
+        let found = match detect(&src) {
+            Detected::Empty => match format {
+                Some(f) => f,
+                None => continue,
+            },
+            Detected::Format(found) if format.is_none_or(|f| f == found) => found,
+            // Nothing whole yet: as the format named, its parser leaves the
+            // line for later.
+            Detected::Unfinished if format.is_some() => format.expect("matched is_some"),
+            Detected::Unfinished => {
+                refused.push((
+                    f,
+                    wrong("a first line not written whole yet: its format cannot be told".into()),
+                ));
+                continue;
+            }
+            Detected::Format(found) => {
+                refused.push((f, wrong(found.describe().to_owned())));
+                continue;
+            }
+            Detected::Unknown(what) => {
+                refused.push((f, wrong(what)));
+                continue;
+            }
+        };
+        let k = Format::ALL
+            .iter()
+            .position(|&f| f == found)
+            .expect("ALL holds every format");
+        groups.entry(k).or_default().push(src);
+    }
+    for (f, e) in refused {
+        if named.contains(f) {
+            return Err(e);
+        }
+        let reason = e.to_string();
+        let reason = reason
+            .strip_prefix(&format!("{}: ", f.display()))
+            .unwrap_or(&reason)
+            .to_owned();
+        report.skipped.push(Skipped {
+            file: f.clone(),
+            line: 0,
+            reason,
         });
     }
-    import_sources(store, format, &sources, opts, report)
+    for (k, sources) in groups {
+        report = import_sources(store, Format::ALL[k], &sources, opts, report)?;
+    }
+    Ok(report)
 }
+
+/// What a file looks like.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Detected {
+    /// Nothing but blank lines.
+    Empty,
+    Format(Format),
+    /// One line of JSON, not written whole yet: nothing tells its format.
+    Unfinished,
+    /// In no format import reads: what it looks like instead.
+    Unknown(String),
+}
+
+/// Detects a file's format from its content: the first line that is JSON
+/// (a JSONL format), else the whole text (a single JSON document). A
+/// trajectory or chat file still being written (its JSON ends early) is
+/// told by its name.
+pub fn detect(src: &SourceFile) -> Detected {
+    let text = src.text.trim_start_matches('\u{feff}');
+    if text.trim().is_empty() {
+        return Detected::Empty;
+    }
+    let mut first_json = None;
+    for line in text.lines().filter(|l| !l.trim().is_empty()).take(64) {
+        if let Ok(v) = serde_json::from_str::<Value>(line) {
+            first_json = Some(v);
+            break;
+        }
+    }
+    if let Some(v) = &first_json {
+        if let Some(f) = line_format(v) {
+            return Detected::Format(f);
+        }
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(v) => match document_format(&v) {
+            Some(f) => Detected::Format(f),
+            None => Detected::Unknown(shape(&v)),
+        },
+        Err(e) if e.is_eof() => {
+            let name = src.name();
+            if name.ends_with(".traj") {
+                Detected::Format(Format::SweAgent)
+            } else if name.ends_with(".json") {
+                Detected::Format(Format::OpenAi)
+            } else if first_json.is_none() && !text.ends_with('\n') && !text.contains('\n') {
+                Detected::Unfinished
+            } else {
+                Detected::Unknown("JSON that ends early".to_owned())
+            }
+        }
+        Err(_) => match &first_json {
+            Some(v) => Detected::Unknown(format!("JSON lines of another kind ({})", shape(v))),
+            None => Detected::Unknown("text, not JSON".to_owned()),
+        },
+    }
+}
+
+/// The JSONL format one line belongs to.
+fn line_format(v: &Value) -> Option<Format> {
+    let ty = v.get("type").and_then(Value::as_str);
+    match v {
+        Value::Object(o) => {
+            if ty.is_some() && o.get("payload").is_some_and(Value::is_object) {
+                return Some(Format::Codex);
+            }
+            let claude_type = matches!(
+                ty,
+                Some(
+                    "user"
+                        | "assistant"
+                        | "system"
+                        | "summary"
+                        | "file-history-snapshot"
+                        | "queue-operation"
+                        | "progress"
+                )
+            );
+            if claude_type
+                && (o.contains_key("sessionId")
+                    || o.contains_key("uuid")
+                    || o.contains_key("leafUuid")
+                    || o.contains_key("messageId"))
+            {
+                return Some(Format::ClaudeCode);
+            }
+            if o.get("messages").is_some_and(Value::is_array) {
+                return Some(Format::OpenAi);
+            }
+            None
+        }
+        Value::Array(a) if !a.is_empty() && a.iter().all(is_chat_message) => Some(Format::OpenAi),
+        _ => None,
+    }
+}
+
+/// The single-document format a whole file belongs to.
+fn document_format(v: &Value) -> Option<Format> {
+    if v.get("history").is_some_and(Value::is_array) {
+        return Some(Format::SweAgent);
+    }
+    if v.get("messages").is_some_and(Value::is_array) {
+        return Some(Format::OpenAi);
+    }
+    match v {
+        Value::Array(a) if a.iter().all(is_chat_message) => Some(Format::OpenAi),
+        _ => None,
+    }
+}
+
+fn is_chat_message(m: &Value) -> bool {
+    m.get("role").is_some_and(Value::is_string)
+}
+
+/// A few words on a JSON value's shape, for an error.
+fn shape(v: &Value) -> String {
+    match v {
+        Value::Object(o) => {
+            let keys: Vec<&str> = o.keys().take(6).map(String::as_str).collect();
+            if keys.is_empty() {
+                "an empty JSON object".to_owned()
+            } else if is_chat_message(v) {
+                "one chat message a line (a conversation needs a line of messages)".to_owned()
+            } else {
+                format!("JSON objects with keys {}", keys.join(", "))
+            }
+        }
+        Value::Array(_) => "a JSON array of something other than chat messages".to_owned(),
+        Value::String(_) => "a JSON string".to_owned(),
+        Value::Number(_) => "a JSON number".to_owned(),
+        Value::Bool(_) | Value::Null => "a JSON scalar".to_owned(),
+    }
+}
+
+/// How many times an import starts over after another process moved a ref
+/// it was moving (two hooks importing one transcript at once).
+const CAS_RETRIES: usize = 8;
 
 /// Imports files already read (`report` counts what reading them found):
 /// the path every import takes after reading, and the one fuzzing drives.
+///
+/// A batch whose compare-and-swap another process won is not an error: the
+/// import starts over on what the store holds now (what it already wrote
+/// is found there, and the report counts only what the last attempt did),
+/// up to a few times.
 pub fn import_sources(
     store: &Store,
     format: Format,
     sources: &[SourceFile],
     opts: &ImportOptions,
-    mut report: ImportReport,
+    report: ImportReport,
 ) -> Result<ImportReport> {
-    let trees = match format {
-        Format::ClaudeCode => claude_code::parse(sources, &mut report),
-        Format::Codex => codex::parse(sources, &mut report),
-        Format::OpenAi => openai::parse(sources, &mut report),
-        Format::SweAgent => swe_agent::parse(sources, &mut report),
-    };
-    import_trees(store, format, trees, opts, &mut report)?;
-    Ok(report)
+    let mut attempt = 0;
+    loop {
+        let mut r = report.clone();
+        let trees = match format {
+            Format::ClaudeCode => claude_code::parse(sources, &mut r),
+            Format::Codex => codex::parse(sources, &mut r),
+            Format::OpenAi => openai::parse(sources, &mut r),
+            Format::SweAgent => swe_agent::parse(sources, &mut r),
+        };
+        match import_trees(store, format, trees, opts, &mut r) {
+            Err(Error::RefOutOfDate { .. }) if attempt < CAS_RETRIES => attempt += 1,
+            Err(e) => return Err(e),
+            Ok(()) => return Ok(r),
+        }
+    }
 }
 
 /// A file read for import.
@@ -298,7 +604,7 @@ impl SourceFile {
     }
 }
 
-fn walk(dir: &Path, format: Format, out: &mut Vec<PathBuf>) -> Result<()> {
+fn walk(dir: &Path, format: Option<Format>, out: &mut Vec<PathBuf>) -> Result<()> {
     let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     for entry in rd {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
@@ -306,11 +612,60 @@ fn walk(dir: &Path, format: Format, out: &mut Vec<PathBuf>) -> Result<()> {
         let ft = entry.file_type().map_err(|e| Error::io(&path, e))?;
         if ft.is_dir() {
             walk(&path, format, out)?;
-        } else if format.accepts(&path) {
+        } else if format.map_or_else(
+            || Format::ALL.iter().any(|f| f.accepts(&path)),
+            |f| f.accepts(&path),
+        ) {
             out.push(path);
         }
     }
     Ok(())
+}
+
+/// A parsed source line, or why it is skipped.
+pub(crate) type ParsedLine = std::result::Result<Value, String>;
+
+/// The lines of a JSONL source, numbered from 1, blank ones left out, each
+/// parsed. A last line without its newline that does not parse is one the
+/// agent is still writing: it is left out, and noted once in
+/// `report.unfinished_lines`, for a later import to read whole.
+pub(crate) fn jsonl_lines(src: &SourceFile, report: &mut ImportReport) -> Vec<(usize, ParsedLine)> {
+    let mut out = Vec::new();
+    let text = src.text.as_str();
+    let unterminated = !text.is_empty() && !text.ends_with('\n');
+    let count = text.lines().count();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let parsed = parse_json(line);
+        if parsed.is_err() && unterminated && i + 1 == count {
+            report.unfinished_lines.push(src.path.clone());
+            continue;
+        }
+        out.push((i + 1, parsed));
+    }
+    out
+}
+
+/// A source that is one JSON document, parsed; `None` when it ends early
+/// and has no final newline: the agent is still writing it (noted in
+/// `report.unfinished_lines`).
+pub(crate) fn whole_json(src: &SourceFile, report: &mut ImportReport) -> Option<ParsedLine> {
+    match parse_json(&src.text) {
+        Ok(v) => Some(Ok(v)),
+        Err(e) => {
+            let early = serde_json::from_str::<serde::de::IgnoredAny>(&src.text)
+                .err()
+                .is_some_and(|e| e.is_eof());
+            if early && !src.text.ends_with('\n') {
+                report.unfinished_lines.push(src.path.clone());
+                None
+            } else {
+                Some(Err(e))
+            }
+        }
+    }
 }
 
 /// Parses one line (or file) of JSON, refusing duplicate keys as blobs do,

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use super::{parse_json, ImportReport, Node, Skipped, SourceFile, Tree};
+use super::{jsonl_lines, whole_json, ImportReport, Node, Skipped, SourceFile, Tree};
 use crate::time::parse_rfc3339_ms;
 
 pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tree> {
@@ -19,23 +19,21 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
         let file = src.name();
         let mut convs: Vec<(usize, Value)> = Vec::new();
         if file.ends_with(".jsonl") {
-            for (i, text) in src.text.lines().enumerate() {
-                if text.trim().is_empty() {
-                    continue;
-                }
-                match parse_json(text) {
-                    Ok(v) => convs.push((i + 1, v)),
+            for (line, v) in jsonl_lines(src, report) {
+                match v {
+                    Ok(v) => convs.push((line, v)),
                     Err(e) => report.skipped.push(Skipped {
                         file: src.path.clone(),
-                        line: i + 1,
+                        line,
                         reason: e,
                     }),
                 }
             }
         } else {
-            match parse_json(&src.text) {
-                Ok(v) => convs.push((1, v)),
-                Err(e) => report.skipped.push(Skipped {
+            match whole_json(src, report) {
+                None => {}
+                Some(Ok(v)) => convs.push((1, v)),
+                Some(Err(e)) => report.skipped.push(Skipped {
                     file: src.path.clone(),
                     line: 0,
                     reason: e,

@@ -3,21 +3,25 @@
 //! function-calling ones), `trajectory` (the steps), `info` and
 //! `environment`. `history` is the message list, one session per file (a
 //! trajectory is one task); `info`, `environment` and `trajectory` go to the
-//! first session's `extra`. Named `swe-<file stem>`.
+//! first session's `extra`. Named `swe-<file stem>`. `info.model_stats`
+//! (`tokens_sent`, `tokens_received`, `api_calls`) is the run's usage, on
+//! its last message, and `replay_config.agent.model.name` its model.
 
 use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use super::{parse_json, sanitize_name, ImportReport, Node, Skipped, SourceFile, Tree};
+use super::{sanitize_name, whole_json, ImportReport, Node, Skipped, SourceFile, Tree};
+use crate::object::Usage;
 
 pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tree> {
     let mut out = Vec::new();
     for src in sources {
         let file = src.name();
-        let mut v = match parse_json(&src.text) {
-            Ok(v) => v,
-            Err(e) => {
+        let mut v = match whole_json(src, report) {
+            None => continue,
+            Some(Ok(v)) => v,
+            Some(Err(e)) => {
                 report.skipped.push(Skipped {
                     file: src.path.clone(),
                     line: 0,
@@ -45,6 +49,20 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
         };
         tree.metadata.insert("source".into(), json!("swe-agent"));
         tree.metadata.insert("source_file".into(), json!(file));
+        // `info.model_stats`: what the whole run cost, on its last message.
+        let stats = v.get("info").and_then(|i| i.get("model_stats")).cloned();
+        // The model, from `replay_config` (an object, or the same as JSON text).
+        let model = v.get("replay_config").and_then(|c| {
+            let c = match c {
+                Value::String(text) => serde_json::from_str::<Value>(text).ok()?,
+                c => c.clone(),
+            };
+            c.get("agent")?
+                .get("model")?
+                .get("name")?
+                .as_str()
+                .map(str::to_owned)
+        });
         let mut root_extra = BTreeMap::new();
         if let Value::Object(o) = v {
             for (k, val) in o {
@@ -58,6 +76,21 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
             tree.nodes
                 .push(Node::new(id.clone(), last.clone(), m, &file));
             last = Some(id);
+        }
+        if let Some(node) = tree.nodes.last_mut() {
+            node.model = model;
+        }
+        if let (Some(stats), Some(node)) = (stats, tree.nodes.last_mut()) {
+            let g = |k: &str| stats.get(k).and_then(Value::as_u64).unwrap_or(0);
+            let (sent, received) = (g("tokens_sent"), g("tokens_received"));
+            if sent > 0 || received > 0 || g("api_calls") > 0 {
+                node.usage = Some(Usage {
+                    prompt_tokens: sent,
+                    completion_tokens: received,
+                    total_tokens: sent.saturating_add(received),
+                    requests: g("api_calls"),
+                });
+            }
         }
         out.push(tree);
     }

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::error::Result;
 use crate::hash::ObjectId;
@@ -34,6 +34,8 @@ pub(super) fn import_trees(
     if let Some(p) = &opts.progress {
         p.phase("importing conversations", Some(trees.len() as u64));
     }
+    // Every ref name the ref log has seen, read when first needed.
+    let mut ever_held: Option<HashSet<RefName>> = None;
     for mut tree in sources_first(trees) {
         if let Some(p) = &opts.progress {
             p.advance(1);
@@ -65,33 +67,10 @@ pub(super) fn import_trees(
             }
             None => None,
         };
-        let built = build(format, tree, &boundaries, graft, report)?;
-        // Never move a ref that holds someone else's sessions (a
-        // conversation of the same name made by hand, or from another
-        // format): the tree is left out and reported.
-        let mut foreign = None;
-        for (name, _, _) in &built.refs {
-            if let Some(RefTarget::Session(cur)) = store.get_ref(name)? {
-                let s = store.odb().session(&cur)?;
-                if s.metadata.extra.get("source") != Some(&json!(format.as_str())) {
-                    foreign = Some(name.clone());
-                    break;
-                }
-            }
-        }
-        if let Some(name) = foreign {
-            report.skipped.push(Skipped {
-                file: PathBuf::from(&first_file),
-                line: 0,
-                reason: format!(
-                    "{name} holds sessions that were not imported from {}; left as it is",
-                    format.as_str()
-                ),
-            });
-            continue;
-        }
-        // Nor one an earlier source of this import makes (`x.fork-1` is a
-        // fork of `x` and may be a conversation of its own): the first keeps it.
+        let mut built = build(format, tree, &boundaries, graft, opts.finished, report)?;
+        // Never take a ref an earlier source of this import makes (`x.fork-1`
+        // is a fork of `x` and may be a conversation of its own): the first
+        // keeps it.
         if let Some(name) = built
             .refs
             .iter()
@@ -108,6 +87,38 @@ pub(super) fn import_trees(
             continue;
         }
         claimed.extend(built.refs.iter().map(|r| r.0.clone()));
+        // Where each branch goes: its own ref while that only ever
+        // fast-forwards; `<name>.imported` once the user moved the ref
+        // elsewhere (a local commit, fork or compaction, or a conversation
+        // of that name made by hand); nowhere when the user archived or
+        // removed it.
+        let mut refs = Vec::with_capacity(built.refs.len());
+        for (name, head, record) in std::mem::take(&mut built.refs) {
+            match destination(
+                store,
+                format,
+                &name,
+                head,
+                &built.first_parent,
+                &mut ever_held,
+            )? {
+                Destination::Own => refs.push((name, head, record)),
+                Destination::Imported(alt, newly) => {
+                    if newly {
+                        report
+                            .redirected
+                            .push((name.short().to_owned(), alt.short().to_owned()));
+                    }
+                    let record = record.map(|(_, r)| (alt.short().to_owned(), r));
+                    refs.push((alt, head, record));
+                }
+                Destination::LeftAlone(which, why) => {
+                    report.left_alone.push((which, why.to_owned()));
+                }
+                Destination::Behind => {}
+            }
+        }
+        built.refs = refs;
         report.sessions_total += built.sessions;
         report.messages += built.messages;
         report.forks += built.forks;
@@ -220,6 +231,131 @@ fn head_to_imported(store: &Store, name: &str, durability: Durability) -> Result
     }
 }
 
+/// The suffix of the ref an import follows once the user moved its own.
+const IMPORTED: &str = ".imported";
+
+enum Destination {
+    /// The branch's own ref.
+    Own,
+    /// `<name>.imported`; `true` when this import starts following it.
+    Imported(RefName, bool),
+    /// Archived or removed by the user: which ref, and why.
+    LeftAlone(String, &'static str),
+    /// The ref is ahead of what this import read: left where it is.
+    Behind,
+}
+
+/// Where an import writes the branch whose ref is `name` and new head
+/// `head` (see objects-format.md, "Imported sessions").
+fn destination(
+    store: &Store,
+    format: Format,
+    name: &RefName,
+    head: ObjectId,
+    first_parent: &HashMap<ObjectId, Option<ObjectId>>,
+    ever_held: &mut Option<HashSet<RefName>>,
+) -> Result<Destination> {
+    let alt_short = format!("{}{IMPORTED}", name.short());
+    let alt = match name {
+        RefName::Tag(_) => RefName::tag(&alt_short)?,
+        _ => RefName::conversation(&alt_short)?,
+    };
+    // Once followed, always (the import's own line: not moved back).
+    if let Some(t) = store.get_ref(&alt)? {
+        if let RefTarget::Session(cur) = t {
+            if cur != head
+                && !descends(store, head, cur, first_parent)?
+                && descends(store, cur, head, first_parent)?
+            {
+                return Ok(Destination::Behind);
+            }
+        }
+        return Ok(Destination::Imported(alt, false));
+    }
+    match store.get_ref(name)? {
+        // The common case first: a fast-forward (a walk of the new
+        // sessions only).
+        Some(RefTarget::Session(cur))
+            if cur == head || descends(store, head, cur, first_parent)? =>
+        {
+            Ok(Destination::Own)
+        }
+        // Already past it: another import read a longer copy of the file.
+        Some(RefTarget::Session(cur)) if descends(store, cur, head, first_parent)? => {
+            Ok(Destination::Behind)
+        }
+        Some(RefTarget::Session(cur)) if imported_from(store, cur, format)? => {
+            // Not descending, yet written by an import of this format: an
+            // import with `finished` (or by an older sessctl) ended a turn
+            // the file went on with; its line is the import's to move.
+            Ok(Destination::Own)
+        }
+        Some(_) => Ok(match put_aside(store, &alt, ever_held)? {
+            Some(why) => Destination::LeftAlone(alt_short, why),
+            None => Destination::Imported(alt, true),
+        }),
+        None => Ok(match put_aside(store, name, ever_held)? {
+            Some(why) => Destination::LeftAlone(name.short().to_owned(), why),
+            None => Destination::Own,
+        }),
+    }
+}
+
+/// Why `name`, which does not exist, must not be made again: the user
+/// archived it, or removed it (the ref log has seen it).
+fn put_aside(
+    store: &Store,
+    name: &RefName,
+    ever_held: &mut Option<HashSet<RefName>>,
+) -> Result<Option<&'static str>> {
+    if let RefName::Conversation(n) = name {
+        if store.get_ref(&RefName::archived(n)?)?.is_some() {
+            return Ok(Some("archived"));
+        }
+    }
+    if ever_held.is_none() {
+        *ever_held = Some(
+            store
+                .reflog_entries()?
+                .into_iter()
+                .map(|e| e.name)
+                .collect(),
+        );
+    }
+    Ok(ever_held
+        .as_ref()
+        .is_some_and(|h| h.contains(name))
+        .then_some("removed"))
+}
+
+/// Whether session `id` is one an import of `format` wrote.
+fn imported_from(store: &Store, id: ObjectId, format: Format) -> Result<bool> {
+    let s = store.odb().session(&id)?;
+    Ok(s.metadata.transport.as_deref() == Some("import")
+        && s.metadata.extra.get("source").and_then(Value::as_str) == Some(format.as_str()))
+}
+
+/// Whether `cur` is on `head`'s first-parent chain (`head` may be a session
+/// this import has not written yet).
+fn descends(
+    store: &Store,
+    head: ObjectId,
+    cur: ObjectId,
+    first_parent: &HashMap<ObjectId, Option<ObjectId>>,
+) -> Result<bool> {
+    let mut at = Some(head);
+    while let Some(id) = at {
+        if id == cur {
+            return Ok(true);
+        }
+        at = match first_parent.get(&id) {
+            Some(p) => *p,
+            None => store.odb().session(&id)?.first_parent(),
+        };
+    }
+    Ok(false)
+}
+
 /// The trees in their order, except that a fork comes after the tree it was
 /// forked from (its graft needs that tree in the store). Forks in a cycle
 /// are imported as plain conversations, so that a second import does the same.
@@ -329,6 +465,7 @@ fn existing_boundaries(
             RefName::Conversation(n) | RefName::Tag(n) => n.as_str(),
             _ => continue,
         };
+        let short = short.strip_suffix(IMPORTED).unwrap_or(short);
         let ours = short == name
             || short
                 .strip_prefix(name)
