@@ -631,17 +631,23 @@ async def test_branch_errors_match_advanced_sqlite_session(
 
 async def test_a_branch_is_a_fork_that_shares_its_prefix(store: sessctl.Store) -> None:
     s = SessctlSession("chat", store)
+    heads = []
     for turn in TURNS:
         await s.add_items(turn)
-    main_head = head_of(store, s)
+        heads.append(head_of(store, s))
+    main_head = heads[-1]
     blobs = store.fsck()["blobs"]
 
     await s.create_branch_from_turn(3, "alt")
     tip = head_of(store, s, "alt")
-    assert store.session(tip)["parents"] == [main_head]
+    # Its parent is the session holding exactly the items it keeps (turns 1
+    # and 2), so ancestry tells the truth: main's head, which has more, is
+    # no ancestor of the branch.
+    assert store.session(tip)["parents"] == [heads[1]]
     assert store.session(tip)["messages"] == 4
     assert store.fsck()["blobs"] == blobs, "a branch copies no message"
-    assert store.is_ancestor(main_head, tip)
+    assert store.is_ancestor(heads[1], tip)
+    assert not store.is_ancestor(main_head, tip)
     record = store.conversation(s.conversation_name("alt"))
     assert record is not None
     assert record["metadata"] == {METADATA_SESSION_ID: "chat", METADATA_BRANCH_ID: "alt"}
