@@ -186,9 +186,10 @@ impl Index {
         }
         // Receiving a conversation from another store or importing it from
         // an agent's files is not activity on it: the record's times, taken
-        // from the source, carry over (remote.rs, import/).
+        // from the source, carry over (remote.rs, import/). Nor is renaming
+        // it: the new name takes the old one's last activity.
         let activity = match op.reason.as_str() {
-            "unbundle" | "clone" | "push" | "pull" | "import" => i64::MIN,
+            "unbundle" | "clone" | "push" | "pull" | "import" | "rename" => i64::MIN,
             _ => op.time,
         };
         for name in &touched {

@@ -890,4 +890,50 @@ pub(super) mod tests {
         assert_eq!(info.record.metadata["note"], serde_json::json!("clean"));
         assert_eq!(info.record.metadata["more"], serde_json::json!(1));
     }
+
+    #[test]
+    fn a_rename_never_writes_back_a_record_replaced_meanwhile_nor_counts_as_activity() {
+        let store = std::sync::Arc::new(Store::in_memory().unwrap());
+        store
+            .create(Some("a"), turn("hello"), Durability::Sync)
+            .unwrap();
+        note(&store, "a", "key SECRET");
+        let other = std::sync::Arc::clone(&store);
+        race(move || note(&other, "a", "clean"));
+        let before = store.conversation("a").unwrap().unwrap().record.updated_at;
+        store.rename("a", "b", Durability::Sync).unwrap();
+        let info = store.conversation("b").unwrap().unwrap();
+        assert_eq!(info.record.metadata["note"], serde_json::json!("clean"));
+        assert!(store.conversation("a").unwrap().is_none());
+        // The metadata write is the last activity; the rename is none.
+        let after_note = info.record.updated_at;
+        assert!(after_note >= before);
+        let activity = info.last_activity;
+        // Later than any activity so far, whatever the clock's grain.
+        while now_ms() <= activity {
+            std::thread::yield_now();
+        }
+        store.rename("b", "c", Durability::Sync).unwrap();
+        let info = store.conversation("c").unwrap().unwrap();
+        assert_eq!(info.record.updated_at, after_note);
+        assert_eq!(info.last_activity, activity);
+    }
+
+    #[test]
+    fn a_reset_never_writes_back_a_record_replaced_meanwhile() {
+        let store = std::sync::Arc::new(Store::in_memory().unwrap());
+        let (_, first) = store
+            .create(Some("a"), turn("hello"), Durability::Sync)
+            .unwrap();
+        store
+            .commit("a", None, turn("more"), Durability::Sync)
+            .unwrap();
+        note(&store, "a", "key SECRET");
+        let other = std::sync::Arc::clone(&store);
+        race(move || note(&other, "a", "clean"));
+        store.reset("a", first, Durability::Sync).unwrap();
+        let info = store.conversation("a").unwrap().unwrap();
+        assert_eq!(info.record.metadata["note"], serde_json::json!("clean"));
+        assert_eq!(info.head, Some(first));
+    }
 }

@@ -101,6 +101,26 @@ impl Store {
     /// conversation (or a ref) of the new name is [`Error::ConversationExists`].
     pub fn rename(&self, old: &str, new: &str, durability: Durability) -> Result<()> {
         validate_name(new)?;
+        let mut head_tries = 0;
+        loop {
+            match self.rename_once(old, new, durability) {
+                // The record changed between its read and the write (an
+                // import, a metadata write): made again on the current one.
+                Err(Error::RecordOutOfDate { .. }) => {}
+                // HEAD is compared and set in the same transaction: if it
+                // moves meanwhile the rename is tried again, never left
+                // half-followed.
+                Err(Error::RefOutOfDate { name, .. })
+                    if name == RefName::Head && head_tries < HEAD_RETRIES =>
+                {
+                    head_tries += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn rename_once(&self, old: &str, new: &str, durability: Durability) -> Result<()> {
         let info = self.require_conversation(old)?;
         if old == new || self.conversation(new)?.is_some() {
             return Err(Error::ConversationExists {
@@ -126,76 +146,77 @@ impl Store {
                 name: old.to_owned(),
             });
         };
-        let mut record = info.record.clone();
-        record.updated_at = now_ms().max(record.updated_at);
-        let mut tries = 0;
-        loop {
-            // HEAD is compared and set in the same transaction: if it moves
-            // meanwhile the rename is tried again, never left half-followed.
-            let current = self.get_ref(&RefName::Head)?;
-            let follows = current == Some(RefTarget::Symbolic(from.clone()));
-            let head_edit = RefEdit {
-                name: RefName::Head,
-                expected: match &current {
-                    Some(t) => PreviousValue::MustMatch(t.clone()),
-                    None => PreviousValue::MustNotExist,
+        // A rename is no activity: `updated_at` (what `ls --since` and the
+        // order of `ls` read) stays as it was.
+        let record = info.record.clone();
+        let current = self.get_ref(&RefName::Head)?;
+        let follows = current == Some(RefTarget::Symbolic(from.clone()));
+        let head_edit = RefEdit {
+            name: RefName::Head,
+            expected: match &current {
+                Some(t) => PreviousValue::MustMatch(t.clone()),
+                None => PreviousValue::MustNotExist,
+            },
+            new: if follows {
+                Some(RefTarget::Symbolic(to.clone()))
+            } else {
+                current.clone()
+            },
+        };
+        let tx = Transaction {
+            reason: "rename".into(),
+            edits: vec![
+                RefEdit {
+                    name: from,
+                    expected: PreviousValue::MustMatch(RefTarget::Session(head)),
+                    new: None,
                 },
-                new: if follows {
-                    Some(RefTarget::Symbolic(to.clone()))
-                } else {
-                    current.clone()
+                RefEdit {
+                    name: other,
+                    expected: PreviousValue::MustNotExist,
+                    new: None,
                 },
-            };
-            let tx = Transaction {
-                reason: "rename".into(),
-                edits: vec![
-                    RefEdit {
-                        name: from.clone(),
-                        expected: PreviousValue::MustMatch(RefTarget::Session(head)),
-                        new: None,
-                    },
-                    RefEdit {
-                        name: other.clone(),
-                        expected: PreviousValue::MustNotExist,
-                        new: None,
-                    },
-                    RefEdit {
-                        name: to.clone(),
-                        expected: PreviousValue::MustNotExist,
-                        new: Some(RefTarget::Session(head)),
-                    },
-                    head_edit,
-                ],
-                // The new name first: the index carries the old one's
-                // figures over before the old record goes (index/apply.rs).
-                conversations: vec![
-                    ConversationUpdate {
-                        name: new.to_owned(),
-                        record: Some(record.clone()),
-                    },
-                    ConversationUpdate {
-                        name: old.to_owned(),
-                        record: None,
-                    },
-                ],
-                require_unclaimed: vec![old.to_owned()],
-                ..Transaction::default()
-            };
-            match self.transact(tx, durability) {
-                Err(Error::RefOutOfDate { name, .. })
-                    if name == RefName::Head && tries < HEAD_RETRIES =>
-                {
-                    tries += 1;
-                }
-                r => return r.map(|_| ()),
-            }
-        }
+                RefEdit {
+                    name: to,
+                    expected: PreviousValue::MustNotExist,
+                    new: Some(RefTarget::Session(head)),
+                },
+                head_edit,
+            ],
+            // The new name first: the index carries the old one's
+            // figures over before the old record goes (index/apply.rs).
+            conversations: vec![
+                ConversationUpdate {
+                    name: new.to_owned(),
+                    record: Some(record),
+                },
+                ConversationUpdate {
+                    name: old.to_owned(),
+                    record: None,
+                },
+            ],
+            require_unclaimed: vec![old.to_owned()],
+            expect_records: vec![(old.to_owned(), Some(info.record)), (new.to_owned(), None)],
+            ..Transaction::default()
+        };
+        self.transact(tx, durability).map(|_| ())
     }
 
     /// Sets a live conversation's head to `target` (any session), recorded
     /// in the ref log with reason `reset`, as `git reset --soft` moves a
     /// branch. Returns the head it had.
     pub fn reset(&self, name: &str, target: ObjectId, durability: Durability) -> Result<ObjectId> {
+        loop {
+            match self.reset_once(name, target, durability) {
+                // The record changed between its read and the write: made
+                // again on the current one, never written back stale.
+                Err(Error::RecordOutOfDate { .. }) => {}
+                r => return r,
+            }
+        }
+    }
+
+    fn reset_once(&self, name: &str, target: ObjectId, durability: Durability) -> Result<ObjectId> {
         let info = self.require_conversation(name)?;
         if info.record.status == ConversationStatus::Archived {
             return Err(Error::ConversationArchived {
@@ -223,6 +244,7 @@ impl Store {
                     record: Some(record),
                 }],
                 require_unclaimed: vec![name.to_owned()],
+                expect_records: vec![(name.to_owned(), Some(info.record))],
                 ..Transaction::default()
             },
             durability,
