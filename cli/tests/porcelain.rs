@@ -319,6 +319,38 @@ fn reset_moves_a_conversation_and_at_n_reads_the_ref_log() {
     assert_eq!(rev(&s, "y@{2}"), a);
 }
 
+#[test]
+fn head_at_n_undoes_a_reset_of_this_conversation_as_in_git() {
+    let (_d, s) = new_store();
+    let o = turn(&s, "o", true, &["o"]);
+    let a0 = turn(&s, "a", true, &["a"]);
+    let a1 = turn(&s, "a", false, &["b"]);
+    ok(&s, &["reset", "a", "a~1"]);
+    assert_eq!(rev(&s, "a"), a0);
+    // HEAD@{1}: where HEAD was before the reset (a1), not o's head.
+    assert_eq!(rev(&s, "HEAD@{1}"), a1);
+    ok(&s, &["reset", "a", "HEAD@{1}"]);
+    assert_eq!(rev(&s, "a"), a1);
+    assert_ne!(rev(&s, "a"), o);
+}
+
+#[test]
+fn at_n_counts_across_archive_unarchive_and_a_rename_back() {
+    let (_d, s) = new_store();
+    let a = turn(&s, "x", true, &["a"]);
+    let b = turn(&s, "x", false, &["b"]);
+    ok(&s, &["archive", "x"]);
+    ok(&s, &["unarchive", "x"]);
+    // unarchive, archive, commit, create.
+    assert_eq!(rev(&s, "x@{1}"), b);
+    assert_eq!(rev(&s, "x@{2}"), b);
+    assert_eq!(rev(&s, "x@{3}"), a);
+    ok(&s, &["rename", "x", "y"]);
+    ok(&s, &["rename", "y", "x"]);
+    assert_eq!(rev(&s, "x@{5}"), a);
+    assert_eq!(fails(&s, &["rev-parse", "x@{6}"]).0, 1);
+}
+
 // ---- push --force, --force-with-lease ----
 
 #[test]

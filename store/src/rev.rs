@@ -10,8 +10,11 @@
 //! The name may end with `@{N}`: the N-th prior value of that ref, read from
 //! its ref log (`fix@{0}` is its current value, `fix@{1}` the one before
 //! the last move; a bare `@{N}` is the conversation `HEAD` names), as git's
-//! `@{N}`. A rename is followed: the log of the new name goes on with the
-//! old name's.
+//! `@{N}`. The log goes back to the ref's newest creation; a rename, an
+//! archive or an unarchive is followed (the log of the new name goes on with
+//! the old name's). `HEAD@{N}` counts as git's HEAD log does: every
+//! operation that moved `HEAD` or the conversation it followed then, each
+//! the session `HEAD` resolved to after it.
 //!
 //! This module owns revision naming whole: that syntax, the walk along
 //! parents it implies, and what a name means (refs, tags, prefixes:
@@ -19,6 +22,8 @@
 //! never a message body.
 
 pub use crate::error::RevParseError;
+
+use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 use crate::graph::Lineage;
@@ -285,29 +290,55 @@ impl Store {
     }
 
     /// The session `name@{n}` names: the value the ref took in the n-th
-    /// newest live entry of its log (following renames back; expired entries
-    /// do not count). A symbolic value
-    /// (HEAD's) is read as the ref it names holds now.
+    /// newest live entry of its log (expired entries do not count). The log
+    /// goes back to the ref's newest creation; where that creation moved the
+    /// ref from another name (a rename, an archive, an unarchive: the same
+    /// operation deleted the other ref) it goes on with the other ref's log
+    /// before that operation, whose deletion half does not count. `HEAD@{n}`
+    /// is the n-th newest session `HEAD` resolved to, as git's HEAD log
+    /// counts them (see `head_values`), never what a conversation it once
+    /// named holds now.
     pub fn resolve_reflog(&self, rev: &str, name: &str, n: u64) -> Result<ObjectId> {
         let mut r = self.reflog_ref(name)?;
         // Expired entries are gone from the log `reflog` shows, as from git's.
         let all = self.live_reflog_entries()?;
+        if r == RefName::Head {
+            let values = head_values(&all);
+            return usize::try_from(n)
+                .ok()
+                .and_then(|i| values.get(i).copied())
+                .ok_or_else(|| Error::ReflogTooShort {
+                    rev: rev.to_owned(),
+                    name: RefName::Head,
+                    entries: values.len(),
+                });
+        }
         let mut values: Vec<&ReflogEntry> = Vec::new();
         let mut before = u64::MAX;
         loop {
-            let mut mine: Vec<&ReflogEntry> = all
-                .iter()
-                .filter(|e| e.name == r && e.op < before)
-                .collect();
-            mine.reverse();
-            let oldest = mine.last().copied();
-            values.extend(mine);
-            // Created by a rename: go on with the old name's log.
-            let Some(created) = oldest.filter(|e| e.reason == "rename" && e.old.is_none()) else {
+            let mut created = None;
+            for e in all.iter().rev().filter(|e| e.name == r && e.op < before) {
+                values.push(e);
+                if e.old.is_none() {
+                    created = Some(e);
+                    break;
+                }
+            }
+            let Some(created) = created else {
                 break;
             };
+            if !matches!(created.reason.as_str(), "rename" | "archive" | "unarchive") {
+                break;
+            }
+            // The ref the same operation deleted, holding what this one
+            // was created with.
             let Some(from) = all.iter().find(|e| {
-                e.op == created.op && e.new.is_none() && e.name != r && e.name != RefName::Head
+                e.op == created.op
+                    && e.new.is_none()
+                    && e.old.is_some()
+                    && e.old == created.new
+                    && e.name != r
+                    && e.name != RefName::Head
             }) else {
                 break;
             };
@@ -324,7 +355,8 @@ impl Store {
             })?;
         match &entry.new {
             Some(RefTarget::Session(id)) => Ok(*id),
-            Some(RefTarget::Symbolic(s)) => self.resolve_ref(s)?.ok_or(Error::NoHeadYet {
+            // Only HEAD is symbolic, and HEAD's values are read above.
+            Some(RefTarget::Symbolic(s)) => Err(Error::NoHeadYet {
                 name: s.short().to_owned(),
             }),
             None => Err(Error::RefGoneThen {
@@ -382,6 +414,55 @@ impl Store {
             rev: rev.to_owned(),
         })
     }
+}
+
+/// The sessions `HEAD` named, newest first, as git's HEAD log has them:
+/// one for each operation that moved `HEAD` (a checkout, a rename it
+/// followed, a detach) or the ref it followed then (a commit, a reset), the
+/// session it resolved to after that operation. `HEAD`'s own entries only
+/// say which conversation it named: read alone, `HEAD@{1}` would be another
+/// conversation's head after a commit and a reset of this one. Operations
+/// after which `HEAD` resolved to nothing (a conversation with no head yet)
+/// add nothing.
+fn head_values(entries: &[ReflogEntry]) -> Vec<ObjectId> {
+    let mut refs: HashMap<&RefName, &RefTarget> = HashMap::new();
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < entries.len() {
+        let op = entries[at].op;
+        let end = entries[at..]
+            .iter()
+            .position(|e| e.op != op)
+            .map_or(entries.len(), |k| at + k);
+        let moved = &entries[at..end];
+        for e in moved {
+            match &e.new {
+                Some(t) => refs.insert(&e.name, t),
+                None => refs.remove(&e.name),
+            };
+        }
+        let followed = match refs.get(&RefName::Head) {
+            Some(RefTarget::Symbolic(r)) => Some(r),
+            _ => None,
+        };
+        let touched = moved
+            .iter()
+            .any(|e| e.name == RefName::Head || Some(&e.name) == followed);
+        if touched {
+            let value = match refs.get(&RefName::Head) {
+                Some(RefTarget::Session(id)) => Some(*id),
+                Some(RefTarget::Symbolic(r)) => match refs.get(r) {
+                    Some(RefTarget::Session(id)) => Some(*id),
+                    _ => None,
+                },
+                None => None,
+            };
+            out.extend(value);
+        }
+        at = end;
+    }
+    out.reverse();
+    out
 }
 
 #[cfg(test)]

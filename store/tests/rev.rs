@@ -230,3 +230,80 @@ fn a_name_wins_over_a_prefix() {
     assert_eq!(store.resolve_rev(&format!("{prefix}~1")).unwrap(), i.s1);
     assert_eq!(store.resolve_rev(&i.r.to_hex_prefix(7)).unwrap(), i.r);
 }
+
+#[test]
+fn at_n_goes_on_across_an_archive_and_an_unarchive() {
+    let store = Store::in_memory().unwrap();
+    let d = Durability::NoSync;
+    let (_, r0) = store.create(Some("x"), turn(0, "a"), d).unwrap();
+    let r1 = store.commit("x", None, turn(1, "b"), d).unwrap();
+    store.archive("x", d).unwrap();
+    assert_eq!(store.resolve_rev("x@{0}").unwrap(), r1);
+    assert_eq!(store.resolve_rev("x@{1}").unwrap(), r1);
+    assert_eq!(store.resolve_rev("x@{2}").unwrap(), r0);
+    store.unarchive("x", d).unwrap();
+    // unarchive, archive, commit, create: no deletion half counts.
+    let values: Vec<ObjectId> = (0..4)
+        .map(|n| store.resolve_rev(&format!("x@{{{n}}}")).unwrap())
+        .collect();
+    assert_eq!(values, vec![r1, r1, r1, r0]);
+    assert!(matches!(
+        store.resolve_rev("x@{4}"),
+        Err(Error::ReflogTooShort { entries: 4, .. })
+    ));
+}
+
+#[test]
+fn at_n_goes_on_across_a_rename_and_back() {
+    let store = Store::in_memory().unwrap();
+    let d = Durability::NoSync;
+    let (_, r0) = store.create(Some("x"), turn(0, "a"), d).unwrap();
+    let r1 = store.commit("x", None, turn(1, "b"), d).unwrap();
+    store.rename("x", "y", d).unwrap();
+    let r2 = store.commit("y", None, turn(2, "c"), d).unwrap();
+    store.rename("y", "x", d).unwrap();
+    // rename back, commit on y, rename, commit, create.
+    let values: Vec<ObjectId> = (0..5)
+        .map(|n| store.resolve_rev(&format!("x@{{{n}}}")).unwrap())
+        .collect();
+    assert_eq!(values, vec![r2, r2, r1, r1, r0]);
+    assert!(matches!(
+        store.resolve_rev("x@{5}"),
+        Err(Error::ReflogTooShort { entries: 5, .. })
+    ));
+    // A conversation deleted and made again starts a new log, as git's.
+    store.delete("x", d).unwrap();
+    let (_, n0) = store.create(Some("x"), turn(3, "d"), d).unwrap();
+    assert_eq!(store.resolve_rev("x@{0}").unwrap(), n0);
+    assert!(matches!(
+        store.resolve_rev("x@{1}"),
+        Err(Error::ReflogTooShort { entries: 1, .. })
+    ));
+}
+
+#[test]
+fn head_at_n_counts_as_gits_head_log() {
+    let store = Store::in_memory().unwrap();
+    let d = Durability::NoSync;
+    // Creating and committing on a conversation points HEAD at it.
+    let (_, o0) = store.create(Some("o"), turn(0, "o"), d).unwrap();
+    let (_, a0) = store.create(Some("a"), turn(1, "a"), d).unwrap();
+    let a1 = store.commit("a", None, turn(2, "b"), d).unwrap();
+    // o moves while HEAD is on a: not a move of HEAD.
+    store.reset("o", a1, d).unwrap();
+    store.reset("a", a0, d).unwrap();
+    // The reset of a, the commit, the creation of a, the creation of o.
+    let values: Vec<ObjectId> = (0..4)
+        .map(|n| store.resolve_rev(&format!("HEAD@{{{n}}}")).unwrap())
+        .collect();
+    assert_eq!(values, vec![a0, a1, a0, o0]);
+    assert!(matches!(
+        store.resolve_rev("HEAD@{4}"),
+        Err(Error::ReflogTooShort { entries: 4, .. })
+    ));
+    // As git's `reset HEAD@{1}` undoes a reset: a goes back to a1, not to
+    // another conversation's head.
+    let back = store.resolve_rev("HEAD@{1}").unwrap();
+    store.reset("a", back, d).unwrap();
+    assert_eq!(store.resolve_rev("a").unwrap(), a1);
+}
