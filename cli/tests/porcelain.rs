@@ -124,6 +124,21 @@ fn a_fork_that_drops_messages_is_not_a_fast_forward() {
     );
 }
 
+#[test]
+fn a_fork_that_keeps_nothing_is_a_root() {
+    let (_d, s) = new_store();
+    let r = turn(&s, "x", true, &["a", "b"]);
+    ok(&s, &["fork", "x", "--at-message", "0", "--as", "empty"]);
+    let v = json(&s, &["show", "--json", "empty"]);
+    assert_eq!(v["history_length"], 0);
+    assert_eq!(v["parents"], serde_json::json!([]), "{v}");
+    // No session of x is its ancestor, as for git's orphan branch.
+    assert_eq!(is_ancestor(&s, &r, "empty"), 1);
+    assert_eq!(is_ancestor(&s, "x", "empty"), 1);
+    let r = sessctl(&s, &["rev-parse", "empty^"], None);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+}
+
 // ---- merge ----
 
 #[test]

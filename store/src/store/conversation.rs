@@ -519,7 +519,13 @@ impl Store {
             } else {
                 keep.min(display_len)
             };
-            let parent = self.fork_parent(from, source.clone(), keep, display_keep)?;
+            // A fork that keeps nothing continues nothing: a root, as
+            // git's orphan branch (objects-format.md, "Forks").
+            let parent = if keep == 0 && display_keep == 0 {
+                None
+            } else {
+                Some(self.fork_parent(from, source.clone(), keep, display_keep)?)
+            };
             let turn = opts.turn.unwrap_or_default();
             if let Messages::History(_) = turn.messages {
                 return Err(Error::ForkTakesAddedMessages);
@@ -528,11 +534,11 @@ impl Store {
                 record.title = Some(t.clone());
             }
             let built = self.build_session(
-                Some(parent),
+                parent,
                 None,
                 turn,
                 &[],
-                Some((keep, display_keep)),
+                parent.map(|_| (keep, display_keep)),
                 None,
             )?;
             record.conversation_id = Some(built.id);
