@@ -428,6 +428,26 @@ fn push_force_and_force_with_lease_follow_git() {
     let r = sessctl(&a, &["push", "--force-with-lease", b_path], None);
     assert_eq!((r.code, r.stderr.as_str()), (0, ""), "{}", r.stdout);
     assert_eq!(rev(&b, "x"), a2);
+    // A bare lease is the newest value seen here, not any older one: b
+    // rewound to a value a's log once showed is someone else's work.
+    let old = rev(&a, "x~1");
+    ok(&b, &["reset", "x", &old]);
+    let a3 = turn(&a, "x", false, &["a3"]);
+    let r = sessctl(&a, &["push", "--force-with-lease", b_path, "x"], None);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(r.stdout.contains("(stale info)"), "{}", r.stdout);
+    assert_eq!(rev(&b, "x"), old);
+    assert_ne!(rev(&b, "x"), a3);
+    // What a push from here put there still holds after a rewrite here
+    // (as after git's commit --amend).
+    let r = sessctl(&a, &["push", "--force", b_path, "x"], None);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(rev(&b, "x"), a3);
+    ok(&a, &["reset", "x", "x~1"]);
+    let a4 = turn(&a, "x", false, &["a4"]);
+    let r = sessctl(&a, &["push", "--force-with-lease", b_path, "x"], None);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""), "{}", r.stdout);
+    assert_eq!(rev(&b, "x"), a4);
     // REF: expects no such ref there.
     turn(&a, "new", true, &["n"]);
     let r = sessctl(

@@ -18,7 +18,7 @@ use crate::hash::ObjectId;
 use crate::odb::{Durability, OpenOptions};
 use crate::progress::{Progress, Silent};
 use crate::reach;
-use crate::refs::{ConversationUpdate, PreviousValue, RefEdit, RefName, RefTarget};
+use crate::refs::{ConversationUpdate, PreviousValue, RefEdit, RefName, RefTarget, ReflogEntry};
 use crate::store::{Store, Transaction};
 
 /// What a transfer did, or would have done, to one ref.
@@ -116,10 +116,13 @@ pub struct Lease {
 /// What a lease expects the receiver's ref to hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseExpect {
-    /// A value the sender has seen at that ref: one its own ref log shows
-    /// the ref held (sessctl keeps no remote-tracking refs; what was pulled
-    /// from or pushed to another store is a value the ref held here), or
-    /// nothing.
+    /// The value the sender last saw at that ref, standing for git's
+    /// remote-tracking value (sessctl keeps no remote-tracking refs): the
+    /// newest value its own ref log shows the ref took (nothing when it
+    /// never existed), the newest a pull or clone brought it, or what the
+    /// receiver holds when a push put it there and the sender's log shows
+    /// it. An older value the log shows that the receiver was set back to
+    /// by other means does not hold: that is someone else's work.
     Seen,
     /// Nothing: the ref must not exist.
     Absent,
@@ -465,11 +468,11 @@ pub fn push_with(
     progress: &dyn Progress,
 ) -> Result<TransferReport> {
     let bundle = pack_for_with(local, remote, conversations, progress)?;
-    let reflog = match force {
+    let (reflog, remote_reflog) = match force {
         Force::Leases(l) if l.iter().any(|l| l.expect == LeaseExpect::Seen) => {
-            local.reflog_entries()?
+            (local.reflog_entries()?, remote.reflog_entries()?)
         }
-        _ => Vec::new(),
+        _ => (Vec::new(), Vec::new()),
     };
     let rule = |name: &RefName| -> RefForce {
         let leases = match force {
@@ -487,16 +490,7 @@ pub fn push_with(
         RefForce::IfHolds(match lease.expect {
             LeaseExpect::Absent => HashSet::from([None]),
             LeaseExpect::At(id) => HashSet::from([Some(id)]),
-            LeaseExpect::Seen => reflog
-                .iter()
-                .filter(|e| e.name == *name)
-                .flat_map(|e| [&e.old, &e.new])
-                .filter_map(|t| match t {
-                    Some(RefTarget::Session(id)) => Some(Some(*id)),
-                    _ => None,
-                })
-                .chain([None])
-                .collect(),
+            LeaseExpect::Seen => seen_values(&reflog, &remote_reflog, name),
         })
     };
     apply_forced(
@@ -508,6 +502,48 @@ pub fn push_with(
         durability,
         progress,
     )
+}
+
+/// What a bare lease expects of `name` on the receiver, standing for git's
+/// remote-tracking value (sessctl keeps no remote-tracking refs): the newest
+/// value this store's ref log shows the ref took (absent when it never
+/// existed or was deleted last); the newest value a pull or clone brought
+/// it (what the other store held when this one last fetched it); and what
+/// the receiver holds when a push put it there last and this store's log
+/// shows it (a value pushed from here, then rewritten here, as after
+/// `commit --amend`). Never an older value of the log the receiver was
+/// set back to since by other means (a reset there): that is someone
+/// else's work.
+fn seen_values(
+    reflog: &[ReflogEntry],
+    remote_reflog: &[ReflogEntry],
+    name: &RefName,
+) -> HashSet<Option<ObjectId>> {
+    let value = |e: &ReflogEntry| match &e.new {
+        Some(RefTarget::Session(id)) => Some(Some(*id)),
+        None => Some(None),
+        Some(RefTarget::Symbolic(_)) => None,
+    };
+    let mine = || reflog.iter().rev().filter(|e| e.name == *name);
+    let newest = mine().next().map_or(Some(None), value);
+    let fetched = mine()
+        .find(|e| matches!(e.reason.as_str(), "pull" | "clone"))
+        .and_then(value);
+    let pushed = remote_reflog
+        .iter()
+        .rev()
+        .find(|e| e.name == *name)
+        .filter(|e| e.reason == "push")
+        .and_then(|e| match &e.new {
+            Some(RefTarget::Session(id)) => Some(*id),
+            _ => None,
+        })
+        .filter(|id| {
+            let held = Some(RefTarget::Session(*id));
+            mine().any(|e| e.new == held || e.old == held)
+        })
+        .map(Some);
+    newest.into_iter().chain(fetched).chain(pushed).collect()
 }
 
 /// Fetches `remote`'s conversations (all when none are named) into `local`.
