@@ -28,10 +28,16 @@ pub fn pattern(text: &str, ignore_case: bool) -> CmdResult<Pattern> {
     Pattern::new(text, ignore_case).map_err(|e| CommandError::Usage(e.to_string()))
 }
 
-/// Reads a `--since` / `--until` value: a usage error names the flag.
+/// Reads a `--since` / `--until` value: a usage error names the flag. An
+/// `--until` date alone is the end of that day (the bound is included).
 pub fn time_arg(flag: &str, text: Option<&str>) -> CmdResult<Option<i64>> {
     let Some(text) = text else { return Ok(None) };
-    match search::parse_time(text, now_ms()) {
+    let parsed = if flag == "--until" {
+        search::parse_time_end(text, now_ms())
+    } else {
+        search::parse_time(text, now_ms())
+    };
+    match parsed {
         Ok(ms) => Ok(Some(ms)),
         Err(Error::BadTime { text }) => Err(CommandError::Usage(format!(
             "{flag} takes a date (2025-11-01), a time (2025-11-01T12:00:00, RFC 3339 with a \
@@ -239,7 +245,8 @@ pub struct StatsArgs {
     /// 2.weeks.ago, yesterday, an RFC 3339 time).
     #[arg(long, value_name = "DATE")]
     since: Option<String>,
-    /// Only sessions created at or before this time.
+    /// Only sessions created at or before this time (a date alone: the end
+    /// of that day, UTC).
     #[arg(long, value_name = "DATE")]
     until: Option<String>,
     /// One JSON object: {"by", "rows": [{"key", ...totals}], "total"}.

@@ -624,6 +624,17 @@ fn stats_totals_groups_and_tool_calls() {
         serde_json::from_str(&ok(&n.store, &["stats", "--json", "--since", "2025-06-01"])).unwrap();
     assert_eq!(v["total"]["sessions"], 4);
     assert_eq!(v["total"]["tool_calls"], json!({"read_file": 1}));
+    // --until with a date alone is the whole of that day: the import's
+    // session (2025-01-02T10:00Z) is in it, the native ones (now) not.
+    let v: Value =
+        serde_json::from_str(&ok(&n.store, &["stats", "--json", "--until", "2025-01-02"])).unwrap();
+    assert_eq!(v["total"]["sessions"], 1);
+    let v: Value = serde_json::from_str(&ok(
+        &n.store,
+        &["stats", "--json", "--until", "2025-01-02T00:00:00"],
+    ))
+    .unwrap();
+    assert_eq!(v["total"]["sessions"], 0);
     // A table when not asked for JSON.
     let table = ok(&n.store, &["stats", "--by", "source"]);
     let first: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
@@ -773,5 +784,68 @@ fn stats_on_real_codex_files_match_their_token_counts() {
         .count(),
         2,
         "both rollouts run commands"
+    );
+}
+
+// ---- a compacted conversation ----
+
+/// A conversation `c` of four messages (usage on the two answers: 300 in,
+/// 30 out, 2 requests), compacted keeping the last two.
+fn compacted() -> (tempfile::TempDir, PathBuf) {
+    let (dir, store) = new_store();
+    let msgs = json!([
+        {"role": "user", "content": "alpha early question"},
+        {"role": "assistant", "content": "beta answer",
+         "usage": {"prompt_tokens": 100, "completion_tokens": 10}},
+        {"role": "user", "content": "gamma follow-up"},
+        {"role": "assistant", "content": "delta late answer",
+         "usage": {"prompt_tokens": 200, "completion_tokens": 20}},
+    ]);
+    let r = sessctl(
+        &store,
+        &["commit", "--new", "c", "--messages", "-"],
+        Some(&msgs.to_string()),
+    );
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    let summary = r#"cat >/dev/null; echo '{"completed":["omega summary"],"in_progress":[],"pending":[],"blockers":[],"decisions":[]}'"#;
+    ok(
+        &store,
+        &["compact", "c", "--summarizer", summary, "--keep-last", "2"],
+    );
+    (dir, store)
+}
+
+#[test]
+fn grep_ls_and_log_find_what_came_before_a_compaction() {
+    let (_dir, store) = compacted();
+    let out = ok(&store, &["grep", "alpha"]);
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(
+        out.starts_with("c:") && out.contains(":0:user:alpha"),
+        "{out}"
+    );
+    // The summary and the kept tail are found too, the tail once.
+    assert_eq!(ok(&store, &["grep", "omega"]).lines().count(), 1);
+    assert_eq!(ok(&store, &["grep", "delta"]).lines().count(), 1);
+    assert_eq!(names(&ok(&store, &["ls", "--grep", "alpha"])), ["c"]);
+    assert!(!ok(&store, &["log", "--oneline", "--grep", "alpha", "c"]).is_empty());
+}
+
+#[test]
+fn stats_count_a_compaction_once() {
+    let (_dir, store) = compacted();
+    let v: Value = serde_json::from_str(&ok(&store, &["stats", "--json"])).unwrap();
+    let t = &v["total"];
+    // The four messages and their usage, plus the summary: not the kept
+    // tail again.
+    assert_eq!(
+        (
+            t["messages"].as_u64(),
+            t["tokens"]["input"].as_u64(),
+            t["tokens"]["output"].as_u64(),
+            t["requests"].as_u64()
+        ),
+        (Some(5), Some(300), Some(30), Some(2)),
+        "{t}"
     );
 }

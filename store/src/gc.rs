@@ -452,7 +452,9 @@ pub fn parse_prune(text: &str) -> Result<Prune> {
                 "week" => 7 * 86_400_000,
                 _ => 0,
             };
-            if let (Ok(n), true) = (n.parse::<i64>(), unit_ms > 0) {
+            // Digits only: a negative (or signed) count is no time ago.
+            let digits = !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+            if let (Ok(n), true, true) = (n.parse::<i64>(), digits, unit_ms > 0) {
                 return Ok(Prune::OlderThan(n.saturating_mul(unit_ms)));
             }
         }
@@ -566,5 +568,7 @@ mod tests {
         ));
         assert!(parse_prune("soon").is_err());
         assert!(parse_prune("3.fortnights.ago").is_err());
+        assert!(parse_prune("-2.days.ago").is_err());
+        assert!(parse_prune("+2.days.ago").is_err());
     }
 }

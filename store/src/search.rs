@@ -98,11 +98,11 @@ fn one_line_reason(e: &regex::Error) -> String {
     }
 }
 
-/// A point in time for `--since` and `--until` (ms since the epoch):
-/// `now`, `yesterday` (24 hours ago), a date (`2025-11-01`, midnight UTC),
-/// an RFC 3339 time, a time without a zone (`2025-11-01T12:00:00`, UTC),
-/// or `N.minutes.ago` (also hours, days, weeks), as `gc --prune` reads
-/// them.
+/// A point in time for the lower bound of a time filter (ms since the
+/// epoch): `now`, `yesterday` (24 hours ago), a date (`2025-11-01`,
+/// midnight UTC at its start), an RFC 3339 time, a time without a zone
+/// (`2025-11-01T12:00:00`, UTC), or `N.minutes.ago` (also hours, days,
+/// weeks; N not negative), as `gc --prune` reads them.
 pub fn parse_time(text: &str, now_ms: i64) -> Result<i64> {
     use crate::gc::{parse_prune, Prune};
     let text = text.trim();
@@ -122,6 +122,29 @@ pub fn parse_time(text: &str, now_ms: i64) -> Result<i64> {
             text: text.to_owned(),
         }),
     }
+}
+
+/// A point in time for the upper bound of a time filter, which includes
+/// it: as [`parse_time`], except that a date alone means the whole of that
+/// day (its last millisecond, UTC), so that a bound of `2025-11-01` keeps
+/// what happened on the first of November.
+pub fn parse_time_end(text: &str, now_ms: i64) -> Result<i64> {
+    let start = parse_time(text, now_ms)?;
+    Ok(if is_date_only(text.trim()) {
+        start.saturating_add(86_400_000 - 1)
+    } else {
+        start
+    })
+}
+
+/// `YYYY-MM-DD` and nothing else.
+fn is_date_only(text: &str) -> bool {
+    let b = text.as_bytes();
+    b.len() == 10
+        && b.iter().enumerate().all(|(i, c)| match i {
+            4 | 7 => *c == b'-',
+            _ => c.is_ascii_digit(),
+        })
 }
 
 // ---- reading blobs once ----
@@ -201,6 +224,9 @@ pub struct SessionCache {
 pub struct Link {
     pub first_parent: Option<ObjectId>,
     pub messages: MessageDelta,
+    /// For a compaction: the session it summarised and how many of that
+    /// session's messages the summary covers.
+    pub compaction: Option<(ObjectId, u64)>,
 }
 
 impl SessionCache {
@@ -215,6 +241,7 @@ impl SessionCache {
         let s = odb.session(id)?;
         let link = Arc::new(Link {
             first_parent: s.first_parent(),
+            compaction: s.compaction.as_ref().map(|c| (c.session, c.messages)),
             messages: s.messages,
         });
         self.sessions.insert(*id, link.clone());
@@ -230,36 +257,49 @@ pub struct Placed {
     pub session: ObjectId,
 }
 
-/// A session's message history, each message with the session that added
+/// A session's searched history, each message with the session that added
 /// it: the first-parent chain back to a session that keeps nothing of its
-/// parent, replayed forward.
+/// parent, replayed forward. A compaction does not end it: the messages its
+/// summary covers (the first `compaction.messages` of the session it
+/// summarised, where they were) come before what the compaction added (the
+/// summary, then the kept tail), so that nothing said before a compaction
+/// is out of `grep`'s reach, as it is not out of `log --grep`'s.
 pub fn placed_history(odb: &Odb, cache: &mut SessionCache, head: &ObjectId) -> Result<Vec<Placed>> {
     let mut chain: Vec<(ObjectId, Arc<Link>)> = Vec::new();
     let mut at = *head;
     loop {
         let s = cache.get(odb, &at)?;
         let parent = s.first_parent;
-        let stop = s.messages.base == 0;
+        let next = if s.messages.base != 0 {
+            parent
+        } else {
+            // Content addressing keeps this acyclic: the summarised
+            // session was written before the compaction naming it.
+            s.compaction.filter(|c| c.1 > 0).map(|c| c.0)
+        };
         chain.push((at, s));
-        match (stop, parent) {
-            (false, Some(p)) => at = p,
-            _ => break,
+        match next {
+            Some(p) => at = p,
+            None => break,
         }
     }
     let mut list: Vec<Placed> = Vec::new();
     for (sid, s) in chain.iter().rev() {
         let d = &s.messages;
-        if d.base > list.len() as u64 {
+        let keep = match s.compaction {
+            Some((_, cut)) if d.base == 0 => cut,
+            _ => d.base,
+        };
+        if keep > list.len() as u64 {
             return Err(Error::corrupt(
                 *sid,
                 format!(
-                    "keeps {} messages of its parent, which has only {}",
-                    d.base,
+                    "keeps {keep} messages of its parent, which has only {}",
                     list.len()
                 ),
             ));
         }
-        list.truncate(d.base as usize);
+        list.truncate(keep as usize);
         list.extend(d.added.iter().map(|m| Placed {
             message: *m,
             session: *sid,
@@ -574,16 +614,20 @@ struct MessageFacts {
 /// Adds up what `sessions` cost, grouped by `by`, keeping those created
 /// from `since` to `until` (ms, both included) when given. Tokens, requests
 /// and duration are the sessions' run summaries; a session whose run
-/// recorded no usage (an import from a format that keeps usage on its
-/// messages, as Claude Code does) counts what its added messages report,
-/// one request each. Cache reads and writes, which run summaries do not
-/// hold, come from the messages, and for Codex imports from the
-/// `token_count` entries the import kept (in the sessions' events, and the
-/// trailing ones of a conversation's record for its head); input tokens
-/// are those not read from the cache. A session's model is its
-/// `metadata.extra.model`, else the first model its added messages name,
-/// else a Codex `turn_context`'s, else `unknown`. Tool calls are counted
-/// from the added messages' shapes. Rows come sorted by key.
+/// recorded no usage counts what its added messages report, one request
+/// each. Cache reads and writes, which run summaries have no field for,
+/// are the session's `metadata.extra.usage` (`cache_read_tokens`,
+/// `cache_write_tokens`, as an import records them per session), else
+/// what its messages report. Input tokens mean the same for every source:
+/// the prompt tokens neither read from nor written to the cache
+/// (Anthropic's `input_tokens`; OpenAI's and Codex's prompt tokens less
+/// their cached ones), so input, output, cache reads and cache writes add
+/// up to the total. A session's model is its `metadata.extra.model`, else
+/// `extra.usage.model`, else the first model its added messages name, else
+/// a Codex `turn_context`'s, else `unknown`. Tool calls are counted from
+/// the added messages' shapes. A compaction counts the messages it wrote
+/// (its summary), not the kept tail it carries over from the session it
+/// summarised, which counted there. Rows come sorted by key.
 pub fn stats(
     store: &Store,
     sessions: &[ObjectId],
@@ -593,17 +637,6 @@ pub fn stats(
 ) -> Result<Vec<(String, Totals)>> {
     let odb = store.odb();
     let name_of = |c: &ObjectId| store.index().conversation_name(c);
-    // Codex entries after a conversation's last message stay in its record.
-    let mut trailing: HashMap<ObjectId, u64> = HashMap::new();
-    for c in
-        store.conversations_where(None, |c| c.record.metadata.contains_key("trailing_events"))?
-    {
-        if let (Some(head), Some(Value::Array(events))) =
-            (c.head, c.record.metadata.get("trailing_events"))
-        {
-            *trailing.entry(head).or_insert(0) += cached_input(events.iter());
-        }
-    }
     // Only what the report needs is kept of each session: imported ones can
     // carry large metadata.
     struct Counted {
@@ -613,7 +646,8 @@ pub fn stats(
         added: Vec<ObjectId>,
         model: Option<String>,
         source: String,
-        codex_cached: u64,
+        /// `extra.usage`'s cache reads and writes, when it names them.
+        cache: Option<(u64, u64)>,
     }
     let mut read: Vec<Counted> = Vec::with_capacity(sessions.len());
     let mut seen = HashSet::new();
@@ -625,6 +659,20 @@ pub fn stats(
         if since.is_some_and(|t| s.created_at < t) || until.is_some_and(|t| s.created_at > t) {
             continue;
         }
+        let extra_usage = s.metadata.extra.get("usage").filter(|u| u.is_object());
+        let figure = |k: &str| extra_usage.and_then(|u| u.get(k)).and_then(Value::as_u64);
+        let cache = match (figure("cache_read_tokens"), figure("cache_write_tokens")) {
+            (None, None) => None,
+            (r, w) => Some((r.unwrap_or(0), w.unwrap_or(0))),
+        };
+        let mut added = s.messages.added.clone();
+        if let Some(c) = &s.compaction {
+            // The kept tail: the summarised session's messages from the
+            // cut on, carried over after the summary.
+            let source_len = odb.session(&c.session)?.messages.len();
+            let tail = usize::try_from(source_len.saturating_sub(c.messages)).unwrap_or(usize::MAX);
+            added.truncate(added.len().saturating_sub(tail));
+        }
         read.push(Counted {
             conversation: s.conversation_id(*id),
             created_at: s.created_at,
@@ -635,10 +683,16 @@ pub fn stats(
                 .get("model")
                 .and_then(Value::as_str)
                 .map(str::to_owned)
+                .or_else(|| {
+                    extra_usage
+                        .and_then(|u| u.get("model"))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                })
                 .or_else(|| codex_model(&s)),
             source: session_source(&s),
-            codex_cached: codex_cached_input(&s) + trailing.get(id).copied().unwrap_or(0),
-            added: s.messages.added,
+            cache,
+            added,
         });
     }
     let blobs: Vec<ObjectId> = read.iter().flat_map(|s| s.added.iter().copied()).collect();
@@ -673,14 +727,18 @@ pub fn stats(
                 from_messages.input_tokens += u.input;
                 from_messages.output_tokens += u.output;
                 from_messages.requests += 1;
-                t.cache_read_tokens += u.cache_read;
-                t.cache_write_tokens += u.cache_write;
+                from_messages.cache_read_tokens += u.cache_read;
+                from_messages.cache_write_tokens += u.cache_write;
             }
             for tool in &f.tools {
                 let name = if tool.is_empty() { "(unnamed)" } else { tool };
                 *t.tool_calls.entry(name.to_owned()).or_insert(0) += 1;
             }
         }
+        (t.cache_read_tokens, t.cache_write_tokens) = s.cache.unwrap_or((
+            from_messages.cache_read_tokens,
+            from_messages.cache_write_tokens,
+        ));
         let u = &s.run.usage;
         if *u == crate::object::Usage::default() {
             t.input_tokens = from_messages.input_tokens;
@@ -689,10 +747,12 @@ pub fn stats(
             t.total_tokens =
                 t.input_tokens + t.output_tokens + t.cache_read_tokens + t.cache_write_tokens;
         } else {
-            // Codex counts cached input inside its input; here input is
-            // what was not read from the cache, as Anthropic counts it.
-            t.cache_read_tokens += s.codex_cached;
-            t.input_tokens = u.prompt_tokens.saturating_sub(s.codex_cached);
+            // A run's prompt tokens hold the cached ones (OpenAI's and
+            // Codex's count, and the Claude Code import's): input is
+            // what is left, as Anthropic counts it.
+            t.input_tokens = u
+                .prompt_tokens
+                .saturating_sub(t.cache_read_tokens.saturating_add(t.cache_write_tokens));
             t.output_tokens = u.completion_tokens;
             t.requests = u.requests;
             t.total_tokens = u.total_tokens;
@@ -716,30 +776,6 @@ pub fn stats(
         groups.entry(key).or_default().merge(&t);
     }
     Ok(groups.into_iter().collect())
-}
-
-/// The cached input tokens of the Codex `token_count` entries among the
-/// events an import kept in the session's metadata: the part of its run's
-/// prompt tokens that Codex read from the cache.
-fn codex_cached_input(s: &Session) -> u64 {
-    let Some(Value::Object(events)) = s.metadata.extra.get("events") else {
-        return 0;
-    };
-    cached_input(events.values().filter_map(Value::as_array).flatten())
-}
-
-/// The cached input tokens of the Codex `token_count` entries among `events`.
-fn cached_input<'a>(events: impl Iterator<Item = &'a Value>) -> u64 {
-    events
-        .filter_map(|e| {
-            let p = e.get("payload")?;
-            (p.get("type")?.as_str()? == "token_count").then_some(())?;
-            p.get("info")?
-                .get("last_token_usage")?
-                .get("cached_input_tokens")?
-                .as_u64()
-        })
-        .sum()
 }
 
 /// The model a Codex `turn_context` entry names, among the events an
@@ -808,6 +844,24 @@ mod tests {
             parse_time("soon", now),
             Err(Error::BadTime { .. })
         ));
+        // A date alone, as an upper bound, is the whole day.
+        assert_eq!(
+            parse_time_end("1970-01-02", now).unwrap(),
+            2 * 86_400_000 - 1
+        );
+        assert_eq!(
+            parse_time_end("1970-01-02T00:00:01", now).unwrap(),
+            86_401_000
+        );
+        assert_eq!(parse_time_end("now", now).unwrap(), now);
+        // Time runs one way: no negative N.days.ago, here or in gc.
+        for bad in ["-1.days.ago", "-3.weeks.ago"] {
+            assert!(matches!(parse_time(bad, now), Err(Error::BadTime { .. })));
+            assert!(matches!(
+                parse_time_end(bad, now),
+                Err(Error::BadTime { .. })
+            ));
+        }
     }
 
     #[test]

@@ -36,7 +36,8 @@ pub struct LogArgs {
     /// time, yesterday, 2.weeks.ago).
     #[arg(long, value_name = "DATE")]
     since: Option<String>,
-    /// Only sessions created at or before DATE.
+    /// Only sessions created at or before DATE (a date alone: the end of
+    /// that day, UTC).
     #[arg(long, value_name = "DATE")]
     until: Option<String>,
     /// Only sessions made by an actor matching this regular expression: the
