@@ -64,7 +64,11 @@ pub struct HookArgs {
 
 /// Runs a hook. Every error is exit 1 (see the module's note on exit 2).
 pub fn hook(ctx: &Ctx, args: HookArgs) -> CmdResult {
-    run(ctx, args).map_err(|e| match e {
+    run(ctx, args).map_err(as_exit_1)
+}
+
+fn as_exit_1(e: CommandError) -> CommandError {
+    match e {
         CommandError::Store(e) => CommandError::Failed(format!("hook: {}", message(&e))),
         CommandError::Usage(m) | CommandError::Failed(m) => {
             CommandError::Failed(format!("hook: {m}"))
@@ -73,7 +77,8 @@ pub fn hook(ctx: &Ctx, args: HookArgs) -> CmdResult {
             CommandError::Failed(format!("hook: {}", crate::no_store_message()))
         }
         CommandError::Silent(_) => CommandError::Silent(1),
-    })
+        CommandError::NotANo(inner) => as_exit_1(*inner),
+    }
 }
 
 fn run(ctx: &Ctx, args: HookArgs) -> CmdResult {

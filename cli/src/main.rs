@@ -169,7 +169,7 @@ enum Command {
     /// Move a conversation to another session (recorded in the ref log).
     Reset(porcelain::ResetArgs),
     /// Search message text (content, tool calls and results) with a regular
-    /// expression; exit 1 when nothing matches.
+    /// expression; as grep(1): exit 1 when nothing matches, 2 on an error.
     Grep(search::GrepArgs),
     /// Report usage: sessions, messages, tokens, requests, time and tool
     /// calls, in total or by conversation, model, day or source.
@@ -196,6 +196,9 @@ pub enum CommandError {
     Silent(u8),
     /// No `--store`, no `SESSCTL_STORE`, and no `.sessctl` here or above.
     NoStore,
+    /// An error of a command whose exit 1 means "no" (`grep`: nothing
+    /// found): it exits 2 instead, as grep(1) does (corruption still 3).
+    NotANo(Box<CommandError>),
 }
 
 impl From<Error> for CommandError {
@@ -458,6 +461,10 @@ pub(crate) fn message(e: &Error) -> String {
 }
 
 fn report(e: CommandError) -> ExitCode {
+    let (e, not_a_no) = match e {
+        CommandError::NotANo(inner) => (*inner, true),
+        e => (e, false),
+    };
     let (msg, code) = match e {
         CommandError::Store(Error::Io { source, .. })
             if source.kind() == std::io::ErrorKind::BrokenPipe =>
@@ -481,7 +488,9 @@ fn report(e: CommandError) -> ExitCode {
         CommandError::Failed(m) => (m, 1),
         CommandError::Silent(code) => return ExitCode::from(code),
         CommandError::NoStore => (no_store_message(), 1),
+        CommandError::NotANo(inner) => return report(*inner),
     };
+    let code = if not_a_no && code == 1 { 2 } else { code };
     eprintln!("sessctl: {msg}");
     ExitCode::from(code)
 }

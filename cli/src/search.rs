@@ -128,7 +128,16 @@ fn rev_targets(store: &Store, revs: &[String]) -> CmdResult<Vec<Target>> {
     Ok(out)
 }
 
+/// `grep`: exit 1 means only that nothing matched; any error (no store, an
+/// unknown revision) exits 2, as grep(1)'s do.
 pub fn grep(ctx: &Ctx, args: GrepArgs) -> CmdResult {
+    grep_or_fail(ctx, args).map_err(|e| match e {
+        CommandError::Silent(code) => CommandError::Silent(code),
+        e => CommandError::NotANo(Box::new(e)),
+    })
+}
+
+fn grep_or_fail(ctx: &Ctx, args: GrepArgs) -> CmdResult {
     let pat = pattern(&args.pattern, args.ignore_case)?;
     check_revs(&args.revs)?;
     let store = ctx.open_store_read()?;

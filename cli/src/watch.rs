@@ -256,8 +256,15 @@ fn run_unit(
         .and_then(|outcome| report(unit, outcome.as_ref()));
     match result {
         Ok(()) => Outcome::Done,
-        Err(CommandError::Silent(_)) => Outcome::LinesSkipped,
-        Err(CommandError::Store(e)) => {
+        Err(e) => failed(unit, e),
+    }
+}
+
+/// Says why `unit` was not imported.
+fn failed(unit: &Unit, e: CommandError) -> Outcome {
+    match e {
+        CommandError::Silent(_) => Outcome::LinesSkipped,
+        CommandError::Store(e) => {
             eprintln!(
                 "sessctl: {}: {}",
                 unit.primary.display(),
@@ -265,13 +272,14 @@ fn run_unit(
             );
             Outcome::Failed
         }
-        Err(CommandError::Usage(m) | CommandError::Failed(m)) => {
+        CommandError::Usage(m) | CommandError::Failed(m) => {
             eprintln!("sessctl: {}: {m}", unit.primary.display());
             Outcome::Failed
         }
-        Err(CommandError::NoStore) => {
+        CommandError::NoStore => {
             eprintln!("sessctl: {}", crate::no_store_message());
             Outcome::Failed
         }
+        CommandError::NotANo(e) => failed(unit, *e),
     }
 }

@@ -333,8 +333,17 @@ fn bad_patterns_times_and_revisions_are_usage_errors() {
     let e = fails(&n.store, &["stats", "--until", "2025-13-01"], 2);
     assert!(e.contains("--until"), "{e}");
     fails(&n.store, &["grep", "x", "fix~x"], 2);
-    // A revision that names nothing fails as elsewhere.
-    fails(&n.store, &["grep", "x", "nosuch"], 1);
+    // grep exits 1 only for "nothing found": an unknown revision, or no
+    // store at all, is an error, exit 2 as grep(1)'s.
+    fails(&n.store, &["grep", "x", "nosuch"], 2);
+    fails(&n.store.join("nowhere"), &["grep", "x"], 2);
+    let r = sessctl(&n.store, &["grep", "nothing-says-this"], None);
+    assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (1, "", ""));
+    // Elsewhere an unknown revision stays exit 1.
+    fails(&n.store, &["log", "nosuch"], 1);
+    // Time runs one way.
+    let e = fails(&n.store, &["ls", "--since=-1.days.ago"], 2);
+    assert!(e.contains("--since"), "{e}");
     // Nothing was written by any of it.
     assert_eq!(ok(&n.store, &["grep", "-l", "flaky"]), "fix\nretry\n");
 }
