@@ -928,6 +928,24 @@ fn export_into_codex_writes_a_rollout_codex_resumes() {
         .collect();
     assert_eq!(printed[1..], lines[1..]);
     assert_eq!(printed[0]["payload"]["cwd"], lines[0]["payload"]["cwd"]);
+    // The session_meta is the source's (its base_instructions, which the
+    // store keeps as a blob, too), but for the new thread's id and time.
+    let meta = std::fs::read_to_string(&src)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["type"] == "session_meta")
+        .unwrap();
+    let meta = meta["payload"].as_object().unwrap();
+    assert!(meta.contains_key("base_instructions"));
+    for written in [&lines[0], &printed[0]] {
+        for (k, v) in meta {
+            if !["id", "timestamp", "forked_from_id"].contains(&k.as_str()) {
+                assert_eq!(&written["payload"][k], v, "session_meta {k}");
+            }
+        }
+        assert!(!written.to_string().contains("sessctl_blob"));
+    }
     // It imports back as the same messages.
     let back = dir.path().join("back");
     init(&back);
