@@ -383,6 +383,55 @@ fn checkout_output_is_a_history_a_chat_api_accepts() {
     }
 }
 
+/// SWE-agent's messages have roles but keys of their own (`agent`,
+/// `thought`, `action`, `tool_call_ids`): `checkout -o` converts them too,
+/// for every trajectory, and `export --format openai` keeps only the keys
+/// an API takes.
+#[test]
+fn checkout_output_of_every_swe_agent_trajectory_is_a_history_a_chat_api_accepts() {
+    let src = Path::new(DATA).join("swe-agent");
+    if !src.exists() {
+        eprintln!("note: {} is absent; skipping", src.display());
+        return;
+    }
+    let (dir, store) = support::new_store();
+    ok(
+        &store,
+        &[
+            "import",
+            "--from",
+            "swe-agent",
+            "--no-sync",
+            src.to_str().unwrap(),
+        ],
+    );
+    let convs = conversations(&store, "swe-");
+    assert!(convs.len() > 1, "{convs:?}");
+    for c in convs {
+        let name = c["name"].as_str().unwrap();
+        let out = dir.path().join("seed").join(name);
+        ok(&store, &["checkout", name, "-o", out.to_str().unwrap()]);
+        let state: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("state.json")).unwrap())
+                .unwrap();
+        check_openai_chat(&state["message_history"]);
+        let exported: Value =
+            serde_json::from_str(&ok(&store, &["export", "--format", "openai", name])).unwrap();
+        for m in exported["messages"].as_array().unwrap() {
+            let o = m.as_object().unwrap();
+            assert!(
+                o.keys().all(|k| {
+                    ["role", "content", "name", "tool_calls", "tool_call_id"].contains(&k.as_str())
+                }),
+                "{name}: {m}"
+            );
+            if o["role"] == "tool" {
+                assert!(o["tool_call_id"].is_string(), "{name}: {m}");
+            }
+        }
+    }
+}
+
 #[test]
 fn a_session_without_times_sorts_by_when_it_was_imported() {
     let src =

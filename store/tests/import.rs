@@ -762,7 +762,8 @@ fn openai_round_trip_and_other_formats_through_openai() {
     let mut trajs = Vec::new();
     files_under(&swe, ".traj", &mut trajs);
     let tmp = tempfile::tempdir().unwrap();
-    // SWE-agent history is OpenAI chat already: exported unchanged.
+    // SWE-agent history is OpenAI chat with keys of its own (`agent`,
+    // `thought`, `tool_call_ids`): exported as the chat an API takes.
     let (_d, a) = new_store();
     import(&a, Format::SweAgent, &trajs[..1]);
     let (swe_name, swe_head) = heads(&a).into_iter().next().unwrap();
@@ -775,14 +776,19 @@ fn openai_round_trip_and_other_formats_through_openai() {
             .unwrap()
             .len()
     );
+    let exported: Value = serde_json::from_slice(&std::fs::read(&first).unwrap()).unwrap();
+    for m in exported["messages"].as_array().unwrap() {
+        let keys: BTreeSet<&str> = m.as_object().unwrap().keys().map(String::as_str).collect();
+        let chat: BTreeSet<&str> = ["role", "content", "name", "tool_calls", "tool_call_id"].into();
+        assert!(keys.is_subset(&chat), "{m}");
+    }
     // OpenAI -> export openai -> import openai: the same sessions.
     let (_d2, b) = new_store();
     import(&b, Format::OpenAi, std::slice::from_ref(&first));
     let (b_name, b_head) = heads(&b).into_iter().next().unwrap();
     assert_eq!(
-        b.odb().history(&b_head).unwrap(),
-        a.odb().history(&swe_head).unwrap(),
-        "the same message blobs"
+        b.odb().history(&b_head).unwrap().len(),
+        a.odb().history(&swe_head).unwrap().len(),
     );
     let second = tmp.path().join("second.json");
     export_to(&b, &b_name.to_string(), ExportFormat::OpenAi, &second);
