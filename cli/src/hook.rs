@@ -107,13 +107,20 @@ fn run(ctx: &Ctx, args: HookArgs) -> CmdResult {
                     path.display()
                 )));
             }
-            // These events fire once a turn (or the session) has ended, so
-            // its last answer is imported even when nothing in the file
-            // marks the end (Claude Code often writes no stop_reason).
-            finished = matches!(
-                field(&payload, &["hook_event_name"]),
-                Some("Stop" | "SubagentStop" | "SessionEnd")
-            );
+            // Stop and SessionEnd fire once the main turn (or the session)
+            // has ended, so its last answer is imported even when nothing in
+            // the file marks the end (Claude Code often writes no
+            // stop_reason). But Claude Code may fire Stop before the answer
+            // is flushed: the turn is taken as ended only when the file's
+            // last answer is the one the payload names. SubagentStop says
+            // nothing of the main turn, which may still be running.
+            finished = match field(&payload, &["hook_event_name"]) {
+                Some("Stop" | "SessionEnd") => payload
+                    .get("last_assistant_message")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                _ => None,
+            };
             claude_unit(
                 &path,
                 field(&payload, &["session_id"]),
@@ -128,14 +135,16 @@ fn run(ctx: &Ctx, args: HookArgs) -> CmdResult {
             })?;
             let payload = payload_object(&text, "the argument")?;
             let path = codex_rollout(&payload, args.codex_home.as_deref())?;
-            // Codex notifies after a turn has completed.
-            finished = true;
+            // Codex notifies after a turn has completed, and its rollout
+            // marks that end itself (`task_complete`) once flushed: nothing
+            // to force.
+            finished = None;
             Unit::single(Format::Codex, path)
         }
     };
     let store = ctx.open_store()?;
     let cursors = Cursors::new(&ctx.store);
-    let outcome = catch_up(&store, &cursors, &unit, args.no_sync, finished)?;
+    let outcome = catch_up(&store, &cursors, &unit, args.no_sync, finished.as_deref())?;
     report(&unit, outcome.as_ref())
 }
 
@@ -523,14 +532,17 @@ fn refs_digest(store: &Store, unit: &Unit) -> CmdResult<Option<String>> {
 /// to a shorter snapshot read before the other landed. A lost race with any
 /// other writer of the same refs is retried on a fresh read of the files:
 /// the import is idempotent, so the retry writes what the winner did not.
-/// With `finished`, the agent has ended its turn: a last turn nothing in
-/// the file marks as ended is imported too (`ImportOptions::finished`).
+/// With `finished`, the agent says it ended its turn with that answer: when
+/// the primary file's last answer is it, a last turn nothing in the file
+/// marks as ended is imported too (`ImportOptions::finished`); otherwise
+/// (the answer not flushed yet) it is held back as usual. Never does a
+/// catch-up move a conversation to a line that does not descend from it.
 pub fn catch_up(
     store: &Store,
     cursors: &Cursors,
     unit: &Unit,
     no_sync: bool,
-    finished: bool,
+    finished: Option<&str>,
 ) -> CmdResult<Option<ImportReport>> {
     let unit = &Unit {
         files: unit.files.iter().filter(|f| f.is_file()).cloned().collect(),
@@ -540,22 +552,34 @@ pub fn catch_up(
         return Ok(None);
     }
     let _turn = cursors.lock(unit);
-    let opts = ImportOptions {
-        no_sync,
-        progress: None,
-        finished,
-    };
     let mut attempt = 0;
     loop {
         let states = file_states(unit)?;
         if let Some(c) = cursors.get(unit) {
+            // A catch-up that held turns back did not import everything:
+            // asked to finish, its cursor says nothing.
+            let held_back = c.get("held_back").and_then(Value::as_u64).unwrap_or(0);
             if c.get("files") == Some(&states)
                 && c.get("refs") == Some(&json!(refs_digest(store, unit)?))
+                && (finished.is_none() || held_back == 0)
             {
                 return Ok(None);
             }
         }
         let (sources, base) = read_complete_lines(unit)?;
+        let opts = ImportOptions {
+            no_sync,
+            progress: None,
+            finished: finished.is_some_and(|answer| {
+                unit.format == Format::ClaudeCode
+                    && sources
+                        .first()
+                        .and_then(|s| last_answer(&s.text))
+                        .as_deref()
+                        == Some(answer.trim())
+            }),
+            rewrite_imported: false,
+        };
         let report = match import_sources(store, unit.format, &sources, &opts, base) {
             Err(Error::RefOutOfDate { .. }) if attempt < 50 => {
                 attempt += 1;
@@ -566,11 +590,55 @@ pub fn catch_up(
         let mut record = BTreeMap::new();
         record.insert("files", states);
         record.insert("refs", json!(refs_digest(store, unit)?));
+        record.insert("held_back", json!(report.held_back));
         if report.skipped.is_empty() {
             cursors.put(unit, &json!(record));
         }
         return Ok(Some(report));
     }
+}
+
+/// The text of the last assistant message of a Claude Code transcript (its
+/// text blocks, which Claude Code may write one line each, joined), trimmed;
+/// `None` when the last assistant line has no text (a tool call: the turn
+/// goes on).
+fn last_answer(text: &str) -> Option<String> {
+    let mut id: Option<Value> = None;
+    let mut parts: Vec<String> = Vec::new();
+    for line in text.lines().rev() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if v.get("type").and_then(Value::as_str) != Some("assistant") {
+            if id.is_some() {
+                break;
+            }
+            continue;
+        }
+        let message = v.get("message")?;
+        let this = message.get("id").cloned().unwrap_or(Value::Null);
+        match &id {
+            None => id = Some(this),
+            Some(first) if *first != this || this.is_null() => break,
+            Some(_) => {}
+        }
+        let mut texts: Vec<String> = match message.get("content") {
+            Some(Value::String(t)) => vec![t.clone()],
+            Some(Value::Array(blocks)) => blocks
+                .iter()
+                .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+                .filter_map(|b| b.get("text").and_then(Value::as_str).map(str::to_owned))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if parts.is_empty() && texts.is_empty() {
+            // The last assistant line is no answer (a tool call).
+            return None;
+        }
+        texts.append(&mut parts);
+        parts = texts;
+    }
+    (!parts.is_empty()).then(|| parts.join("\n\n").trim().to_owned())
 }
 
 /// The unit's files up to their last newline.

@@ -27,7 +27,10 @@ pub struct ImportArgs {
     paths: Vec<PathBuf>,
     /// The files are finished: also import a last turn nothing marks as
     /// ended (by default it is held back until the agent ends it, so that
-    /// importing a file as it grows only ever fast-forwards).
+    /// importing a file as it grows only ever fast-forwards). When a file
+    /// went on past a turn an earlier --finished import ended, its
+    /// conversation moves to the longer line (not a fast-forward); hooks and
+    /// --watch never move a conversation so.
     #[arg(long)]
     finished: bool,
     /// Do not sync at all (by default the import is made durable with one
@@ -74,6 +77,7 @@ pub fn import(ctx: &Ctx, args: ImportArgs) -> CmdResult {
             no_sync: args.no_sync,
             progress: Some(bar.clone()),
             finished: args.finished,
+            rewrite_imported: args.finished,
         },
     );
     bar.finish();

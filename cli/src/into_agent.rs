@@ -181,7 +181,10 @@ impl Source {
         let Some(c) = store.conversation(rev).ok().flatten() else {
             return Source::default();
         };
-        let md = &c.record.metadata;
+        // The record keeps large values (Codex's base_instructions) as
+        // blobs: the file written holds the values themselves.
+        let mut md = c.record.metadata.clone();
+        sessctl_store::refs::large_fields::inline(&mut md, &mut |id| store.odb().blob(id).ok());
         Source {
             meta: md.get("session_meta").cloned(),
             trailing: match md.get("trailing_events") {

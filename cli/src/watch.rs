@@ -252,7 +252,7 @@ fn run_unit(
     unit: &Unit,
     no_sync: bool,
 ) -> Outcome {
-    let result = catch_up(store, cursors, unit, no_sync, false)
+    let result = catch_up(store, cursors, unit, no_sync, None)
         .and_then(|outcome| report(unit, outcome.as_ref()));
     match result {
         Ok(()) => Outcome::Done,

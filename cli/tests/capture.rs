@@ -124,6 +124,28 @@ fn imported_messages(
     m
 }
 
+/// The last answer of a Claude Code transcript as Stop hooks name it
+/// (`last_assistant_message`): the text of its last assistant line.
+fn last_answer(transcript: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(transcript).ok()?;
+    text.lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["type"] == "assistant")
+        .and_then(|v| match &v["message"]["content"] {
+            Value::String(t) => Some(t.clone()),
+            Value::Array(b) => {
+                let t: Vec<&str> = b
+                    .iter()
+                    .filter(|b| b["type"] == "text")
+                    .filter_map(|b| b["text"].as_str())
+                    .collect();
+                (!t.is_empty()).then(|| t.join("\n\n"))
+            }
+            _ => None,
+        })
+}
+
 fn hook_json(transcript: &Path, event: &str) -> String {
     json!({
         "session_id": CC_SESSION,
@@ -132,6 +154,7 @@ fn hook_json(transcript: &Path, event: &str) -> String {
         "hook_event_name": event,
         "stop_hook_active": false,
         "permission_mode": "default",
+        "last_assistant_message": last_answer(transcript),
     })
     .to_string()
 }
@@ -203,13 +226,14 @@ fn hook_takes_the_subagents_under_the_session_folder() {
     let all = dir.path().join("all");
     init(&all);
     let agent = files.join("turn-2/subagents/agent-a485154.jsonl");
+    // SubagentStop says nothing of the main turn: an import without
+    // --finished.
     let i = sessctl(
         &all,
         &[
             "import",
             "--from",
             "claude-code",
-            "--finished",
             transcript.to_str().unwrap(),
             agent.to_str().unwrap(),
         ],
@@ -286,7 +310,8 @@ fn hook_imports_a_growing_transcript_and_leaves_a_half_written_line() {
     // The session ends: its last turn lands too, whether or not the file
     // marks its end, as with `import --finished`; every move a fast-forward.
     let payload = json!({"session_id": sid, "transcript_path": transcript,
-        "hook_event_name": "SessionEnd", "cwd": "/x"});
+        "hook_event_name": "SessionEnd", "cwd": "/x",
+        "last_assistant_message": last_answer(&transcript)});
     let r = hook(&store, &payload.to_string());
     assert_eq!((r.code, r.stderr.as_str()), (0, ""));
     let want = imported_messages(dir.path(), "claude-code", &[&src], &name, true);
@@ -294,6 +319,95 @@ fn hook_imports_a_growing_transcript_and_leaves_a_half_written_line() {
     assert_eq!(messages(&store, &name), want);
     let f = sessctl(&store, &["fsck"]);
     assert_eq!(f.code, 0, "{}{}", f.stdout, f.stderr);
+}
+
+/// Claude Code may fire Stop before the answer is in the file: the turn
+/// waits until the file holds the answer the payload names, and every move
+/// of the conversation is a fast-forward (`push` takes it).
+#[test]
+fn a_stop_before_the_answer_is_flushed_ends_no_turn() {
+    let Some(src) = data("claude-code/session-9eda1058.jsonl") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s");
+    init(&store);
+    let text = std::fs::read_to_string(&src).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let name = "cc-9eda1058-970";
+    let transcript = dir.path().join("t.jsonl");
+    let answer = last_answer(&src);
+    assert!(answer.is_some());
+    let stop = |event: &str| {
+        json!({"transcript_path": transcript, "hook_event_name": event,
+            "last_assistant_message": answer})
+        .to_string()
+    };
+    let mut heads = Vec::new();
+    for k in [29, lines.len()] {
+        std::fs::write(&transcript, lines[..k].join("\n") + "\n").unwrap();
+        for event in ["SubagentStop", "Stop"] {
+            let r = hook(&store, &stop(event));
+            assert_eq!((r.code, r.stderr.as_str()), (0, ""), "{event} at {k}");
+        }
+        let prefix = dir.path().join("prefix.jsonl");
+        std::fs::write(&prefix, lines[..k].join("\n") + "\n").unwrap();
+        let want = imported_messages(
+            dir.path(),
+            "claude-code",
+            &[&prefix],
+            name,
+            k == lines.len(),
+        );
+        assert_eq!(messages(&store, name), want, "at {k} lines");
+        let h = sessctl(&store, &["rev-parse", name]);
+        if h.code == 0 {
+            heads.push(h.stdout.trim().to_owned());
+        }
+    }
+    assert_eq!(heads.len(), 2, "{heads:?}");
+    let r = sessctl(
+        &store,
+        &["merge-base", "--is-ancestor", &heads[0], &heads[1]],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let refs = sessctl(&store, &["for-each-ref"]).stdout;
+    assert!(!refs.contains(".imported"), "{refs}");
+}
+
+/// A hook never moves a conversation to a line that does not descend from
+/// it, even one an explicit `import --finished` ended early.
+#[test]
+fn a_hook_never_moves_a_conversation_back() {
+    let Some(src) = data("claude-code/session-9eda1058.jsonl") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s");
+    init(&store);
+    let text = std::fs::read_to_string(&src).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let name = "cc-9eda1058-970";
+    let transcript = dir.path().join("t.jsonl");
+    std::fs::write(&transcript, lines[..29].join("\n") + "\n").unwrap();
+    let t = transcript.to_str().unwrap();
+    let i = sessctl(
+        &store,
+        &["import", "--from", "claude-code", "--finished", t],
+    );
+    assert_eq!(i.code, 0, "{}", i.stderr);
+    let before = sessctl(&store, &["rev-parse", name]).stdout;
+    std::fs::copy(&src, &transcript).unwrap();
+    let payload = json!({"transcript_path": transcript, "hook_event_name": "Stop",
+        "last_assistant_message": last_answer(&src)});
+    let r = hook(&store, &payload.to_string());
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    let after = sessctl(&store, &["rev-parse", name]).stdout;
+    let r = sessctl(
+        &store,
+        &["merge-base", "--is-ancestor", before.trim(), after.trim()],
+    );
+    assert_eq!(r.code, 0, "{before} {after}");
 }
 
 #[test]
@@ -344,7 +458,8 @@ fn two_hooks_at_once_both_land() {
     let b = dir.path().join("session-196820da.jsonl");
     std::fs::copy(src.join("session-9eda1058.jsonl"), &a).unwrap();
     std::fs::copy(src.join("session-196820da.jsonl"), &b).unwrap();
-    // Stop and SubagentStop: turns that ended, as `import --finished`.
+    // Stop: the turn ended, as `import --finished` (SubagentStop finishes
+    // nothing, and Stop does not trust its cursor).
     let want_a = imported_messages(dir.path(), "claude-code", &[&a], "cc-9eda1058-970", true);
     assert!(want_a.is_some());
     let conv_b = {
@@ -379,7 +494,8 @@ fn two_hooks_at_once_both_land() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let payload = json!({"transcript_path": t, "hook_event_name": event});
+        let payload = json!({"transcript_path": t, "hook_event_name": event,
+            "last_assistant_message": last_answer(t)});
         c.stdin
             .take()
             .unwrap()
@@ -441,8 +557,9 @@ fn hook_codex_imports_the_thread_the_notify_payload_names() {
         None,
     );
     assert_eq!((r.code, r.stderr.as_str()), (0, ""));
-    // Codex notifies once a turn has completed: as `import --finished`.
-    let want = imported_messages(dir.path(), "codex", &[&rollout], CODEX_NAME, true);
+    // Codex notifies once a turn has completed, and the rollout marks it
+    // (`task_complete`): as an import without --finished.
+    let want = imported_messages(dir.path(), "codex", &[&rollout], CODEX_NAME, false);
     assert!(want.is_some());
     assert_eq!(messages(&store, CODEX_NAME), want);
     // A thread it cannot find, and no payload: exit 1, one line.
@@ -811,6 +928,24 @@ fn export_into_codex_writes_a_rollout_codex_resumes() {
         .collect();
     assert_eq!(printed[1..], lines[1..]);
     assert_eq!(printed[0]["payload"]["cwd"], lines[0]["payload"]["cwd"]);
+    // The session_meta is the source's (its base_instructions, which the
+    // store keeps as a blob, too), but for the new thread's id and time.
+    let meta = std::fs::read_to_string(&src)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["type"] == "session_meta")
+        .unwrap();
+    let meta = meta["payload"].as_object().unwrap();
+    assert!(meta.contains_key("base_instructions"));
+    for written in [&lines[0], &printed[0]] {
+        for (k, v) in meta {
+            if !["id", "timestamp", "forked_from_id"].contains(&k.as_str()) {
+                assert_eq!(&written["payload"][k], v, "session_meta {k}");
+            }
+        }
+        assert!(!written.to_string().contains("sessctl_blob"));
+    }
     // It imports back as the same messages.
     let back = dir.path().join("back");
     init(&back);

@@ -613,6 +613,37 @@ fn a_conversation_continued_here_keeps_its_sessions_and_the_import_follows_name_
     assert_fast_forwards(&store, f);
 }
 
+/// A conversation the user renamed goes on growing under its new name, by
+/// fast-forwards, as it would have under the old one.
+#[test]
+fn a_renamed_conversation_is_followed_under_its_new_name() {
+    let Some((_d, store, files)) = store_and_copies(&[CLAUDE]) else {
+        return;
+    };
+    let bytes = std::fs::read(&files[0]).unwrap();
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    let cut: usize = text.lines().take(29).map(|l| l.len() + 1).sum();
+    let dir = files[0].parent().unwrap().join("live");
+    std::fs::create_dir(&dir).unwrap();
+    let live = write_prefix(&dir, &files[0], &bytes, cut);
+    let f = live.to_str().unwrap();
+    ok(&store, &["import", f]);
+    let before = head(&store, "cc-9eda1058-970").unwrap();
+    ok(&store, &["rename", "cc-9eda1058-970", "mywork"]);
+    write_prefix(&dir, &files[0], &bytes, bytes.len());
+    let r = ok(&store, &["import", f]);
+    assert_eq!(r.stderr, "");
+    assert!(head(&store, "cc-9eda1058-970").is_none());
+    let after = head(&store, "mywork").unwrap();
+    assert_ne!(before, after);
+    let anc = sessctl(&store, &["merge-base", "--is-ancestor", &before, &after]);
+    assert_eq!(anc.code, 0);
+    // What a store of its own makes of the whole file.
+    let (_d2, fresh) = support::new_store();
+    ok(&fresh, &["import", f]);
+    assert_eq!(Some(after), head(&fresh, "cc-9eda1058-970"));
+}
+
 #[test]
 fn archived_and_removed_conversations_stay_so() {
     let Some((_d, store, files)) = store_and_copies(&[CLAUDE, CODEX]) else {

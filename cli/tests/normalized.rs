@@ -161,15 +161,20 @@ fn show_log_and_ls_read_every_codex_and_claude_code_session() {
 }
 
 #[test]
-fn claude_code_summaries_are_titles() {
+fn only_a_summary_of_its_own_messages_titles_a_conversation() {
     let Some((_dir, store)) = imported() else {
         return;
     };
     let c = &conversations(&store, "cc-9eda1058")[0];
-    // The last `summary` line of session-9eda1058.jsonl.
-    assert_eq!(c["title"], "Cleared conversation history", "{c}");
+    // The `summary` lines of session-9eda1058.jsonl summarize other
+    // conversations (their leaves are none of its messages): no title.
+    assert!(c["title"].is_null(), "{c}");
     let table = ok(&store, &["ls"]);
-    assert!(table.contains("Cleared conversation history"), "{table}");
+    let row = table
+        .lines()
+        .find(|l| l.contains("cc-9eda1058"))
+        .unwrap_or_default();
+    assert!(!row.contains("Cleared conversation history"), "{table}");
 }
 
 /// (function calls, custom tool calls, assistant messages with text) of
@@ -375,6 +380,55 @@ fn checkout_output_is_a_history_a_chat_api_accepts() {
             .sum::<usize>();
         let tools = history.iter().filter(|m| m["role"] == "tool").count();
         assert_eq!(calls, tools, "{name}");
+    }
+}
+
+/// SWE-agent's messages have roles but keys of their own (`agent`,
+/// `thought`, `action`, `tool_call_ids`): `checkout -o` converts them too,
+/// for every trajectory, and `export --format openai` keeps only the keys
+/// an API takes.
+#[test]
+fn checkout_output_of_every_swe_agent_trajectory_is_a_history_a_chat_api_accepts() {
+    let src = Path::new(DATA).join("swe-agent");
+    if !src.exists() {
+        eprintln!("note: {} is absent; skipping", src.display());
+        return;
+    }
+    let (dir, store) = support::new_store();
+    ok(
+        &store,
+        &[
+            "import",
+            "--from",
+            "swe-agent",
+            "--no-sync",
+            src.to_str().unwrap(),
+        ],
+    );
+    let convs = conversations(&store, "swe-");
+    assert!(convs.len() > 1, "{convs:?}");
+    for c in convs {
+        let name = c["name"].as_str().unwrap();
+        let out = dir.path().join("seed").join(name);
+        ok(&store, &["checkout", name, "-o", out.to_str().unwrap()]);
+        let state: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("state.json")).unwrap())
+                .unwrap();
+        check_openai_chat(&state["message_history"]);
+        let exported: Value =
+            serde_json::from_str(&ok(&store, &["export", "--format", "openai", name])).unwrap();
+        for m in exported["messages"].as_array().unwrap() {
+            let o = m.as_object().unwrap();
+            assert!(
+                o.keys().all(|k| {
+                    ["role", "content", "name", "tool_calls", "tool_call_id"].contains(&k.as_str())
+                }),
+                "{name}: {m}"
+            );
+            if o["role"] == "tool" {
+                assert!(o["tool_call_id"].is_string(), "{name}: {m}");
+            }
+        }
     }
 }
 

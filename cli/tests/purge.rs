@@ -550,3 +550,44 @@ fn redact_names_operations_that_keep_an_earlier_title() {
         "{hits:?}"
     );
 }
+
+/// A record's large field (Codex's base_instructions) is a blob the record
+/// names: redact rewrites it too, and after gc no byte of it is left.
+#[test]
+fn redact_reaches_a_records_large_fields() {
+    let src = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/data/codex"
+    ))
+    .join("rollout-2026-05-11T13-28-45-019e1695-0522-7c83-8b39-0dd379793f80.jsonl");
+    if !src.exists() {
+        eprintln!("note: {} is absent; skipping", src.display());
+        return;
+    }
+    let (_d, s) = new_store();
+    let text = std::fs::read_to_string(&src).unwrap();
+    let copy = s.parent().unwrap().join("rollout.jsonl");
+    std::fs::write(&copy, &text).unwrap();
+    ok(
+        &s,
+        &["import", "--from", "codex", copy.to_str().unwrap()],
+        None,
+    );
+    std::fs::remove_file(&copy).unwrap();
+    let needle = b"vivid inner life";
+    assert!(!occurrences(&s, needle).is_empty());
+    let r = sessctl(&s, &["redact", "vivid inner life"], None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stdout.contains("no match"), "{}", r.stdout);
+    let exported = ok(
+        &s,
+        &["export", "codex-019e1695-052", "--format", "codex"],
+        None,
+    );
+    assert!(exported.contains("[REDACTED]"), "{exported}");
+    assert!(!exported.contains("vivid inner life"));
+    ok(&s, &["gc", "--prune=now", "--expire-reflog=now"], None);
+    assert_eq!(occurrences(&s, needle), Vec::<String>::new());
+    let r = sessctl(&s, &["fsck", "--full"], None);
+    assert_eq!((r.code, r.stdout.as_str()), (0, ""), "{}", r.stderr);
+}

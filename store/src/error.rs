@@ -125,6 +125,13 @@ pub enum Error {
     /// its transaction.
     #[error("session {session} names {named}, which the store does not have")]
     MissingObject { session: ObjectId, named: ObjectId },
+    /// A conversation record names a large-field blob that is neither in the
+    /// store nor in its transaction (gc pruned it since the writer looked).
+    #[error("the record of conversation {conversation} names blob {named}, which the store does not have")]
+    MissingRecordBlob {
+        conversation: String,
+        named: ObjectId,
+    },
     /// An operation of the journal or op log does not decode.
     #[error("operation {seq} does not decode: {reason}")]
     CorruptOperation { seq: u64, reason: String },

@@ -294,8 +294,39 @@ fn text_value(v: &Value) -> String {
 /// A message reduced to OpenAI chat messages (one source message can
 /// become several: Claude Code puts many tool results in one).
 pub fn to_openai(v: &Value) -> Vec<Value> {
-    if message::is_openai_chat(v) {
+    if message::is_plain_chat(v) {
         return vec![v.clone()];
+    }
+    // Chat with keys of its own (SWE-agent's `agent`, `thought`, `action`,
+    // `tool_call_ids`): the keys an API takes, one tool message per call
+    // answered.
+    if message::is_openai_chat(v) {
+        let mut msg = Map::new();
+        for k in ["role", "content", "name", "tool_calls"] {
+            if let Some(x) = v.get(k) {
+                msg.insert(k.into(), x.clone());
+            }
+        }
+        if msg.get("role").and_then(Value::as_str) != Some("tool") {
+            return vec![Value::Object(msg)];
+        }
+        let ids: Vec<Value> = match (v.get("tool_call_ids"), v.get("tool_call_id")) {
+            (Some(Value::Array(ids)), _) if !ids.is_empty() => ids.clone(),
+            (_, Some(id)) if id.is_string() => vec![id.clone()],
+            // Answering no call it names: a user message.
+            _ => {
+                let content = text_value(v.get("content").unwrap_or(&Value::Null));
+                return vec![json!({"role": "user", "content": content})];
+            }
+        };
+        return ids
+            .into_iter()
+            .map(|id| {
+                let mut m = msg.clone();
+                m.insert("tool_call_id".into(), id);
+                Value::Object(m)
+            })
+            .collect();
     }
     // Claude Code line.
     if let Some(m) = v.get("message").filter(|m| m.is_object()) {

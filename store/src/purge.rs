@@ -16,11 +16,11 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::gc::{Prune, DEFAULT_REFLOG_EXPIRY_MS};
 use crate::hash::ObjectId;
-use crate::object::{Blob, EncodedObject, ObjectKind, Session};
+use crate::object::{blob, Blob, EncodedObject, ObjectKind, Session};
 use crate::odb::Durability;
 use crate::refs::{
-    ConversationUpdate, Operation, PreviousValue, RefEdit, RefName, RefTarget, ReflogEntry,
-    ReflogExpiry,
+    large_fields, ConversationUpdate, Operation, PreviousValue, RefEdit, RefName, RefTarget,
+    ReflogEntry, ReflogExpiry,
 };
 use crate::store::{Store, Transaction};
 use crate::time::now_ms;
@@ -573,9 +573,34 @@ impl Store {
             let mut record = info.record.clone();
             let mut n = redact_opt(&mut record.title, redact);
             n += redact_opt(&mut record.default_preset_id, redact);
+            // Large values are blobs the record names: redacted as values,
+            // then kept as blobs again (new ones where the text changed).
+            let mut missing = None;
+            large_fields::inline(&mut record.metadata, &mut |id| match self.odb().blob(id) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    missing.get_or_insert(e);
+                    None
+                }
+            });
+            if let Some(e) = missing {
+                return Err(e);
+            }
             n += redact_map(&mut record.metadata, redact)
                 .map_err(|k| k.error(&format!("the record of conversation {c}")))?;
+            let mut large = Vec::new();
+            large_fields::externalize(&mut record.metadata, &mut |v| {
+                let o = EncodedObject::new(ObjectKind::Blob, blob::encode_value(v).ok()?);
+                let id = o.id();
+                large.push(o);
+                Some(id)
+            });
             if n > 0 {
+                for o in large {
+                    if !self.odb().contains(&o.id())? {
+                        rw.objects.push(o);
+                    }
+                }
                 record.updated_at = now_ms().max(record.updated_at);
                 rw.report.matches += n;
                 rw.report.records.push(c.clone());

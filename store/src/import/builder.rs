@@ -86,6 +86,7 @@ pub(super) fn build(
     mut tree: Tree,
     boundaries: &HashSet<Boundary>,
     graft: Option<Graft>,
+    keep: Option<Boundary>,
     finished: bool,
     report: &mut ImportReport,
 ) -> Result<Built> {
@@ -162,6 +163,19 @@ pub(super) fn build(
             None => 0,
         };
     }
+    // The main line is the branch with the newest leaf, except that a
+    // conversation an earlier import made keeps its line (the one its head
+    // is on): a branch that appears later (a rewind) becomes a fork, and the
+    // ref only ever fast-forwards.
+    let mut on_line = vec![false; n];
+    if let Some(k) = keep {
+        let mut at = (0..n).find(|&i| (blob_ids[i], depth[i], compactions[i]) == k);
+        while let Some(i) = at {
+            on_line[i] = true;
+            at = parent[i];
+        }
+    }
+    let line_key = |i: usize| (on_line[i], newest[i]);
     // Partition into sessions and branches.
     let mut branches: Vec<Branch> = Vec::new();
     let mut plans: Vec<Plan> = Vec::new();
@@ -170,7 +184,7 @@ pub(super) fn build(
         .iter()
         .copied()
         .filter(|&r| tree.nodes[r].subagent.is_none())
-        .max_by_key(|&r| newest[r]);
+        .max_by_key(|&r| line_key(r));
     // Roots: the main one first, then other roots, then subagents' roots
     // (whose spawner must have its session first).
     let mut root_order: Vec<usize> = main_root.into_iter().collect();
@@ -232,7 +246,7 @@ pub(super) fn build(
                             .copied()
                             .filter(|&c| tree.nodes[c].subagent == tree.nodes[p].subagent)
                             .collect();
-                        let main_child = siblings.iter().copied().max_by_key(|&c| newest[c]);
+                        let main_child = siblings.iter().copied().max_by_key(|&c| line_key(c));
                         if siblings.len() > 1 && main_child != Some(i) {
                             branches.push(Branch {
                                 kind: BranchKind::Fork,

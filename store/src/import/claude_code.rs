@@ -451,7 +451,6 @@ fn build_tree(session: String, g: Group) -> Option<Tree> {
     let mut pending: Vec<Value> = Vec::new();
     let mut trailing: Vec<Value> = Vec::new();
     let mut title = None;
-    let mut any_summary = None;
     for item in &g.items {
         match item {
             Item::Event(v) => {
@@ -460,7 +459,6 @@ fn build_tree(session: String, g: Group) -> Option<Tree> {
                         if node_of(Some(leaf)).is_some_and(|n| index.contains_key(&n)) {
                             title = Some(s.to_owned());
                         }
-                        any_summary = Some(s.to_owned());
                     }
                 }
                 pending.push(v.clone());
@@ -479,10 +477,10 @@ fn build_tree(session: String, g: Group) -> Option<Tree> {
             Item::FileEnd => trailing.append(&mut pending),
         }
     }
-    // Claude Code opens a resumed session's file with the summaries of the
-    // conversation it continues, whose leaves live in older files: with no
-    // summary of a leaf here, the last summary in the files is the title.
-    let title = title.or(any_summary);
+    // Claude Code opens a resumed session's file with the summaries of
+    // other conversations (their leaves live in older files): those name
+    // no title here. Only a summary of one of this conversation's messages
+    // does.
     let attached: HashSet<String> = nodes
         .iter()
         .flat_map(|n| n.events.iter().map(Value::to_string))

@@ -296,10 +296,14 @@ pub struct ImportOptions {
     /// Told of the files read (N of M) and the conversations written.
     pub progress: Option<std::sync::Arc<dyn crate::progress::Progress>>,
     /// The files are finished: import a last turn that nothing marks as
-    /// ended too (an agent that never wrote its end). A file that grows
-    /// after such an import may move its conversation's ref to a session
-    /// that does not descend from the one it held.
+    /// ended too (an agent that never wrote its end).
     pub finished: bool,
+    /// A ref an import of this format wrote may move to a session that does
+    /// not descend from the one it holds: an earlier import with `finished`
+    /// ended a turn that the file went on with. Only for an import a person
+    /// asks for; without it such a branch goes to `<name>.imported`, so that
+    /// what a hook or watcher captures only ever fast-forwards.
+    pub rewrite_imported: bool,
 }
 
 /// Reads `paths` (files, or directories walked recursively for the

@@ -6,11 +6,11 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::hash::ObjectId;
-use crate::object::ObjectKind;
+use crate::object::{EncodedObject, ObjectKind};
 use crate::odb::Durability;
-use crate::refs::{ConversationUpdate, PreviousValue, RefEdit, RefName, RefTarget};
+use crate::refs::{ConversationUpdate, PreviousValue, RefEdit, RefName, RefTarget, ReflogEntry};
 use crate::store::{Store, Transaction};
 
 use super::builder::{blob_object, build, Boundary, Graft};
@@ -23,7 +23,9 @@ pub(super) fn import_trees(
     opts: &ImportOptions,
     report: &mut ImportReport,
 ) -> Result<()> {
-    let mut pending: Option<(Transaction, usize)> = None;
+    // The batch not yet committed, with the objects left out of it as the
+    // store had them (`commit`).
+    let mut pending: Option<(Transaction, Vec<EncodedObject>)> = None;
     let existing_refs = store.refs()?;
     let mut names_used: HashSet<String> = HashSet::new();
     let mut queued: HashSet<ObjectId> = HashSet::new();
@@ -34,8 +36,8 @@ pub(super) fn import_trees(
     if let Some(p) = &opts.progress {
         p.phase("importing conversations", Some(trees.len() as u64));
     }
-    // Every ref name the ref log has seen, read when first needed.
-    let mut ever_held: Option<HashSet<RefName>> = None;
+    // The ref log, read when first needed.
+    let mut ever_held: Option<Vec<ReflogEntry>> = None;
     for mut tree in sources_first(trees) {
         if let Some(p) = &opts.progress {
             p.advance(1);
@@ -54,20 +56,38 @@ pub(super) fn import_trees(
             tree.name = format!("{base}-{k}");
         }
         let first_file = tree.nodes[0].file.clone();
-        let boundaries = existing_boundaries(store, &existing_refs, &tree.name)?;
+        let mut boundaries = existing_boundaries(store, &existing_refs, &tree.name)?;
+        // A conversation the user renamed goes on under its new name.
+        let main = RefName::conversation(&tree.name)?;
+        let current = match store.get_ref(&main)? {
+            Some(_) => None,
+            None => renamed(store, &main, &mut ever_held)?,
+        };
+        if let Some(to) = &current {
+            boundaries.extend(existing_boundaries(store, &existing_refs, to.short())?);
+        }
         let graft = match tree.forked_from.clone() {
             Some(source) => {
                 // Its source may be in the batch not yet written: write it,
                 // or only the next import would find the graft (and rewrite
                 // the fork then).
-                if let Some((prev, _)) = pending.take() {
-                    store.transact(prev, Durability::NoSync)?;
+                if let Some((prev, spare)) = pending.take() {
+                    commit(store, prev, spare, Durability::NoSync)?;
                 }
                 graft_point(store, &source, &mut tree)?
             }
             None => None,
         };
-        let mut built = build(format, tree, &boundaries, graft, opts.finished, report)?;
+        let keep = kept_head(store, current.as_ref().map_or(&tree.name, |c| c.short()))?;
+        let mut built = build(
+            format,
+            tree,
+            &boundaries,
+            graft,
+            keep,
+            opts.finished,
+            report,
+        )?;
         // Never take a ref an earlier source of this import makes (`x.fork-1`
         // is a fork of `x` and may be a conversation of its own): the first
         // keeps it.
@@ -101,8 +121,13 @@ pub(super) fn import_trees(
                 head,
                 &built.first_parent,
                 &mut ever_held,
+                opts.rewrite_imported,
             )? {
                 Destination::Own => refs.push((name, head, record)),
+                Destination::Renamed(to) => {
+                    let record = record.map(|(_, r)| (to.short().to_owned(), r));
+                    refs.push((to, head, record));
+                }
                 Destination::Imported(alt, newly) => {
                     if newly {
                         report
@@ -130,8 +155,14 @@ pub(super) fn import_trees(
         let mut seen = HashSet::new();
         let mut objects = Vec::new();
         let mut new_objects = 0;
+        let mut spare = Vec::new();
         for o in built.objects {
-            if seen.insert(o.id()) && !store.odb().contains(&o.id())? {
+            if !seen.insert(o.id()) {
+                continue;
+            }
+            if store.odb().contains(&o.id())? {
+                spare.push(o);
+            } else {
                 if queued.insert(o.id()) {
                     new_objects += 1;
                     if o.kind() == ObjectKind::Session {
@@ -177,25 +208,54 @@ pub(super) fn import_trees(
             continue;
         }
         let n_edits = tx.edits.len();
-        if let Some((prev, _)) = pending.take() {
-            store.transact(prev, Durability::NoSync)?;
+        if let Some((prev, spare)) = pending.take() {
+            commit(store, prev, spare, Durability::NoSync)?;
         }
-        pending = Some((tx, new_objects));
+        pending = Some((tx, spare));
         report.objects_written += new_objects;
         report.refs_moved += n_edits;
     }
-    if let Some((tx, _)) = pending {
+    if let Some((tx, spare)) = pending {
         let d = if opts.no_sync {
             Durability::NoSync
         } else {
             Durability::Sync
         };
-        store.transact(tx, d)?;
+        commit(store, tx, spare, d)?;
         if let Some((_, name)) = newest {
             report.head = head_to_imported(store, &name, d)?.then_some(name);
         }
     }
     Ok(())
+}
+
+/// Commits a batch. An object left out of it because the store had it may
+/// be gone by the time the batch holds the write lock (gc pruned it, as
+/// nothing named it yet): the batch is tried again with it (`spare` holds
+/// them).
+fn commit(
+    store: &Store,
+    mut tx: Transaction,
+    mut spare: Vec<EncodedObject>,
+    durability: Durability,
+) -> Result<()> {
+    loop {
+        if spare.is_empty() {
+            return store.transact(tx, durability).map(drop);
+        }
+        match store.transact(tx.clone(), durability) {
+            Err(Error::MissingObject { named, .. } | Error::MissingRecordBlob { named, .. })
+                if spare.iter().any(|o| o.id() == named) =>
+            {
+                let i = spare
+                    .iter()
+                    .position(|o| o.id() == named)
+                    .expect("found just above");
+                tx.objects.push(spare.swap_remove(i));
+            }
+            r => return r.map(drop),
+        }
+    }
 }
 
 /// Points HEAD at `name` when it names nothing usable (it is absent, or
@@ -237,6 +297,8 @@ const IMPORTED: &str = ".imported";
 enum Destination {
     /// The branch's own ref.
     Own,
+    /// The ref the user renamed the branch's to (a fast-forward there).
+    Renamed(RefName),
     /// `<name>.imported`; `true` when this import starts following it.
     Imported(RefName, bool),
     /// Archived or removed by the user: which ref, and why.
@@ -253,7 +315,8 @@ fn destination(
     name: &RefName,
     head: ObjectId,
     first_parent: &HashMap<ObjectId, Option<ObjectId>>,
-    ever_held: &mut Option<HashSet<RefName>>,
+    ever_held: &mut Option<Vec<ReflogEntry>>,
+    rewrite: bool,
 ) -> Result<Destination> {
     let alt_short = format!("{}{IMPORTED}", name.short());
     let alt = match name {
@@ -284,21 +347,74 @@ fn destination(
         Some(RefTarget::Session(cur)) if descends(store, cur, head, first_parent)? => {
             Ok(Destination::Behind)
         }
-        Some(RefTarget::Session(cur)) if imported_from(store, cur, format)? => {
+        Some(RefTarget::Session(cur)) if rewrite && imported_from(store, cur, format)? => {
             // Not descending, yet written by an import of this format: an
             // import with `finished` (or by an older sessctl) ended a turn
-            // the file went on with; its line is the import's to move.
+            // the file went on with; asked to, its line is the import's to
+            // move.
             Ok(Destination::Own)
         }
         Some(_) => Ok(match put_aside(store, &alt, ever_held)? {
             Some(why) => Destination::LeftAlone(alt_short, why),
             None => Destination::Imported(alt, true),
         }),
-        None => Ok(match put_aside(store, name, ever_held)? {
-            Some(why) => Destination::LeftAlone(name.short().to_owned(), why),
-            None => Destination::Own,
-        }),
+        None => {
+            if let Some(to) = renamed(store, name, ever_held)? {
+                return Ok(
+                    match destination(store, format, &to, head, first_parent, ever_held, rewrite)? {
+                        Destination::Own => Destination::Renamed(to),
+                        d => d,
+                    },
+                );
+            }
+            Ok(match put_aside(store, name, ever_held)? {
+                Some(why) => Destination::LeftAlone(name.short().to_owned(), why),
+                None => Destination::Own,
+            })
+        }
     }
+}
+
+/// The ref `name`, which does not exist, was last renamed to (following
+/// later renames of that one too), when that ref exists.
+fn renamed(
+    store: &Store,
+    name: &RefName,
+    ever_held: &mut Option<Vec<ReflogEntry>>,
+) -> Result<Option<RefName>> {
+    let log = reflog(store, ever_held)?;
+    let mut at = name.clone();
+    // Each step goes to a later operation: at most one per entry.
+    for _ in 0..=log.len() {
+        let Some(last) = log.iter().rev().find(|e| e.name == at) else {
+            break;
+        };
+        if last.new.is_some() || last.reason != "rename" {
+            break;
+        }
+        let Some(to) = log.iter().find(|e| {
+            e.op == last.op
+                && e.old.is_none()
+                && e.new.is_some()
+                && e.name != at
+                && e.name != RefName::Head
+        }) else {
+            break;
+        };
+        at = to.name.clone();
+    }
+    if at == *name || !matches!(at, RefName::Conversation(_)) || store.get_ref(&at)?.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(at))
+}
+
+/// The ref log, read once.
+fn reflog<'a>(store: &Store, log: &'a mut Option<Vec<ReflogEntry>>) -> Result<&'a [ReflogEntry]> {
+    if log.is_none() {
+        *log = Some(store.reflog_entries()?);
+    }
+    Ok(log.as_deref().unwrap_or_default())
 }
 
 /// Why `name`, which does not exist, must not be made again: the user
@@ -306,25 +422,16 @@ fn destination(
 fn put_aside(
     store: &Store,
     name: &RefName,
-    ever_held: &mut Option<HashSet<RefName>>,
+    ever_held: &mut Option<Vec<ReflogEntry>>,
 ) -> Result<Option<&'static str>> {
     if let RefName::Conversation(n) = name {
         if store.get_ref(&RefName::archived(n)?)?.is_some() {
             return Ok(Some("archived"));
         }
     }
-    if ever_held.is_none() {
-        *ever_held = Some(
-            store
-                .reflog_entries()?
-                .into_iter()
-                .map(|e| e.name)
-                .collect(),
-        );
-    }
-    Ok(ever_held
-        .as_ref()
-        .is_some_and(|h| h.contains(name))
+    Ok(reflog(store, ever_held)?
+        .iter()
+        .any(|e| e.name == *name)
         .then_some("removed"))
 }
 
@@ -451,6 +558,24 @@ fn count_compactions(
     Ok(out)
 }
 
+/// Where the conversation `name` an earlier import made ends now (the
+/// `.imported` ref once the import follows that), for the builder to keep
+/// its line.
+fn kept_head(store: &Store, name: &str) -> Result<Option<Boundary>> {
+    for n in [format!("{name}{IMPORTED}"), name.to_owned()] {
+        let Ok(r) = RefName::conversation(&n) else {
+            continue;
+        };
+        if let Some(RefTarget::Session(id)) = store.get_ref(&r)? {
+            let chain = count_compactions(store, id, &mut HashMap::new())?;
+            return Ok(chain
+                .last()
+                .and_then(|&(last, len, count)| last.map(|l| (l, len, count))));
+        }
+    }
+    Ok(None)
+}
+
 /// Where an earlier import ended each session the store holds for this
 /// conversation, its forks and its subagents (see [`Boundary`]).
 fn existing_boundaries(
@@ -483,4 +608,45 @@ fn existing_boundaries(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::refs::large_fields;
+    use crate::refs::{ConversationRecord, ConversationStatus};
+
+    /// gc prunes a blob the import found in the store before the batch
+    /// naming it holds the write lock: the batch goes in with the blob.
+    #[test]
+    fn a_blob_gone_since_the_import_looked_is_written_with_the_batch() {
+        let store = Store::in_memory().expect("a store");
+        let big = Value::String("p".repeat(large_fields::LARGE_FIELD_BYTES * 2));
+        let blob = blob_object(&big).expect("a blob");
+        let mut metadata = std::collections::BTreeMap::new();
+        metadata.insert(
+            "system".to_owned(),
+            serde_json::json!({"sessctl_blob": blob.id().to_hex(), "bytes": 9000}),
+        );
+        let tx = Transaction {
+            reason: "import".into(),
+            conversations: vec![ConversationUpdate {
+                name: "c".into(),
+                record: Some(ConversationRecord {
+                    conversation_id: None,
+                    title: None,
+                    default_preset_id: None,
+                    metadata,
+                    status: ConversationStatus::Active,
+                    created_at: 0,
+                    updated_at: 0,
+                }),
+            }],
+            ..Transaction::default()
+        };
+        let id = blob.id();
+        commit(&store, tx, vec![blob], Durability::NoSync).expect("committed");
+        assert!(store.odb().contains(&id).expect("read"));
+        assert!(store.conversation("c").expect("read").is_some());
+    }
 }

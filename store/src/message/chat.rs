@@ -16,12 +16,14 @@
 //! - every assistant message with tool calls is followed by one tool message
 //!   per call, in the calls' order: a result recorded later is moved up, a
 //!   call with no result recorded gets `"(no result recorded)"`;
+//! - a call id used before in the history gets a suffix (`ID_2`), with its
+//!   result;
 //! - a tool result that answers no open call becomes a user message
 //!   (`[tool result ID] TEXT`), so nothing the model saw is lost;
 //! - an assistant message with neither text nor calls (reasoning only) is
 //!   left out.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use serde_json::{json, Map, Value};
 
@@ -32,10 +34,12 @@ use super::ToolCall;
 pub const NO_RESULT: &str = "(no result recorded)";
 
 /// Whether a history needs [`chat_history`] to be model-ready: false when
-/// every message is already a plain OpenAI chat message (`role` and
-/// `content`, no wrapper), as runtimes that write through sessctl store them.
+/// every message is already a plain OpenAI chat message (no key an API does
+/// not take, see [`is_plain_chat`](super::is_plain_chat)), as runtimes that
+/// write through sessctl store them. SWE-agent's messages have a role too,
+/// but keys of their own (`agent`, `thought`, `tool_call_ids`): converted.
 pub fn needs_conversion(history: &[Value]) -> bool {
-    !history.iter().all(super::is_openai_chat)
+    !history.iter().all(super::is_plain_chat)
 }
 
 /// A call's arguments as the JSON object text chat APIs expect: a JSON
@@ -121,6 +125,10 @@ pub fn chat_history(history: &[Value]) -> Vec<Value> {
     let mut used = vec![false; merged.len()];
     let mut out = Vec::with_capacity(merged.len());
     let mut generated = 0usize;
+    // Call ids given out: a source that uses one twice (a replayed
+    // trajectory) gets a fresh one the second time, as APIs want each
+    // call's id unique in a conversation.
+    let mut given: HashSet<String> = HashSet::new();
     for i in 0..merged.len() {
         if used[i] {
             continue;
@@ -155,8 +163,14 @@ pub fn chat_history(history: &[Value]) -> Vec<Value> {
                             format!("call_sessctl_{generated}")
                         }
                     };
+                    let mut unique = id.clone();
+                    let mut k = 1;
+                    while !given.insert(unique.clone()) {
+                        k += 1;
+                        unique = format!("{id}_{k}");
+                    }
                     listed.push(json!({
-                        "id": id,
+                        "id": unique,
                         "type": "function",
                         "function": {"name": c.name, "arguments": arguments_text(&c.arguments)},
                     }));
@@ -179,7 +193,7 @@ pub fn chat_history(history: &[Value]) -> Vec<Value> {
                         }
                         None => NO_RESULT.to_owned(),
                     };
-                    answers.push(json!({"role": "tool", "tool_call_id": id, "content": text}));
+                    answers.push(json!({"role": "tool", "tool_call_id": unique, "content": text}));
                 }
                 if !listed.is_empty() {
                     msg.insert("tool_calls".into(), Value::Array(listed));

@@ -176,12 +176,31 @@ pub fn is_claude_code_line(v: &Value) -> bool {
 }
 
 /// Whether a message is already in OpenAI chat shape: a `role`, and none of
-/// the wrappers other shapes use.
+/// the wrappers other shapes use (it may carry keys of its own: SWE-agent's
+/// `agent`, `thought`, `tool_call_ids`).
 pub fn is_openai_chat(v: &Value) -> bool {
     v.get("role").is_some_and(Value::is_string)
         && v.get("message").is_none()
         && v.get("payload").is_none()
         && v.get("type").is_none()
+}
+
+/// The keys a chat completions API takes in a message.
+const CHAT_KEYS: [&str; 5] = ["role", "content", "name", "tool_calls", "tool_call_id"];
+
+/// Whether a message is a plain OpenAI chat message an API takes as it is:
+/// a role, no key but [`CHAT_KEYS`], and a tool message answering a call
+/// (`tool_call_id`).
+pub fn is_plain_chat(v: &Value) -> bool {
+    let Some(o) = v.as_object() else {
+        return false;
+    };
+    let role = o.get("role").and_then(Value::as_str);
+    matches!(
+        role,
+        Some("system" | "developer" | "user" | "assistant" | "tool")
+    ) && o.keys().all(|k| CHAT_KEYS.contains(&k.as_str()))
+        && (role != Some("tool") || o.get("tool_call_id").is_some_and(Value::is_string))
 }
 
 /// The item a Codex rollout line carries (`{"type": "response_item",

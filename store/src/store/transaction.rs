@@ -155,6 +155,19 @@ impl Store {
                 }
             }
         }
+        // A record's large-field blobs likewise: the writer found them in
+        // the store, and gc may have pruned them since.
+        for c in &tx.conversations {
+            let Some(r) = &c.record else { continue };
+            for named in crate::refs::large_fields::metadata_blobs(&r.metadata) {
+                if !tx.objects.iter().any(|o| o.id() == named) && !self.odb.contains(&named)? {
+                    return Err(Error::MissingRecordBlob {
+                        conversation: c.name.clone(),
+                        named,
+                    });
+                }
+            }
+        }
         for conv in &tx.require_unclaimed {
             if let Some(c) = self.index.claim(conv)? {
                 if self.claim_alive(&c)? {
