@@ -428,7 +428,7 @@ fn hook_invocation() -> bool {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--store" | "--wait" => {
+            "--store" | "--wait" | "--color" => {
                 args.next();
             }
             a if a.starts_with('-') => {}

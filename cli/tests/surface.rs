@@ -328,7 +328,7 @@ fn compact_speaks_json() {
 fn complete(dir: &Path, line: &[&str], env: &[(&str, &str)]) -> Vec<String> {
     let mut args = vec!["--", "sessctl"];
     args.extend_from_slice(line);
-    let mut all = vec![("COMPLETE", "fish")];
+    let mut all = vec![("SESSCTL_COMPLETE", "fish")];
     all.extend_from_slice(env);
     let r = run_in(dir, &args, &all);
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -406,8 +406,44 @@ fn the_completion_script_asks_the_binary() {
     for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
         let r = run_in(dir.path(), &["completions", shell], &[]);
         assert_eq!(r.code, 0, "{shell}: {}", r.stderr);
-        assert!(r.stdout.contains("COMPLETE"), "{shell}: {}", r.stdout);
+        assert!(
+            r.stdout.contains("SESSCTL_COMPLETE"),
+            "{shell}: {}",
+            r.stdout
+        );
         assert!(r.stdout.contains("sessctl"), "{shell}: {}", r.stdout);
+    }
+}
+
+#[test]
+fn a_foreign_complete_variable_changes_nothing_and_hook_never_exits_2() {
+    let (d, s) = two_conversations();
+    let sp = s.to_str().unwrap();
+    for v in ["1", "bash", "fish"] {
+        let r = run_in(
+            d.path(),
+            &["ls", "--json"],
+            &[("COMPLETE", v), ("SESSCTL_STORE", sp)],
+        );
+        assert_eq!(r.code, 0, "COMPLETE={v}: {r:?}");
+        assert_eq!(json(&r.stdout).as_array().unwrap().len(), 2, "{v}");
+        let r = run_in(
+            d.path(),
+            &["hook", "claude-code", "--bogus"],
+            &[("COMPLETE", v), ("SESSCTL_STORE", sp)],
+        );
+        assert_eq!(r.code, 1, "COMPLETE={v}: {r:?}");
+    }
+    // A refused hook line exits 1 whatever global flags come first.
+    for pre in [
+        &["--color", "never"][..],
+        &["--color=never"],
+        &["--wait", "1", "--color", "always", "--no-pager"],
+    ] {
+        let mut args = pre.to_vec();
+        args.extend_from_slice(&["hook", "claude-code", "--bogus"]);
+        let r = run_in(d.path(), &args, &[("SESSCTL_STORE", sp)]);
+        assert_eq!(r.code, 1, "{args:?}: {r:?}");
     }
 }
 
