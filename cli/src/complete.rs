@@ -36,7 +36,7 @@ fn store_path() -> Option<PathBuf> {
     if let Some(s) = std::env::var_os("SESSCTL_STORE").filter(|s| !s.is_empty()) {
         return Some(PathBuf::from(s));
     }
-    crate::discover_store(&std::env::current_dir().ok()?)
+    crate::discover_store(&std::env::current_dir().ok()?, false)
 }
 
 /// Every ref of the store, or none when it cannot be read.

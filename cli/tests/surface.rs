@@ -122,6 +122,52 @@ fn the_store_is_found_in_a_parent_directory_as_git_finds_dot_git() {
 }
 
 #[test]
+fn discovery_skips_a_store_another_user_owns_unless_it_is_named() {
+    // Only root can give a directory to another user; the decision itself
+    // is unit-tested in main.rs.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: not root, cannot chown a store to another user");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(run_in(dir.path(), &["init"], &[]).code, 0);
+    let s = dir.path().join(".sessctl");
+    ok(
+        &s,
+        &["commit", "--new", "theirs", "--messages", "-"],
+        Some(TURN),
+    );
+    let deep = dir.path().join("work");
+    std::fs::create_dir_all(&deep).unwrap();
+    let c = std::ffi::CString::new(s.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+
+    let r = run_in(&deep, &["ls"], &[]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert_eq!(
+        r.stderr.lines().next().unwrap(),
+        format!(
+            "sessctl: warning: skipping {}: owned by another user (give --store to use it)",
+            s.display()
+        )
+    );
+    assert!(r.stderr.contains("not in a sessctl store"), "{}", r.stderr);
+    // Its conversations are not offered either.
+    let c = run_in(
+        &deep,
+        &["--", "sessctl", "log", "th"],
+        &[("SESSCTL_COMPLETE", "fish")],
+    );
+    assert_eq!(c.code, 0, "{}", c.stderr);
+    assert!(!c.stdout.contains("theirs"), "{}", c.stdout);
+    assert_eq!(c.stderr, "");
+    // Named, it is used.
+    let r = run_in(&deep, &["--store", s.to_str().unwrap(), "ls"], &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("theirs"), "{}", r.stdout);
+}
+
+#[test]
 fn without_a_store_one_error_names_init_store_and_the_variable() {
     let dir = tempfile::tempdir().unwrap();
     for args in [&["ls"][..], &["log"], &["gc"], &["fsck"], &["rm", "x"]] {
