@@ -257,6 +257,36 @@ fn gc_prune_repack_reindex_and_merge_base_speak_json() {
 }
 
 #[test]
+fn graph_speaks_json() {
+    let (_d, s) = two_conversations();
+    let v = json(&ok(&s, &["graph", "--json"], None));
+    let nodes = v.as_array().unwrap();
+    assert_eq!(nodes.len(), 3, "{v}");
+    let fix = ok(&s, &["rev-parse", "fix", "fix~1", "alt"], None);
+    let ids: Vec<&str> = fix.lines().collect();
+    let node = |id: &str| nodes.iter().find(|n| n["id"] == id).unwrap().clone();
+    assert_eq!(node(ids[0])["parents"], json(&format!("[\"{}\"]", ids[1])));
+    assert!(node(ids[0])["refs"]
+        .as_array()
+        .unwrap()
+        .contains(&json("\"refs/heads/fix\"")));
+    assert!(node(ids[2])["refs"]
+        .as_array()
+        .unwrap()
+        .contains(&json("\"refs/heads/alt\"")));
+    // Never a session before its descendants.
+    let pos = |id: &str| nodes.iter().position(|n| n["id"] == id).unwrap();
+    assert!(pos(ids[0]) < pos(ids[1]) && pos(ids[2]) < pos(ids[1]));
+    // From REVs, as text and dot are.
+    let only = json(&ok(&s, &["graph", "--json", "alt"], None));
+    assert_eq!(only.as_array().unwrap().len(), 2, "{only}");
+    assert_eq!(
+        sessctl(&s, &["graph", "--json", "--format", "dot"], None).code,
+        2
+    );
+}
+
+#[test]
 fn clone_push_and_pull_speak_json_and_clone_prints_one_summary() {
     let (d, a) = two_conversations();
     let b = d.path().join("b");
