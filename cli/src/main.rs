@@ -397,10 +397,13 @@ fn main() -> ExitCode {
         use std::io::IsTerminal;
         let tty = std::io::stdout().is_terminal();
         paint::set_enabled(paint::decide(cli.color, tty));
-        let pages = matches!(
-            cli.command,
-            Command::Log(_) | Command::Show(_) | Command::Diff(_)
-        );
+        // JSON is for programs: never paged.
+        let pages = match &cli.command {
+            Command::Log(a) => !a.json,
+            Command::Show(a) => !a.json,
+            Command::Diff(a) => !a.json,
+            _ => false,
+        };
         if let Some(cmd) = pager::command().filter(|_| pages && tty && !cli.no_pager) {
             pager::want(cmd);
         }
@@ -452,6 +455,10 @@ fn main() -> ExitCode {
         Command::Stats(args) => search::stats(&ctx, args),
     };
     pager::finish();
+    if pager::interrupted() {
+        // Ctrl-C while paging: the pager is gone now; exit as killed by it.
+        return ExitCode::from(130);
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => report(e),

@@ -762,6 +762,64 @@ fn on_a_terminal_log_show_and_diff_are_paged_and_coloured() {
     assert!(term.starts_with("sessctl: "), "{term:?}");
 }
 
+#[test]
+fn ctrl_c_while_paging_waits_for_the_pager_and_json_is_never_paged() {
+    if !have_script() {
+        eprintln!("skipped: no `script` to give sessctl a terminal");
+        return;
+    }
+    let (d, s) = two_conversations();
+    // A pager that, like less, survives Ctrl-C, sends one to the terminal's
+    // foreground processes (sessctl among them), then reads all it is given
+    // and only later exits, leaving a mark.
+    let marker = d.path().join("pager-exited");
+    let pager = d.path().join("interrupting-pager.sh");
+    std::fs::write(
+        &pager,
+        format!(
+            "#!/bin/sh\ntrap '' INT QUIT\nkill -INT 0\ncat > /dev/null\nsleep 1\ntouch '{}'\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&pager, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // `exec`: no shell between the terminal and sessctl, or sessctl and
+    // its pager, to take the interrupt in their place.
+    let line = format!(
+        "exec '{}' --store '{}' log --all",
+        env!("CARGO_BIN_EXE_sessctl"),
+        s.display()
+    );
+    let out = Command::new("script")
+        .current_dir(d.path())
+        .args(["-qec", &line, "/dev/null"])
+        .env_remove("SESSCTL_STORE")
+        .env_remove("SESSCTL_PAGER")
+        .env("PAGER", format!("exec '{}'", pager.display()))
+        .env("SHELL", "/bin/sh")
+        .env("TERM", "xterm")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    // sessctl exited only after its pager did, and as interrupted.
+    assert!(marker.exists(), "sessctl left its pager running: {out:?}");
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+
+    // JSON goes straight to the terminal, never through a pager.
+    let (pager, paged) = fake_pager(d.path());
+    for args in [
+        &["log", "--json"][..],
+        &["show", "fix", "--json"],
+        &["diff", "fix", "alt", "--json"],
+        &["graph", "--json"],
+    ] {
+        let term = run_on_terminal(d.path(), &s, args, &[("PAGER", &pager)]);
+        assert!(!paged.exists(), "{args:?} was paged");
+        json(term.trim());
+    }
+}
+
 fn strip_ansi(s: &str) -> String {
     let mut out = String::new();
     let mut it = s.chars().peekable();

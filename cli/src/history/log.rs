@@ -27,7 +27,7 @@ pub struct LogArgs {
     /// conversation_name, status, created_at, messages, title, usage,
     /// summary and refs.
     #[arg(long, conflicts_with_all = ["oneline", "graph"])]
-    json: bool,
+    pub(crate) json: bool,
     /// Only sessions whose title or added messages (their text, tool calls
     /// and results) match this regular expression.
     #[arg(long, value_name = "PATTERN")]
