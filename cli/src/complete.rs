@@ -65,6 +65,28 @@ pub fn conversations() -> Vec<CompletionCandidate> {
         .collect()
 }
 
+/// Archived conversations' names, as `unarchive` takes them.
+pub fn archived() -> Vec<CompletionCandidate> {
+    refs()
+        .into_iter()
+        .filter_map(|n| match n {
+            RefName::Archived(c) => Some(CompletionCandidate::new(c)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Tags' names.
+pub fn tags() -> Vec<CompletionCandidate> {
+    refs()
+        .into_iter()
+        .filter_map(|n| match n {
+            RefName::Tag(t) => Some(CompletionCandidate::new(t)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// What a revision most often starts with: HEAD, conversations,
 /// `archive/NAME` and tags.
 pub fn revisions() -> Vec<CompletionCandidate> {

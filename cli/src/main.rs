@@ -86,7 +86,7 @@ enum Command {
     /// Move a conversation to refs/archive/ (it stays readable).
     Archive(conversations::NameArgs),
     /// Move an archived conversation back to refs/heads/.
-    Unarchive(conversations::NameArgs),
+    Unarchive(conversations::ArchivedNameArgs),
     /// Delete a conversation's ref and record (its objects stay for gc).
     Rm(conversations::NameArgs),
     /// List conversations, most recently active first.

@@ -477,6 +477,30 @@ fn completion_offers_the_stores_conversation_names_and_format_values() {
 }
 
 #[test]
+fn completion_offers_the_right_names_to_every_verb_that_takes_one() {
+    let (d, s) = two_conversations();
+    ok(&s, &["archive", "alt"], None);
+    ok(&s, &["tag", "golden", "fix~1"], None);
+    let env = [("SESSCTL_STORE", s.to_str().unwrap())];
+    let c = |line: &[&str]| complete(d.path(), line, &env);
+    // unarchive takes an archived conversation; archive and rm live ones.
+    assert_eq!(c(&["unarchive", ""]), ["alt"]);
+    assert_eq!(c(&["archive", ""]), ["fix"]);
+    assert_eq!(c(&["rm", ""]), ["fix"]);
+    assert_eq!(c(&["merge", "f"]), ["fix"]);
+    assert_eq!(c(&["merge", "fix", "arch"]), ["archive/alt"]);
+    assert_eq!(c(&["reset", "f"]), ["fix"]);
+    assert_eq!(c(&["reset", "fix", "gol"]), ["golden"]);
+    assert_eq!(c(&["rename", "f"]), ["fix"]);
+    assert_eq!(c(&["tag", "-d", "g"]), ["golden"]);
+    assert_eq!(c(&["tag", "new", "f"]), ["fix"]);
+    assert_eq!(c(&["grep", "x", "gol"]), ["golden"]);
+    assert_eq!(c(&["stats", "arch"]), ["archive/alt"]);
+    assert_eq!(c(&["redact", "x", "f"]), ["fix"]);
+    assert_eq!(c(&["reflog", "expire", "HE"]), ["HEAD"]);
+}
+
+#[test]
 fn the_completion_script_asks_the_binary() {
     let dir = tempfile::tempdir().unwrap();
     for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
