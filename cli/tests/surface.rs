@@ -102,6 +102,18 @@ fn the_store_is_found_in_a_parent_directory_as_git_finds_dot_git() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(json(&r.stdout), json("[]"));
 
+    // Not inside a store's own directory.
+    let journal = s.join("journal");
+    let r = run_in(&journal, &["init"], &[]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr
+            .starts_with("sessctl: .sessctl is inside the store "),
+        "{}",
+        r.stderr
+    );
+    assert!(!journal.join(".sessctl").exists());
+
     // --store and SESSCTL_STORE still win over discovery.
     let r = run_in(
         &deep,
