@@ -1,5 +1,5 @@
 //! Dynamic shell completion: the shell asks the binary itself
-//! (`COMPLETE=bash sessctl -- sessctl log f<TAB>`), so that conversation
+//! (`SESSCTL_COMPLETE=bash sessctl -- sessctl log f<TAB>`), so that conversation
 //! names come from the store and the values of `--from` and `--format` from
 //! the formats this binary knows. `sessctl completions SHELL` prints the
 //! small script that wires a shell to it.
@@ -16,7 +16,9 @@ use sessctl_store::import::Format;
 use sessctl_store::{OpenOptions, RefName, Store};
 
 /// The variable that turns a run into a completion request.
-pub const VAR: &str = "COMPLETE";
+/// Namespaced: a `COMPLETE` set for another program must not turn every
+/// run (a hook above all) into a completion.
+pub const VAR: &str = "SESSCTL_COMPLETE";
 
 /// The store named on the line being completed (`--store DIR`,
 /// `--store=DIR`), else `SESSCTL_STORE`, else the nearest `.sessctl`.
@@ -34,7 +36,7 @@ fn store_path() -> Option<PathBuf> {
     if let Some(s) = std::env::var_os("SESSCTL_STORE").filter(|s| !s.is_empty()) {
         return Some(PathBuf::from(s));
     }
-    crate::discover_store(&std::env::current_dir().ok()?)
+    crate::discover_store(&std::env::current_dir().ok()?, false)
 }
 
 /// Every ref of the store, or none when it cannot be read.
@@ -58,6 +60,28 @@ pub fn conversations() -> Vec<CompletionCandidate> {
         .into_iter()
         .filter_map(|n| match n {
             RefName::Conversation(c) => Some(CompletionCandidate::new(c)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Archived conversations' names, as `unarchive` takes them.
+pub fn archived() -> Vec<CompletionCandidate> {
+    refs()
+        .into_iter()
+        .filter_map(|n| match n {
+            RefName::Archived(c) => Some(CompletionCandidate::new(c)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Tags' names.
+pub fn tags() -> Vec<CompletionCandidate> {
+    refs()
+        .into_iter()
+        .filter_map(|n| match n {
+            RefName::Tag(t) => Some(CompletionCandidate::new(t)),
             _ => None,
         })
         .collect()

@@ -465,7 +465,17 @@ pub fn archive(ctx: &Ctx, args: NameArgs) -> CmdResult {
     Ok(())
 }
 
-pub fn unarchive(ctx: &Ctx, args: NameArgs) -> CmdResult {
+/// `unarchive`'s argument: an archived conversation.
+#[derive(Debug, Args)]
+pub struct ArchivedNameArgs {
+    /// The archived conversation.
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::complete::archived))]
+    conv: String,
+    #[arg(long, help = NO_SYNC_HELP)]
+    no_sync: bool,
+}
+
+pub fn unarchive(ctx: &Ctx, args: ArchivedNameArgs) -> CmdResult {
     ctx.open_store()?
         .unarchive(&args.conv, durability(args.no_sync))?;
     Ok(())

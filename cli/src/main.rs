@@ -86,7 +86,7 @@ enum Command {
     /// Move a conversation to refs/archive/ (it stays readable).
     Archive(conversations::NameArgs),
     /// Move an archived conversation back to refs/heads/.
-    Unarchive(conversations::NameArgs),
+    Unarchive(conversations::ArchivedNameArgs),
     /// Delete a conversation's ref and record (its objects stay for gc).
     Rm(conversations::NameArgs),
     /// List conversations, most recently active first.
@@ -235,11 +235,47 @@ pub struct Ctx {
 const STORE_DIR: &str = ".sessctl";
 
 /// The nearest `.sessctl` holding a store, in `dir` or a parent, as git
-/// looks for `.git`: a `.sessctl` without a FORMAT file is not one.
-fn discover_store(dir: &std::path::Path) -> Option<PathBuf> {
-    dir.ancestors()
-        .map(|d| d.join(STORE_DIR))
-        .find(|s| s.join("FORMAT").is_file())
+/// looks for `.git`: a `.sessctl` without a FORMAT file is not one. A store
+/// whose directory another user owns is passed over (see [`owned_here`]);
+/// with `warn`, one line on stderr names it.
+fn discover_store(dir: &std::path::Path, warn: bool) -> Option<PathBuf> {
+    discover_store_as(dir, effective_uid(), warn)
+}
+
+/// This process's effective user id.
+fn effective_uid() -> u32 {
+    // SAFETY: geteuid takes nothing, touches no memory and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// [`discover_store`] for the user `euid`.
+fn discover_store_as(dir: &std::path::Path, euid: u32, warn: bool) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    for store in dir.ancestors().map(|d| d.join(STORE_DIR)) {
+        if !store.join("FORMAT").is_file() {
+            continue;
+        }
+        let owner = std::fs::metadata(&store).map(|m| m.uid()).ok();
+        if owned_here(owner, euid) {
+            return Some(store);
+        }
+        if warn {
+            eprintln!(
+                "sessctl: warning: skipping {}: owned by another user (give --store to use it)",
+                store.display()
+            );
+        }
+    }
+    None
+}
+
+/// Whether a store found by discovery, whose directory `owner` owns, is
+/// this user's: another user's `.sessctl` in a shared parent (a
+/// world-writable /tmp) would otherwise receive this user's transcripts, the
+/// hole git closed for `.git` (CVE-2022-24765). `--store` and
+/// `SESSCTL_STORE` name a store whoever owns it.
+fn owned_here(owner: Option<u32>, euid: u32) -> bool {
+    owner == Some(euid)
 }
 
 impl Ctx {
@@ -349,7 +385,7 @@ fn main() -> ExitCode {
         None if matches!(cli.command, Command::Init) => (PathBuf::from(STORE_DIR), false),
         None => match std::env::current_dir()
             .ok()
-            .and_then(|d| discover_store(&d))
+            .and_then(|d| discover_store(&d, true))
         {
             Some(s) => (s, false),
             None => (PathBuf::from(STORE_DIR), true),
@@ -364,10 +400,13 @@ fn main() -> ExitCode {
         use std::io::IsTerminal;
         let tty = std::io::stdout().is_terminal();
         paint::set_enabled(paint::decide(cli.color, tty));
-        let pages = matches!(
-            cli.command,
-            Command::Log(_) | Command::Show(_) | Command::Diff(_)
-        );
+        // JSON is for programs: never paged.
+        let pages = match &cli.command {
+            Command::Log(a) => !a.json,
+            Command::Show(a) => !a.json,
+            Command::Diff(a) => !a.json,
+            _ => false,
+        };
         if let Some(cmd) = pager::command().filter(|_| pages && tty && !cli.no_pager) {
             pager::want(cmd);
         }
@@ -419,6 +458,10 @@ fn main() -> ExitCode {
         Command::Stats(args) => search::stats(&ctx, args),
     };
     pager::finish();
+    if pager::interrupted() {
+        // Ctrl-C while paging: the pager is gone now; exit as killed by it.
+        return ExitCode::from(130);
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => report(e),
@@ -431,7 +474,7 @@ fn hook_invocation() -> bool {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--store" | "--wait" => {
+            "--store" | "--wait" | "--color" => {
                 args.next();
             }
             a if a.starts_with('-') => {}
@@ -493,4 +536,26 @@ fn report(e: CommandError) -> ExitCode {
     let code = if not_a_no && code == 1 { 2 } else { code };
     eprintln!("sessctl: {msg}");
     ExitCode::from(code)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+    use super::*;
+
+    #[test]
+    fn discovery_passes_over_a_store_another_user_owns() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join(STORE_DIR);
+        std::fs::create_dir_all(&store).unwrap();
+        std::fs::write(store.join("FORMAT"), "1\n").unwrap();
+        let deep = dir.path().join("a/b");
+        std::fs::create_dir_all(&deep).unwrap();
+        let me = effective_uid();
+        assert_eq!(discover_store_as(&deep, me, false), Some(store.clone()));
+        assert_eq!(discover_store_as(&deep, me.wrapping_add(1), false), None);
+        assert!(owned_here(Some(7), 7));
+        assert!(!owned_here(Some(7), 8));
+        assert!(!owned_here(None, 7));
+    }
 }

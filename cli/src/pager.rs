@@ -8,10 +8,16 @@
 //! The pager starts at the first byte written ([`Sink`]), so that a
 //! command that fails before printing anything shows its error without
 //! one; [`finish`] closes its input and waits for the person to quit it.
+//!
+//! Once the pager runs, Ctrl-C (SIGINT) and SIGQUIT no longer end sessctl,
+//! as git does: the pager owns the terminal and takes them itself, and a
+//! sessctl that died would leave it behind. sessctl stops writing instead,
+//! closes the pager's input, waits for it to exit, and exits 130.
 
 use std::io::{self, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The pager's state in this process.
 enum State {
@@ -26,6 +32,25 @@ enum State {
 }
 
 static STATE: Mutex<State> = Mutex::new(State::Off);
+
+/// Set when SIGINT or SIGQUIT arrived while the pager ran.
+static INTERRUPTED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+
+/// Whether an interrupt arrived while the pager ran: the command's output
+/// was cut short, and sessctl exits 130 once the pager is gone.
+pub fn interrupted() -> bool {
+    INTERRUPTED.get().is_some_and(|f| f.load(Ordering::Relaxed))
+}
+
+/// From now on SIGINT and SIGQUIT only set [`INTERRUPTED`].
+fn catch_interrupts() {
+    let flag = INTERRUPTED.get_or_init(|| Arc::new(AtomicBool::new(false)));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGQUIT] {
+        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(flag)) {
+            eprintln!("sessctl: warning: cannot catch signal {sig}: {e}");
+        }
+    }
+}
 
 /// The pager command to run, or None for none: `SESSCTL_PAGER`, `PAGER`,
 /// `less -FRX`.
@@ -93,7 +118,10 @@ impl Write for Sink {
             .map_err(|_| io::Error::other("the pager's state is poisoned"))?;
         if let State::Wanted(cmd) = &*state {
             *state = match spawn(cmd) {
-                Ok((stdin, child)) => State::Running(stdin, child),
+                Ok((stdin, child)) => {
+                    catch_interrupts();
+                    State::Running(stdin, child)
+                }
                 Err(e) => {
                     eprintln!("sessctl: warning: cannot run the pager '{cmd}': {e}");
                     State::Done
@@ -101,6 +129,8 @@ impl Write for Sink {
             };
         }
         match &mut *state {
+            // Interrupted: write nothing more, as a pager that quit would.
+            State::Running(..) if interrupted() => Err(io::ErrorKind::BrokenPipe.into()),
             State::Running(stdin, _) => stdin.write(buf),
             _ => io::stdout().lock().write(buf),
         }

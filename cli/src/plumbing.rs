@@ -12,6 +12,21 @@ use crate::output::print;
 use crate::{CmdResult, CommandError, Ctx};
 
 pub fn init(ctx: &Ctx) -> CmdResult {
+    // `cd .sessctl/journal && sessctl init` would nest a store in a store's
+    // own files, where gc and repack do not expect one.
+    let target = std::env::current_dir()?.join(&ctx.store);
+    if let Some(outer) = target
+        .parent()
+        .into_iter()
+        .flat_map(std::path::Path::ancestors)
+        .find(|a| sessctl_store::odb::check_format(a).is_ok())
+    {
+        return Err(CommandError::Failed(format!(
+            "{} is inside the store {}: create a store elsewhere",
+            ctx.store.display(),
+            outer.display()
+        )));
+    }
     init_layout(&ctx.store)?;
     print(&format!(
         "Initialized empty sessctl store in {}\n",

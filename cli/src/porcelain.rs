@@ -20,11 +20,11 @@ use crate::{CmdResult, CommandError, Ctx};
 #[derive(Debug, Args)]
 pub struct MergeArgs {
     /// The conversation to merge into: the new session continues its head.
-    #[arg(value_name = "CONV")]
+    #[arg(value_name = "CONV", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::conversations))]
     conv: String,
     /// The session to merge (a conversation, tag, id, HEAD~2, ...): it
     /// becomes the new session's second parent.
-    #[arg(value_name = "REV")]
+    #[arg(value_name = "REV", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     rev: String,
     /// A JSON array of the messages the merge session adds ("-" for
     /// standard input); default: none.
@@ -91,10 +91,10 @@ pub fn merge(ctx: &Ctx, args: MergeArgs) -> CmdResult {
 )]
 pub struct TagArgs {
     /// The tag's name; without it, list the tags.
-    #[arg(value_name = "NAME")]
+    #[arg(value_name = "NAME", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::tags))]
     name: Option<String>,
     /// The session to tag (default: HEAD).
-    #[arg(value_name = "REV")]
+    #[arg(value_name = "REV", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     rev: Option<String>,
     /// Delete the tag NAME.
     #[arg(short = 'd', long, conflicts_with_all = ["rev", "force"])]
@@ -158,7 +158,7 @@ pub fn tag(ctx: &Ctx, args: TagArgs) -> CmdResult {
 #[derive(Debug, Args)]
 pub struct RenameArgs {
     /// The conversation to rename (live or archived).
-    #[arg(value_name = "OLD")]
+    #[arg(value_name = "OLD", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::conversations))]
     old: String,
     /// Its new name; no conversation may have it.
     #[arg(value_name = "NEW")]
@@ -178,10 +178,10 @@ pub fn rename(ctx: &Ctx, args: RenameArgs) -> CmdResult {
 #[derive(Debug, Args)]
 pub struct ResetArgs {
     /// The conversation to move.
-    #[arg(value_name = "CONV")]
+    #[arg(value_name = "CONV", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::conversations))]
     conv: String,
     /// The session it is to be at (fix~2, fix@{1}, a tag, an id, ...).
-    #[arg(value_name = "REV")]
+    #[arg(value_name = "REV", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     rev: String,
     /// Print {"conversation", "old", "new"} as JSON.
     #[arg(long)]

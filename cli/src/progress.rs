@@ -4,8 +4,8 @@
 //! `indicatif`: `import: reading files [=====>    ] 120/400 35/s 2s`, or
 //! when the total is not known a spinner, the count so far and its rate. When
 //! stderr is not a terminal nothing is drawn at all, so pipes and scripts
-//! see exactly what they always did. Each line is cut to the terminal's
-//! width and cleared when the command ends: no redraw debris.
+//! see exactly what they always did. A line wider than the terminal wraps
+//! (nothing cuts it); the bar is cleared when the command ends.
 
 use std::io::IsTerminal;
 use std::time::Duration;

@@ -73,7 +73,7 @@ pub struct ExpireArgs {
     #[arg(long)]
     all: bool,
     /// HEAD, a full ref name or a conversation name.
-    #[arg(value_name = "REF")]
+    #[arg(value_name = "REF", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::ref_names))]
     name: Option<String>,
     /// Say what would expire; change nothing.
     #[arg(short = 'n', long)]
@@ -210,7 +210,7 @@ pub struct RedactArgs {
     replace: String,
     /// Conversations, archived conversations, tags, full ref names or HEAD
     /// to rewrite (default: every ref).
-    #[arg(value_name = "REV")]
+    #[arg(value_name = "REV", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     revs: Vec<String>,
     /// Match case-insensitively.
     #[arg(short = 'i', long)]

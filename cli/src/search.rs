@@ -66,7 +66,7 @@ pub struct GrepArgs {
     pattern: String,
     /// Where to search: the message history of each revision (conversation
     /// names, tags, ids, fix~2). Default: every active conversation.
-    #[arg(value_name = "REV")]
+    #[arg(value_name = "REV", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     revs: Vec<String>,
     /// Without REV: archived conversations too.
     #[arg(long, conflicts_with = "revs")]
@@ -245,7 +245,7 @@ pub struct StatsArgs {
     /// Count the sessions these revisions reach (conversation names, tags,
     /// ids). Default: every ref and HEAD, archived conversations and
     /// imported subagents included.
-    #[arg(value_name = "REV")]
+    #[arg(value_name = "REV", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     revs: Vec<String>,
     /// Group the totals: conversation, model, day or source.
     #[arg(long, value_enum, value_name = "KEY")]

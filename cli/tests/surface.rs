@@ -102,6 +102,18 @@ fn the_store_is_found_in_a_parent_directory_as_git_finds_dot_git() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(json(&r.stdout), json("[]"));
 
+    // Not inside a store's own directory.
+    let journal = s.join("journal");
+    let r = run_in(&journal, &["init"], &[]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr
+            .starts_with("sessctl: .sessctl is inside the store "),
+        "{}",
+        r.stderr
+    );
+    assert!(!journal.join(".sessctl").exists());
+
     // --store and SESSCTL_STORE still win over discovery.
     let r = run_in(
         &deep,
@@ -119,6 +131,52 @@ fn the_store_is_found_in_a_parent_directory_as_git_finds_dot_git() {
     let r = run_in(&deep, &["ls", "--json"], &[("SESSCTL_STORE", "")]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(json(&r.stdout), json("[]"));
+}
+
+#[test]
+fn discovery_skips_a_store_another_user_owns_unless_it_is_named() {
+    // Only root can give a directory to another user; the decision itself
+    // is unit-tested in main.rs.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: not root, cannot chown a store to another user");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(run_in(dir.path(), &["init"], &[]).code, 0);
+    let s = dir.path().join(".sessctl");
+    ok(
+        &s,
+        &["commit", "--new", "theirs", "--messages", "-"],
+        Some(TURN),
+    );
+    let deep = dir.path().join("work");
+    std::fs::create_dir_all(&deep).unwrap();
+    let c = std::ffi::CString::new(s.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+
+    let r = run_in(&deep, &["ls"], &[]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert_eq!(
+        r.stderr.lines().next().unwrap(),
+        format!(
+            "sessctl: warning: skipping {}: owned by another user (give --store to use it)",
+            s.display()
+        )
+    );
+    assert!(r.stderr.contains("not in a sessctl store"), "{}", r.stderr);
+    // Its conversations are not offered either.
+    let c = run_in(
+        &deep,
+        &["--", "sessctl", "log", "th"],
+        &[("SESSCTL_COMPLETE", "fish")],
+    );
+    assert_eq!(c.code, 0, "{}", c.stderr);
+    assert!(!c.stdout.contains("theirs"), "{}", c.stdout);
+    assert_eq!(c.stderr, "");
+    // Named, it is used.
+    let r = run_in(&deep, &["--store", s.to_str().unwrap(), "ls"], &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("theirs"), "{}", r.stdout);
 }
 
 #[test]
@@ -208,6 +266,36 @@ fn gc_prune_repack_reindex_and_merge_base_speak_json() {
     );
     let ls = json(&ok(&s, &["ls", "--json"], None));
     assert_eq!(ls.as_array().unwrap().len(), 1, "{ls}");
+}
+
+#[test]
+fn graph_speaks_json() {
+    let (_d, s) = two_conversations();
+    let v = json(&ok(&s, &["graph", "--json"], None));
+    let nodes = v.as_array().unwrap();
+    assert_eq!(nodes.len(), 3, "{v}");
+    let fix = ok(&s, &["rev-parse", "fix", "fix~1", "alt"], None);
+    let ids: Vec<&str> = fix.lines().collect();
+    let node = |id: &str| nodes.iter().find(|n| n["id"] == id).unwrap().clone();
+    assert_eq!(node(ids[0])["parents"], json(&format!("[\"{}\"]", ids[1])));
+    assert!(node(ids[0])["refs"]
+        .as_array()
+        .unwrap()
+        .contains(&json("\"refs/heads/fix\"")));
+    assert!(node(ids[2])["refs"]
+        .as_array()
+        .unwrap()
+        .contains(&json("\"refs/heads/alt\"")));
+    // Never a session before its descendants.
+    let pos = |id: &str| nodes.iter().position(|n| n["id"] == id).unwrap();
+    assert!(pos(ids[0]) < pos(ids[1]) && pos(ids[2]) < pos(ids[1]));
+    // From REVs, as text and dot are.
+    let only = json(&ok(&s, &["graph", "--json", "alt"], None));
+    assert_eq!(only.as_array().unwrap().len(), 2, "{only}");
+    assert_eq!(
+        sessctl(&s, &["graph", "--json", "--format", "dot"], None).code,
+        2
+    );
 }
 
 #[test]
@@ -328,7 +416,7 @@ fn compact_speaks_json() {
 fn complete(dir: &Path, line: &[&str], env: &[(&str, &str)]) -> Vec<String> {
     let mut args = vec!["--", "sessctl"];
     args.extend_from_slice(line);
-    let mut all = vec![("COMPLETE", "fish")];
+    let mut all = vec![("SESSCTL_COMPLETE", "fish")];
     all.extend_from_slice(env);
     let r = run_in(dir, &args, &all);
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -401,13 +489,73 @@ fn completion_offers_the_stores_conversation_names_and_format_values() {
 }
 
 #[test]
+fn completion_offers_the_right_names_to_every_verb_that_takes_one() {
+    let (d, s) = two_conversations();
+    ok(&s, &["archive", "alt"], None);
+    ok(&s, &["tag", "golden", "fix~1"], None);
+    let env = [("SESSCTL_STORE", s.to_str().unwrap())];
+    let c = |line: &[&str]| complete(d.path(), line, &env);
+    // unarchive takes an archived conversation; archive and rm live ones.
+    assert_eq!(c(&["unarchive", ""]), ["alt"]);
+    assert_eq!(c(&["archive", ""]), ["fix"]);
+    assert_eq!(c(&["rm", ""]), ["fix"]);
+    assert_eq!(c(&["merge", "f"]), ["fix"]);
+    assert_eq!(c(&["merge", "fix", "arch"]), ["archive/alt"]);
+    assert_eq!(c(&["reset", "f"]), ["fix"]);
+    assert_eq!(c(&["reset", "fix", "gol"]), ["golden"]);
+    assert_eq!(c(&["rename", "f"]), ["fix"]);
+    assert_eq!(c(&["tag", "-d", "g"]), ["golden"]);
+    assert_eq!(c(&["tag", "new", "f"]), ["fix"]);
+    assert_eq!(c(&["grep", "x", "gol"]), ["golden"]);
+    assert_eq!(c(&["stats", "arch"]), ["archive/alt"]);
+    assert_eq!(c(&["redact", "x", "f"]), ["fix"]);
+    assert_eq!(c(&["reflog", "expire", "HE"]), ["HEAD"]);
+}
+
+#[test]
 fn the_completion_script_asks_the_binary() {
     let dir = tempfile::tempdir().unwrap();
     for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
         let r = run_in(dir.path(), &["completions", shell], &[]);
         assert_eq!(r.code, 0, "{shell}: {}", r.stderr);
-        assert!(r.stdout.contains("COMPLETE"), "{shell}: {}", r.stdout);
+        assert!(
+            r.stdout.contains("SESSCTL_COMPLETE"),
+            "{shell}: {}",
+            r.stdout
+        );
         assert!(r.stdout.contains("sessctl"), "{shell}: {}", r.stdout);
+    }
+}
+
+#[test]
+fn a_foreign_complete_variable_changes_nothing_and_hook_never_exits_2() {
+    let (d, s) = two_conversations();
+    let sp = s.to_str().unwrap();
+    for v in ["1", "bash", "fish"] {
+        let r = run_in(
+            d.path(),
+            &["ls", "--json"],
+            &[("COMPLETE", v), ("SESSCTL_STORE", sp)],
+        );
+        assert_eq!(r.code, 0, "COMPLETE={v}: {r:?}");
+        assert_eq!(json(&r.stdout).as_array().unwrap().len(), 2, "{v}");
+        let r = run_in(
+            d.path(),
+            &["hook", "claude-code", "--bogus"],
+            &[("COMPLETE", v), ("SESSCTL_STORE", sp)],
+        );
+        assert_eq!(r.code, 1, "COMPLETE={v}: {r:?}");
+    }
+    // A refused hook line exits 1 whatever global flags come first.
+    for pre in [
+        &["--color", "never"][..],
+        &["--color=never"],
+        &["--wait", "1", "--color", "always", "--no-pager"],
+    ] {
+        let mut args = pre.to_vec();
+        args.extend_from_slice(&["hook", "claude-code", "--bogus"]);
+        let r = run_in(d.path(), &args, &[("SESSCTL_STORE", sp)]);
+        assert_eq!(r.code, 1, "{args:?}: {r:?}");
     }
 }
 
@@ -648,6 +796,64 @@ fn on_a_terminal_log_show_and_diff_are_paged_and_coloured() {
     let term = run_on_terminal(d.path(), &s, &["show", "nope"], &[("PAGER", &pager)]);
     assert!(!paged.exists());
     assert!(term.starts_with("sessctl: "), "{term:?}");
+}
+
+#[test]
+fn ctrl_c_while_paging_waits_for_the_pager_and_json_is_never_paged() {
+    if !have_script() {
+        eprintln!("skipped: no `script` to give sessctl a terminal");
+        return;
+    }
+    let (d, s) = two_conversations();
+    // A pager that, like less, survives Ctrl-C, sends one to the terminal's
+    // foreground processes (sessctl among them), then reads all it is given
+    // and only later exits, leaving a mark.
+    let marker = d.path().join("pager-exited");
+    let pager = d.path().join("interrupting-pager.sh");
+    std::fs::write(
+        &pager,
+        format!(
+            "#!/bin/sh\ntrap '' INT QUIT\nkill -INT 0\ncat > /dev/null\nsleep 1\ntouch '{}'\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&pager, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // `exec`: no shell between the terminal and sessctl, or sessctl and
+    // its pager, to take the interrupt in their place.
+    let line = format!(
+        "exec '{}' --store '{}' log --all",
+        env!("CARGO_BIN_EXE_sessctl"),
+        s.display()
+    );
+    let out = Command::new("script")
+        .current_dir(d.path())
+        .args(["-qec", &line, "/dev/null"])
+        .env_remove("SESSCTL_STORE")
+        .env_remove("SESSCTL_PAGER")
+        .env("PAGER", format!("exec '{}'", pager.display()))
+        .env("SHELL", "/bin/sh")
+        .env("TERM", "xterm")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    // sessctl exited only after its pager did, and as interrupted.
+    assert!(marker.exists(), "sessctl left its pager running: {out:?}");
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+
+    // JSON goes straight to the terminal, never through a pager.
+    let (pager, paged) = fake_pager(d.path());
+    for args in [
+        &["log", "--json"][..],
+        &["show", "fix", "--json"],
+        &["diff", "fix", "alt", "--json"],
+        &["graph", "--json"],
+    ] {
+        let term = run_on_terminal(d.path(), &s, args, &[("PAGER", &pager)]);
+        assert!(!paged.exists(), "{args:?} was paged");
+        json(term.trim());
+    }
 }
 
 fn strip_ansi(s: &str) -> String {

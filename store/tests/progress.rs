@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 use sessctl_store::gc::GcOptions;
-use sessctl_store::import::{import_paths, Format, ImportOptions};
+use sessctl_store::import::{import_paths, import_paths_as, Format, ImportOptions};
 use sessctl_store::odb::RepackOptions;
 use sessctl_store::progress::Progress;
 use sessctl_store::remote::clone_with;
@@ -105,13 +105,34 @@ fn import_reports_files_read_of_all_and_conversations_written() {
         progress: Some(rec.clone()),
         ..ImportOptions::default()
     };
-    let r = import_paths(&store, Format::OpenAi, &[files], &opts).unwrap();
+    let r = import_paths(&store, Format::OpenAi, std::slice::from_ref(&files), &opts).unwrap();
     assert_eq!(r.files, 3);
     assert_eq!(
         rec.take(),
         [
             phase("reading files", Some(3), 3),
-            phase("importing conversations", Some(3), 3),
+            phase("importing files", Some(3), 3),
+        ]
+    );
+
+    // Files of several formats: still one count over the whole import.
+    std::fs::write(
+        files.join("cc.jsonl"),
+        format!(
+            "{}\n",
+            json!({"type": "user", "uuid": "u1", "parentUuid": null, "sessionId": "cc",
+                   "timestamp": "2025-01-01T00:00:00Z",
+                   "message": {"role": "user", "content": "hi"}})
+        ),
+    )
+    .unwrap();
+    let r = import_paths_as(&store, None, &[files], &opts).unwrap();
+    assert_eq!(r.files, 4);
+    assert_eq!(
+        rec.take(),
+        [
+            phase("reading files", Some(4), 4),
+            phase("importing files", Some(4), 4),
         ]
     );
 }

@@ -27,7 +27,7 @@ pub struct LogArgs {
     /// conversation_name, status, created_at, messages, title, usage,
     /// summary and refs.
     #[arg(long, conflicts_with_all = ["oneline", "graph"])]
-    json: bool,
+    pub(crate) json: bool,
     /// Only sessions whose title or added messages (their text, tool calls
     /// and results) match this regular expression.
     #[arg(long, value_name = "PATTERN")]
@@ -236,6 +236,11 @@ pub struct GraphArgs {
     /// text or dot.
     #[arg(long, value_enum, default_value = "text")]
     format: GraphFormat,
+    /// One JSON array, a node a session in log order (never a session
+    /// before its descendants): id, parents (the first parent first) and
+    /// refs (full names, HEAD first).
+    #[arg(long, conflicts_with = "format")]
+    json: bool,
     /// Where to start (default: every ref and HEAD).
     #[arg(value_name = "REV", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     revs: Vec<String>,
@@ -249,6 +254,19 @@ pub fn graph(ctx: &Ctx, args: GraphArgs) -> CmdResult {
     } else {
         resolve_all(&store, &args.revs)?
     };
+    if args.json {
+        let deco = Decorations::load(&store)?;
+        let mut nodes = Vec::new();
+        for node in TopoWalk::new(&store, &starts, Follow::All)? {
+            let n = node?;
+            nodes.push(json!({
+                "id": n.id.to_hex(),
+                "parents": hexes(&n.parents),
+                "refs": deco.refs(&n.id),
+            }));
+        }
+        return print(&format!("{}\n", Value::Array(nodes)));
+    }
     match args.format {
         GraphFormat::Text => write_log(
             &store,

@@ -13,7 +13,7 @@ pub struct ShowArgs {
     /// One JSON object: the session's JSON form plus conversation_name,
     /// refs, history_length and shown_messages ([{index, id, value}]).
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// How many lines of a tool result `show` prints.
@@ -275,7 +275,7 @@ pub struct DiffArgs {
     /// messages, only_in_a, only_in_b, and the changes to title, metadata
     /// and states ({path, op, old, new}).
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// What `diff` compares besides messages: the title, the metadata (named

@@ -417,10 +417,91 @@ pub fn import_paths_as(
             reason,
         });
     }
+    // One phase over every group, so that its count covers the whole
+    // import: each group's own count (conversations) is scaled to its share
+    // of the files.
+    let overall = opts.progress.clone().map(|inner| {
+        let files = groups.values().map(|g| g.len() as u64).sum();
+        inner.phase("importing files", Some(files));
+        std::sync::Arc::new(Overall {
+            inner,
+            state: std::sync::Mutex::new(OverallState::default()),
+        })
+    });
+    let mut group_opts = opts.clone();
+    if let Some(o) = &overall {
+        group_opts.progress = Some(o.clone());
+    }
     for (k, sources) in groups {
-        report = import_sources(store, Format::ALL[k], &sources, opts, report)?;
+        if let Some(o) = &overall {
+            o.next_group(sources.len() as u64);
+        }
+        report = import_sources(store, Format::ALL[k], &sources, &group_opts, report)?;
     }
     Ok(report)
+}
+
+/// See [`import_paths_as`]: one format group's progress, in files of the
+/// whole import.
+#[derive(Debug)]
+struct Overall {
+    inner: std::sync::Arc<dyn crate::progress::Progress>,
+    state: std::sync::Mutex<OverallState>,
+}
+
+#[derive(Debug, Default)]
+struct OverallState {
+    /// Files of the groups before this one.
+    base: u64,
+    /// This group's files.
+    files: u64,
+    /// This group's own total, and how much of it is done.
+    total: u64,
+    done: u64,
+    /// What the display shows.
+    shown: u64,
+}
+
+impl Overall {
+    /// The next group, of `files` files, begins: the last one is done.
+    fn next_group(&self, files: u64) {
+        if let Ok(mut s) = self.state.lock() {
+            s.base += s.files;
+            s.files = files;
+            s.total = 0;
+            s.done = 0;
+            self.show(&mut s);
+        }
+    }
+
+    fn show(&self, s: &mut OverallState) {
+        let within = (s.done.min(s.total) * s.files)
+            .checked_div(s.total)
+            .unwrap_or(0);
+        let target = s.base + within;
+        if target > s.shown {
+            self.inner.advance(target - s.shown);
+            s.shown = target;
+        }
+    }
+}
+
+impl crate::progress::Progress for Overall {
+    fn phase(&self, _name: &str, total: Option<u64>) {
+        // A retried batch starts its count again; the display never goes
+        // back.
+        if let Ok(mut s) = self.state.lock() {
+            s.total = total.unwrap_or(0);
+            s.done = 0;
+        }
+    }
+
+    fn advance(&self, n: u64) {
+        if let Ok(mut s) = self.state.lock() {
+            s.done += n;
+            self.show(&mut s);
+        }
+    }
 }
 
 /// What a file looks like.
