@@ -25,7 +25,8 @@ pub struct GcArgs {
     #[arg(long, value_name = "WHEN")]
     expire_reflog: Option<String>,
     /// With --dry-run: explain why the object ID is kept (the path from a
-    /// ref or ref-log entry to it), and do nothing else.
+    /// ref or ref-log entry to it), and do nothing else; with --json, as
+    /// {"id", "reachable", "path": [{"kind", ...}]}.
     #[arg(long, value_name = "ID", requires = "dry_run")]
     why: Option<String>,
     /// Print one JSON object: the counts, bytes and what went from each
@@ -50,7 +51,7 @@ pub fn gc(ctx: &Ctx, args: GcArgs) -> CmdResult {
         crate::purge::gc_expire_reflog(&store, w, args.dry_run, &mut opts)?;
     }
     if let Some(id) = &args.why {
-        return crate::purge::gc_why(&store, id, &opts);
+        return crate::purge::gc_why(&store, id, &opts, args.json);
     }
     let bar = crate::progress::Bar::new("gc");
     let r = store.gc_with(&opts, &bar);

@@ -170,9 +170,13 @@ pub fn check_expire_reflog(when: &str) -> CmdResult {
 }
 
 /// `gc --dry-run --why ID`: the path from a root to the object.
-pub fn gc_why(store: &Store, id: &str, opts: &GcOptions) -> CmdResult {
+pub fn gc_why(store: &Store, id: &str, opts: &GcOptions, json: bool) -> CmdResult {
     let id = store.odb().resolve(id)?;
-    let Some(steps) = store.why_reachable(&id, opts.reflog_expiry_ms)? else {
+    let steps = store.why_reachable(&id, opts.reflog_expiry_ms)?;
+    if json {
+        return print(&format!("{}\n", why_json(&id, steps.as_deref())));
+    }
+    let Some(steps) = steps else {
         return print(&format!(
             "{id} is unreachable: no ref, live ref-log entry or run reaches it, \
              so gc drops it once it is past the grace period\n"
@@ -194,6 +198,28 @@ pub fn gc_why(store: &Store, id: &str, opts: &GcOptions) -> CmdResult {
         out.push_str(&format!("{lead}{line}\n"));
     }
     print(&out)
+}
+
+/// `gc --dry-run --why ID --json`: `{"id", "reachable", "path"}`, the path
+/// a list of steps from the root that keeps the object (`kind` ref,
+/// reflog, session or blob; `via`: how the step before names it).
+fn why_json(id: &sessctl_store::ObjectId, steps: Option<&[WhyStep]>) -> serde_json::Value {
+    use serde_json::json;
+    let path: Vec<serde_json::Value> = steps
+        .unwrap_or_default()
+        .iter()
+        .map(|step| match step {
+            WhyStep::Ref(name) => json!({"kind": "ref", "name": name.to_string()}),
+            WhyStep::Reflog { name, op, time } => json!({
+                "kind": "reflog", "name": name.to_string(), "op": op, "time": time,
+            }),
+            WhyStep::Session { id, via } => {
+                json!({"kind": "session", "id": id.to_hex(), "via": via})
+            }
+            WhyStep::Blob { id, via } => json!({"kind": "blob", "id": id.to_hex(), "via": via}),
+        })
+        .collect();
+    json!({"id": id.to_hex(), "reachable": steps.is_some(), "path": path})
 }
 
 // ---- redact ----

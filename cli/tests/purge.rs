@@ -282,6 +282,18 @@ fn a_redacted_secret_leaves_no_byte_in_the_store() {
     let why = ok(&s, &["gc", "--dry-run", "--why", &leaking_blob], None);
     assert!(why.contains("is reachable"), "{why}");
     assert!(why.contains("ref-log entry of "), "{why}");
+    let why: serde_json::Value = serde_json::from_str(&ok(
+        &s,
+        &["gc", "--dry-run", "--why", &leaking_blob, "--json"],
+        None,
+    ))
+    .unwrap();
+    assert_eq!(why["reachable"], true, "{why}");
+    assert_eq!(why["path"][0]["kind"], "reflog", "{why}");
+    assert_eq!(
+        why["path"].as_array().unwrap().last().unwrap()["kind"],
+        "blob"
+    );
     assert!(ok(&s, &["cat-object", "-p", &leaking_blob], None).contains(SECRET));
 
     // Expire and prune: gone.
