@@ -46,6 +46,11 @@ fn fresh_uuid(v7: bool, seed: &ObjectId) -> String {
     b[6] = (b[6] & 0x0f) | if v7 { 0x70 } else { 0x40 };
     b[8] = (b[8] & 0x3f) | 0x80;
     let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    uuid_form(&hex)
+}
+
+/// The first 32 hex digits of `hex` in the 8-4-4-4-12 form of a UUID.
+fn uuid_form(hex: &str) -> String {
     format!(
         "{}-{}-{}-{}-{}",
         &hex[0..8],
@@ -203,14 +208,7 @@ impl Source {
 pub fn codex_text(store: &Store, id: ObjectId, source: &Source) -> CmdResult<String> {
     let head = store.odb().session(&id)?;
     let hex = head.conversation_id(id).to_hex();
-    let thread = format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    );
+    let thread = uuid_form(&hex);
     let out = codex_rollout(
         store,
         id,

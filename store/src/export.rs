@@ -428,6 +428,21 @@ pub struct AgentSession {
     pub lines: usize,
 }
 
+impl AgentSession {
+    /// `lines` as a JSON-lines file.
+    fn from_lines(lines: &[Value], cwd: Option<String>) -> AgentSession {
+        let text = lines
+            .iter()
+            .map(|v| serde_json::to_string(v).expect("a JSON value serializes") + "\n")
+            .collect();
+        AgentSession {
+            text,
+            cwd,
+            lines: lines.len(),
+        }
+    }
+}
+
 /// The history of `id` as a Claude Code session file with sessionId
 /// `session_id`: the lines [`export`] writes, each line that carries a
 /// sessionId given this one, `cwd` and `version` kept (and given to
@@ -501,15 +516,7 @@ pub fn claude_code_session(
         seen.insert(uuid.clone());
         last = Some(uuid);
     }
-    let text: String = lines
-        .iter()
-        .map(|v| serde_json::to_string(v).expect("a JSON value serializes") + "\n")
-        .collect();
-    Ok(AgentSession {
-        text,
-        cwd,
-        lines: lines.len(),
-    })
+    Ok(AgentSession::from_lines(&lines, cwd))
 }
 
 fn is_rollout_line(v: &Value) -> bool {
@@ -573,15 +580,7 @@ pub fn codex_rollout(
         k = end;
     }
     lines.extend(trailing.iter().cloned());
-    let text: String = lines
-        .iter()
-        .map(|v| serde_json::to_string(v).expect("a JSON value serializes") + "\n")
-        .collect();
-    Ok(AgentSession {
-        text,
-        cwd,
-        lines: lines.len(),
-    })
+    Ok(AgentSession::from_lines(&lines, cwd))
 }
 
 /// The non-message lines before each of `run` (the messages one session
