@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod support;
+use support::data;
 use support::Run;
 
 use std::collections::{HashMap, HashSet};
@@ -13,8 +14,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data");
 
 /// The Claude Code session with subagents in older versions' layout.
 const CC_DIR: &str = "claude-code/claude/-tmp-private";
@@ -58,17 +57,6 @@ fn sessctl_env(store: &Path, args: &[&str], env: &[(&str, &Path)], stdin: Option
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8(out.stdout).unwrap(),
         stderr: String::from_utf8(out.stderr).unwrap(),
-    }
-}
-
-/// The data folder, or `None` (with a note) when it is absent.
-fn data(sub: &str) -> Option<PathBuf> {
-    let p = Path::new(DATA).join(sub);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("note: {} is absent; skipping", p.display());
-        None
     }
 }
 

@@ -6,14 +6,13 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod support;
+use support::data;
 use support::Run;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data");
 
 fn sessctl(store: &Path, args: &[&str]) -> Run {
     support::sessctl(store, args, None)
@@ -23,17 +22,6 @@ fn ok(store: &Path, args: &[&str]) -> Run {
     let r = sessctl(store, args);
     assert_eq!(r.code, 0, "sessctl {args:?}: {}{}", r.stdout, r.stderr);
     r
-}
-
-/// The data folder `sub`, or `None` (with a note) when it is absent.
-fn data(sub: &str) -> Option<PathBuf> {
-    let p = Path::new(DATA).join(sub);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("note: {} is absent; skipping", p.display());
-        None
-    }
 }
 
 fn files_under(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {

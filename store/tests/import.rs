@@ -4,25 +4,16 @@
 //! malformed lines, dangling parents, and round trips.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+mod support;
+
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use support::data;
 
 use serde_json::Value;
 use sessctl_store::export::{export, ExportFormat};
 use sessctl_store::import::{import_paths, Format, ImportOptions, ImportReport};
 use sessctl_store::{ObjectId, OpenOptions, RefName, RefTarget, Store};
-
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data");
-
-fn data(sub: &str) -> Option<PathBuf> {
-    let p = Path::new(DATA).join(sub);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("note: {} is absent; skipping", p.display());
-        None
-    }
-}
 
 fn new_store() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();

@@ -4,23 +4,14 @@
 //! messages of the shapes no file there has (Agents SDK items).
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+mod support;
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use support::data;
 
 use serde_json::{json, Value};
 use sessctl_store::message::{chat_history, user_text, view, Role, Shape};
-
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data");
-
-fn data(sub: &str) -> Option<PathBuf> {
-    let p = Path::new(DATA).join(sub);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("note: {} is absent; skipping", p.display());
-        None
-    }
-}
 
 fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
     let mut entries: Vec<_> = std::fs::read_dir(dir)

@@ -69,3 +69,18 @@ pub fn hold_lock(store: &Path, pid: &str) -> std::fs::File {
     (&lock).write_all(format!("{pid}\n").as_bytes()).unwrap();
     lock
 }
+
+/// The real agent files of `../shared/data` (beside the project's root).
+pub const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data");
+
+/// The data folder or file `sub`, or `None` (with a note on stderr) when it
+/// is absent: a test that reads the real files skips, saying why.
+pub fn data(sub: &str) -> Option<std::path::PathBuf> {
+    let p = std::path::Path::new(DATA).join(sub);
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!("note: {} is absent; skipping", p.display());
+        None
+    }
+}
