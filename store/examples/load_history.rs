@@ -140,6 +140,16 @@ fn main() {
         &mut || odb.history(&head).unwrap().len(),
         n,
     );
+    time(
+        "history + blob() each",
+        runs,
+        &mut || {
+            let ids = odb.history(&head).unwrap();
+            let v: Vec<Value> = ids.iter().map(|id| odb.blob(id).unwrap()).collect();
+            v.len()
+        },
+        n,
+    );
     let ids = odb.history(&head).unwrap();
     time(
         "read each (verified)",
