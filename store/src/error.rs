@@ -346,6 +346,10 @@ pub enum OdbError {
     /// A thread reading part of a long history panicked.
     #[error("a thread reading messages panicked")]
     ReaderPanicked,
+    /// A backend's batch read handed back fewer objects than it was asked
+    /// for, without an error (a bug in the backend, never a store's state).
+    #[error("a batch read handed back {read} of the {asked} objects asked for")]
+    IncompleteRead { asked: usize, read: usize },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

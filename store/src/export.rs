@@ -92,18 +92,26 @@ fn history_with_owner_index(store: &Store, id: ObjectId) -> Result<Owned> {
 
 /// Exports the history of session `id`.
 pub fn export(store: &Store, id: ObjectId, format: ExportFormat) -> Result<String> {
-    let history = history_with_owners(store, id)?;
     let line = |v: &Value| serde_json::to_string(v).expect("a JSON value serializes");
     Ok(match format {
+        // The lines as stored: each message's JSON text made straight from
+        // its verified bytes, no value built.
+        ExportFormat::Jsonl => String::from_utf8(store.odb().load_message_bytes(&id)?.to_jsonl()?)
+            .expect("JSON text is UTF-8"),
         ExportFormat::Json => {
-            let all: Vec<Value> = history.into_iter().map(|(v, _)| v).collect();
+            let all: Vec<Value> = history_with_owners(store, id)?
+                .into_iter()
+                .map(|(v, _)| v)
+                .collect();
             let mut s = serde_json::to_string_pretty(&all).expect("a JSON value serializes");
             s.push('\n');
             s
         }
-        ExportFormat::Jsonl => history.iter().map(|(v, _)| line(v) + "\n").collect(),
         ExportFormat::OpenAi => {
-            let msgs: Vec<Value> = history.iter().flat_map(|(v, _)| to_openai(v)).collect();
+            let msgs: Vec<Value> = history_with_owners(store, id)?
+                .iter()
+                .flat_map(|(v, _)| to_openai(v))
+                .collect();
             let mut s = serde_json::to_string_pretty(&json!({ "messages": msgs }))
                 .expect("a JSON value serializes");
             s.push('\n');
@@ -111,7 +119,7 @@ pub fn export(store: &Store, id: ObjectId, format: ExportFormat) -> Result<Strin
         }
         ExportFormat::ClaudeCode => {
             let session_id = store.odb().session(&id)?.conversation_id(id).to_hex();
-            claude_lines(&history, &session_id)
+            claude_lines(&history_with_owners(store, id)?, &session_id)
                 .iter()
                 .map(|v| line(v) + "\n")
                 .collect()

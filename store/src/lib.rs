@@ -140,8 +140,8 @@ pub use object::{
     Session, SessionMetadata, SessionStatus, SessionType, Usage, OBJECT_FORMAT_VERSION,
 };
 pub use odb::{
-    Durability, MemoryBackend, ObjectBackend, Odb, OdbStats, OpenOptions, RepackOptions,
-    RepackStats, WriteBatch, STORE_FORMAT_VERSION,
+    Durability, MemoryBackend, MessageBytes, ObjectBackend, Odb, OdbStats, OpenOptions, RawMessage,
+    RepackOptions, RepackStats, WriteBatch, STORE_FORMAT_VERSION,
 };
 pub use refs::{RefName, RefTarget};
 pub use store::{

@@ -395,6 +395,22 @@ pub(crate) fn decode_json(bytes: &[u8]) -> Result<Value, CborError> {
     Ok(value)
 }
 
+/// Strictly decodes exactly one JSON value occupying the whole buffer and
+/// appends its JSON text to `out`: the very text `serde_json::to_string`
+/// gives for the value [`decode_json`] returns (compact, object keys in
+/// bytewise order, the same escapes and number forms), without building
+/// the value. On error, `out` may hold part of the text.
+pub(crate) fn write_json_text(bytes: &[u8], out: &mut Vec<u8>) -> Result<(), CborError> {
+    let mut dec = Decoder::new(bytes);
+    dec.json_text(0, out)?;
+    dec.finish()
+}
+
+/// Appends the compact JSON text serde_json writes for `v`.
+fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
+    serde_json::to_writer(out, v).expect("a string or number serializes into a Vec");
+}
+
 /// Human name of the item starting with `initial`, for type-mismatch errors.
 fn describe(initial: u8) -> &'static str {
     match initial >> 5 {
@@ -778,6 +794,130 @@ impl<'a> Decoder<'a> {
             MAJOR_TAG => Err(self.err_at(self.pos, CborErrorReason::Tag)),
             _ => self.simple_value(initial),
         }
+    }
+
+    /// Writes the JSON text of the value at `pos` (see [`write_json_text`]),
+    /// checking it as strictly as [`Decoder::json`] does.
+    fn json_text(&mut self, depth: usize, out: &mut Vec<u8>) -> Result<(), CborError> {
+        let initial = self.peek_initial()?;
+        match initial >> 5 {
+            MAJOR_UINT => write_json(out, &self.read_arg(initial)?),
+            MAJOR_NINT => write_json(out, &self.negative(initial)?),
+            MAJOR_TEXT => write_json(out, self.text_body(initial)?),
+            MAJOR_ARRAY => self.array_text(initial, depth, out)?,
+            MAJOR_MAP => self.map_text(initial, depth, out)?,
+            MAJOR_BYTES => return Err(self.err_at(self.pos, CborErrorReason::ByteString)),
+            MAJOR_TAG => return Err(self.err_at(self.pos, CborErrorReason::Tag)),
+            _ => match self.simple_value(initial)? {
+                Value::Number(n) => write_json(out, &n),
+                Value::Bool(true) => out.extend_from_slice(b"true"),
+                Value::Bool(false) => out.extend_from_slice(b"false"),
+                _ => out.extend_from_slice(b"null"),
+            },
+        }
+        Ok(())
+    }
+
+    fn array_text(
+        &mut self,
+        initial: u8,
+        depth: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CborError> {
+        if depth >= MAX_DEPTH {
+            return Err(self.err_at(self.pos, CborErrorReason::TooDeep));
+        }
+        let len = self.container_len(initial, 1)?;
+        out.push(b'[');
+        for k in 0..len {
+            if k > 0 {
+                out.push(b',');
+            }
+            self.json_text(depth + 1, out)?;
+        }
+        out.push(b']');
+        Ok(())
+    }
+
+    /// A map's text: its keys come in canonical order (shorter first) and
+    /// go out in bytewise order, as a `serde_json::Map` holds them, so each
+    /// value is first stepped over to find where it lies. That walks a
+    /// value once more per map it nests in (at most [`MAX_DEPTH`]).
+    fn map_text(&mut self, initial: u8, depth: usize, out: &mut Vec<u8>) -> Result<(), CborError> {
+        if depth >= MAX_DEPTH {
+            return Err(self.err_at(self.pos, CborErrorReason::TooDeep));
+        }
+        let len = self.container_len(initial, 2)?;
+        let mut entries: Vec<(&'a str, usize)> = Vec::with_capacity(len.min(PREALLOC_CAP));
+        let mut prev: Option<&'a str> = None;
+        for _ in 0..len {
+            let key_start = self.pos;
+            let key_initial = self.peek_initial()?;
+            if key_initial >> 5 != MAJOR_TEXT {
+                return Err(self.err_at(key_start, CborErrorReason::NonTextKey));
+            }
+            let key = self.text_body(key_initial)?;
+            if let Some(prev) = prev {
+                match canonical_key_cmp(prev, key) {
+                    Ordering::Less => {}
+                    Ordering::Equal => {
+                        let reason = CborErrorReason::DuplicateKey(key.to_owned());
+                        return Err(self.err_at(key_start, reason));
+                    }
+                    Ordering::Greater => {
+                        return Err(self.err_at(key_start, CborErrorReason::KeyOrder));
+                    }
+                }
+            }
+            prev = Some(key);
+            entries.push((key, self.pos));
+            self.skip(depth + 1)?;
+        }
+        let end = self.pos;
+        entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        out.push(b'{');
+        for (k, (key, at)) in entries.into_iter().enumerate() {
+            if k > 0 {
+                out.push(b',');
+            }
+            write_json(out, key);
+            out.push(b':');
+            self.pos = at;
+            self.json_text(depth + 1, out)?;
+        }
+        out.push(b'}');
+        self.pos = end;
+        Ok(())
+    }
+
+    /// Steps over the value at `pos`, checking only its structure (heads,
+    /// lengths, nesting): whoever steps over a value reads it properly
+    /// afterwards.
+    fn skip(&mut self, depth: usize) -> Result<(), CborError> {
+        let initial = self.peek_initial()?;
+        match initial >> 5 {
+            MAJOR_UINT | MAJOR_NINT => {
+                self.read_arg(initial)?;
+            }
+            MAJOR_TEXT | MAJOR_BYTES => {
+                self.payload(initial)?;
+            }
+            major @ (MAJOR_ARRAY | MAJOR_MAP) => {
+                if depth >= MAX_DEPTH {
+                    return Err(self.err_at(self.pos, CborErrorReason::TooDeep));
+                }
+                let per_item = if major == MAJOR_MAP { 2 } else { 1 };
+                let items = self.container_len(initial, per_item)? * per_item;
+                for _ in 0..items {
+                    self.skip(depth + 1)?;
+                }
+            }
+            MAJOR_TAG => return Err(self.err_at(self.pos, CborErrorReason::Tag)),
+            _ => {
+                self.simple_value(initial)?;
+            }
+        }
+        Ok(())
     }
 
     // Containers live in their own functions so that the frame repeated per

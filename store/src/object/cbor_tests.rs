@@ -413,6 +413,54 @@ fn rejects_truncated_input() {
 }
 
 #[test]
+fn json_text_orders_keys_as_serde_json_does_and_keeps_number_forms() {
+    let v: Value = serde_json::from_str(
+        r#"{"role":"tool","content":"a\"b\\c\n\u0001\u00e9\ud83d\ude00","zz":[1,-1,1.0,0.1,-0.0,1e300,5e-324,18446744073709551615,-9223372036854775808,null,true,false,{},[]],"a":{"bb":1,"a":2,"c":{"dd":[],"d":{}}},"":0}"#,
+    )
+    .expect("parses");
+    let bytes = encode_json(&v).expect("encodes");
+    let mut text = Vec::new();
+    write_json_text(&bytes, &mut text).expect("transcodes");
+    assert_eq!(
+        String::from_utf8(text).expect("UTF-8"),
+        serde_json::to_string(&v).expect("serializes")
+    );
+}
+
+#[test]
+fn json_text_refuses_what_the_decoder_refuses() {
+    let mut out = Vec::new();
+    // Keys out of canonical order: {"bb": 1, "a": 2}.
+    let unsorted = [0xa2, 0x62, b'b', b'b', 0x01, 0x61, b'a', 0x02];
+    assert_eq!(
+        write_json_text(&unsorted, &mut out).map_err(|e| e.reason),
+        Err(CborErrorReason::KeyOrder)
+    );
+    // A non-shortest integer inside a value that a map steps over.
+    let long_int = [0xa1, 0x61, b'a', 0x18, 0x01];
+    assert_eq!(
+        write_json_text(&long_int, &mut out).map_err(|e| e.reason),
+        Err(CborErrorReason::IntegerNotShortest)
+    );
+    assert_eq!(
+        write_json_text(&[0x01, 0x02], &mut out).map_err(|e| e.reason),
+        Err(CborErrorReason::TrailingBytes)
+    );
+    let mut deep = [0xa1u8, 0x61, b'k'].repeat(MAX_DEPTH);
+    deep.push(0xa0);
+    assert_eq!(
+        write_json_text(&deep, &mut out).map_err(|e| e.reason),
+        Err(CborErrorReason::TooDeep)
+    );
+    let mut ok = [0xa1u8, 0x61, b'k'].repeat(MAX_DEPTH);
+    ok.push(0xf6);
+    out.clear();
+    write_json_text(&ok, &mut out).expect("256 levels");
+    let want = serde_json::to_string(&decode_json(&ok).expect("decodes")).expect("serializes");
+    assert_eq!(out, want.as_bytes());
+}
+
+#[test]
 fn rejects_nesting_deeper_than_max_depth() {
     let mut ok = vec![0x81u8; MAX_DEPTH - 1];
     ok.push(0x80);
@@ -969,6 +1017,36 @@ proptest! {
             prop_assert_eq!(dec.float().map(f64::to_bits), Ok(x.to_bits()));
         } else {
             prop_assert!(enc.float(x).is_err());
+        }
+    }
+
+    #[test]
+    fn prop_json_text_is_what_serde_json_writes_for_the_value(v in arb_json()) {
+        let bytes = encode_json(&v).expect("encodes");
+        let mut text = Vec::new();
+        write_json_text(&bytes, &mut text).expect("own output transcodes");
+        let want = serde_json::to_string(&decode_json(&bytes).expect("decodes")).expect("serializes");
+        prop_assert_eq!(String::from_utf8(text).expect("UTF-8"), want);
+    }
+
+    #[test]
+    fn prop_json_text_accepts_exactly_what_the_decoder_accepts(
+        v in arb_json(),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+    ) {
+        let mut bytes = encode_json(&v).expect("encodes");
+        for (at, byte) in edits {
+            let i = at.index(bytes.len());
+            bytes[i] = byte;
+        }
+        let mut text = Vec::new();
+        match (decode_json(&bytes), write_json_text(&bytes, &mut text)) {
+            (Ok(w), Ok(())) => prop_assert_eq!(
+                String::from_utf8(text).expect("UTF-8"),
+                serde_json::to_string(&w).expect("serializes")
+            ),
+            (Err(_), Err(_)) => {}
+            (a, b) => prop_assert!(false, "decoder {a:?}, transcoder {b:?}"),
         }
     }
 

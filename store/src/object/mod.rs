@@ -90,13 +90,55 @@ pub fn object_id(kind: ObjectKind, payload: &[u8]) -> ObjectId {
 /// the object's id without holding the payload.
 pub fn id_hasher(kind: ObjectKind, len: usize) -> blake3::Hasher {
     let mut hasher = blake3::Hasher::new();
-    hasher.update(kind.name().as_bytes());
-    hasher.update(b" ");
-    hasher.update(OBJECT_FORMAT_VERSION.to_string().as_bytes());
-    hasher.update(b" ");
-    hasher.update(len.to_string().as_bytes());
-    hasher.update(b"\0");
+    // "<kind> <version> <len>\0", formatted on the stack: this runs once
+    // per object read, and two `to_string`s cost more than hashing a short
+    // message.
+    let mut header = [0u8; 64];
+    let name = kind.name().as_bytes();
+    header[..name.len()].copy_from_slice(name);
+    let mut at = name.len();
+    header[at] = b' ';
+    at += 1;
+    at += write_decimal(&mut header[at..], u64::from(OBJECT_FORMAT_VERSION));
+    header[at] = b' ';
+    at += 1;
+    at += write_decimal(&mut header[at..], len as u64);
+    header[at] = 0;
+    hasher.update(&header[..=at]);
     hasher
+}
+
+/// Writes `v` in decimal at the start of `out` (which has room for 20
+/// digits); returns how many bytes it took.
+fn write_decimal(out: &mut [u8], mut v: u64) -> usize {
+    let mut digits = [0u8; 20];
+    let mut n = 0;
+    loop {
+        digits[n] = b'0' + (v % 10) as u8;
+        n += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for (k, d) in digits[..n].iter().rev().enumerate() {
+        out[k] = *d;
+    }
+    n
+}
+
+/// Checks that `payload`, as an object of `kind`, hashes to `id`; the
+/// reason when it does not, which the caller turns into a
+/// `Corrupt { id, reason }` error.
+pub(crate) fn verify_id(id: &ObjectId, kind: ObjectKind, payload: &[u8]) -> Result<(), String> {
+    let actual = object_id(kind, payload);
+    if actual != *id {
+        return Err(format!(
+            "content hashes to {actual} ({kind}, {} bytes), not to its id",
+            payload.len()
+        ));
+    }
+    Ok(())
 }
 
 /// An object as stored: its kind, its canonical payload and the id they hash
@@ -128,14 +170,13 @@ impl EncodedObject {
         kind: ObjectKind,
         payload: Vec<u8>,
     ) -> Result<Self, String> {
-        let actual = object_id(kind, &payload);
-        if actual != id {
-            return Err(format!(
-                "content hashes to {actual} ({kind}, {} bytes), not to its id",
-                payload.len()
-            ));
-        }
+        verify_id(&id, kind, &payload)?;
         Ok(EncodedObject { id, kind, payload })
+    }
+
+    /// Wraps bytes already checked by [`verify_id`] against `id`.
+    pub(crate) fn from_verified(id: ObjectId, kind: ObjectKind, payload: Vec<u8>) -> Self {
+        EncodedObject { id, kind, payload }
     }
 
     pub fn id(&self) -> ObjectId {

@@ -15,7 +15,7 @@ use super::journal::{self, FrameBuilder, Journal};
 use super::layout::check_format;
 use super::lock::{LockFile, LockGuard};
 use super::oplog::{oplog_files, read_oplog_file, write_oplog_file};
-use super::pack::{self, Pack};
+use super::pack::{self, Pack, RecordLoc};
 use super::{
     ObjectBackend, OdbStats, OpenOptions, RawOp, RepackOptions, RepackStats, SyncTicket, WriteLock,
 };
@@ -535,6 +535,40 @@ impl ObjectBackend for DiskBackend {
         self.refresh()?;
         self.refresh_packs()?;
         self.read_here(id)
+    }
+
+    fn read_many(&self, ids: &[ObjectId], visit: &mut super::Visit<'_>) -> Result<()> {
+        let packs = self.packs();
+        let mut in_journal = Vec::new();
+        let mut in_packs: Vec<Vec<(RecordLoc, usize)>> = vec![Vec::new(); packs.len()];
+        let mut elsewhere = Vec::new();
+        'ids: for (i, id) in ids.iter().enumerate() {
+            // Where `read` would find it: the journal first, then the packs.
+            if let Some(at) = self.journal.locate(id) {
+                in_journal.push((at, i));
+                continue;
+            }
+            for (p, wanted) in packs.iter().zip(&mut in_packs) {
+                if let Some(at) = p.locate(id)? {
+                    wanted.push((at, i));
+                    continue 'ids;
+                }
+            }
+            elsewhere.push(i);
+        }
+        for (p, wanted) in packs.iter().zip(&mut in_packs) {
+            if !wanted.is_empty() {
+                p.read_records(wanted, ids, visit)?;
+            }
+        }
+        elsewhere.extend(self.journal.read_records(&mut in_journal, ids, visit)?);
+        // Written, or moved into a pack, by another process since this
+        // handle last looked: found as `read` finds them.
+        for i in elsewhere {
+            let obj = self.read(&ids[i])?.ok_or(Error::NotFound { id: ids[i] })?;
+            visit(i, obj.kind(), obj.payload())?;
+        }
+        Ok(())
     }
 
     fn contains(&self, id: &ObjectId) -> Result<bool> {

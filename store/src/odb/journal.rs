@@ -352,9 +352,25 @@ pub fn parse_object_entry(payload: &[u8]) -> Result<ObjectEntry<'_>, String> {
     })
 }
 
-impl ObjectEntry<'_> {
+impl<'a> ObjectEntry<'a> {
     /// Decompresses and re-hashes: the object, or why it is corrupt.
     pub fn to_object(&self) -> Result<EncodedObject, String> {
+        let mut scratch = Vec::new();
+        self.verified_payload(&mut scratch)?;
+        let payload = match self.codec {
+            CODEC_RAW => self.data.to_vec(),
+            _ => scratch,
+        };
+        Ok(EncodedObject::from_verified(self.id, self.kind, payload))
+    }
+
+    /// The canonical payload, checked to hash to the entry's id: borrowed
+    /// when it is stored raw, else inflated into `scratch` (its contents
+    /// replaced). The reason when it is corrupt.
+    pub fn verified_payload<'s>(&self, scratch: &'s mut Vec<u8>) -> Result<&'s [u8], String>
+    where
+        'a: 's,
+    {
         let payload = match self.codec {
             CODEC_RAW => {
                 if self.data.len() != self.raw_len as usize {
@@ -364,7 +380,7 @@ impl ObjectEntry<'_> {
                         self.raw_len
                     ));
                 }
-                self.data.to_vec()
+                self.data
             }
             _ => {
                 let raw_len = self.raw_len as usize;
@@ -386,18 +402,12 @@ impl ObjectEntry<'_> {
                         ));
                     }
                 }
-                let out = decompress(self.data, raw_len)?;
-                if out.len() != self.raw_len as usize {
-                    return Err(format!(
-                        "decompressed to {} bytes, not the recorded {}",
-                        out.len(),
-                        self.raw_len
-                    ));
-                }
-                out
+                decompress_into(self.data, raw_len, scratch)?;
+                &scratch[..]
             }
         };
-        EncodedObject::verified(self.id, self.kind, payload)
+        crate::object::verify_id(&self.id, self.kind, payload)?;
+        Ok(payload)
     }
 }
 
@@ -474,13 +484,19 @@ pub(crate) fn streamed_id(
     Ok(ObjectId::from_bytes(*hasher.finalize().as_bytes()))
 }
 
-/// Decompresses one zstd frame of a known size, reusing a per-thread
-/// context: creating one per object costs more than the decompression.
+/// Decompresses one zstd frame of a known size into `out` (its contents
+/// replaced, so that a reader going over many frames reuses one buffer),
+/// reusing a per-thread context: creating one per object costs more than
+/// the decompression. `out` holds exactly `raw_len` bytes on success.
 ///
 /// The frame's own declared size must equal `raw_len` before anything is
 /// allocated, so a damaged or forged length cannot make a reader reserve
 /// gigabytes.
-pub(crate) fn decompress(data: &[u8], raw_len: usize) -> Result<Vec<u8>, String> {
+pub(crate) fn decompress_into(
+    data: &[u8],
+    raw_len: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
     check_frame_size(data, raw_len)?;
     if raw_len > MAX_OBJECT_SIZE {
         return Err(format!(
@@ -491,24 +507,40 @@ pub(crate) fn decompress(data: &[u8], raw_len: usize) -> Result<Vec<u8>, String>
         static DCTX: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
             const { std::cell::RefCell::new(None) };
     }
+    out.clear();
+    out.reserve_exact(raw_len);
     DCTX.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
             *slot = Some(zstd::bulk::Decompressor::new().map_err(|e| format!("zstd: {e}"))?);
         }
         let d = slot.as_mut().expect("set just above");
-        d.decompress(data, raw_len)
+        d.decompress_to_buffer(data, out)
             .map_err(|e| format!("zstd: {e}"))
-    })
+    })?;
+    if out.len() != raw_len {
+        return Err(format!(
+            "decompressed to {} bytes, not the recorded {raw_len}",
+            out.len()
+        ));
+    }
+    Ok(())
 }
 
 /// Where an object entry's payload lies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct EntryLoc {
+pub(crate) struct EntryLoc {
     seq: u64,
     offset: u64,
     len: u32,
 }
+
+/// A batch read of journal entries reads runs of entries that lie this
+/// close together in one `pread`, rather than one call each.
+const READ_GAP: u64 = 64 << 10;
+/// ... up to this many bytes a call (an entry larger than this is read on
+/// its own).
+const READ_WINDOW: u64 = 1 << 20;
 
 /// A position in the journal: (segment, byte offset); ordered.
 pub type Pos = (u64, u64);
@@ -1372,13 +1404,7 @@ impl Journal {
 
     /// Reads and verifies an object held in the journal.
     pub fn read(&self, id: &ObjectId) -> Result<Option<EncodedObject>> {
-        let Some(loc) = self
-            .objects
-            .read()
-            .expect("object map lock")
-            .get(id)
-            .copied()
-        else {
+        let Some(loc) = self.locate(id) else {
             return Ok(None);
         };
         let file = self
@@ -1391,29 +1417,91 @@ impl Journal {
             return Ok(None);
         };
         let mut buf = vec![0u8; loc.len as usize];
-        file.read_exact_at(&mut buf, loc.offset).map_err(|e| {
-            Error::corrupt(
-                *id,
-                format!(
-                    "journal segment {} at byte {}: {e}",
-                    segment_name(loc.seq),
-                    loc.offset
-                ),
-            )
-        })?;
-        let entry = parse_object_entry(&buf).map_err(|r| Error::corrupt(*id, r))?;
-        if entry.id != *id {
-            return Err(Error::corrupt(
-                *id,
-                format!("journal entry at byte {} names {}", loc.offset, entry.id),
-            ));
-        }
+        file.read_exact_at(&mut buf, loc.offset)
+            .map_err(|e| read_error(id, loc, e))?;
+        let entry = checked_entry(id, loc, &buf)?;
         entry.to_object().map(Some).map_err(|r| {
             Error::corrupt(
                 *id,
                 format!("in journal segment {}: {r}", segment_name(loc.seq)),
             )
         })
+    }
+
+    /// Where the journal holds `id`, if it does.
+    pub(crate) fn locate(&self, id: &ObjectId) -> Option<EntryLoc> {
+        self.objects
+            .read()
+            .expect("object map lock")
+            .get(id)
+            .copied()
+    }
+
+    /// Reads and verifies the entries `wanted` names (each with its
+    /// position in `ids`, the ids they must hold), handing each to `visit`
+    /// with that position. Goes in journal order, reading entries that lie
+    /// close together with one `pread`. Returns the positions whose segment
+    /// this handle no longer has (packed away meanwhile), for the caller to
+    /// look for elsewhere.
+    pub(crate) fn read_records(
+        &self,
+        wanted: &mut [(EntryLoc, usize)],
+        ids: &[ObjectId],
+        visit: &mut super::Visit<'_>,
+    ) -> Result<Vec<usize>> {
+        wanted.sort_unstable_by_key(|(l, i)| (l.seq, l.offset, *i));
+        let mut gone = Vec::new();
+        let mut window: Vec<u8> = Vec::new();
+        let mut scratch = Vec::new();
+        let mut k = 0;
+        while k < wanted.len() {
+            let (first, _) = wanted[k];
+            let start = first.offset;
+            let mut end = start + u64::from(first.len);
+            let mut j = k + 1;
+            while let Some((l, _)) = wanted.get(j) {
+                let l_end = l.offset + u64::from(l.len);
+                if l.seq != first.seq || l.offset > end + READ_GAP || l_end - start > READ_WINDOW {
+                    break;
+                }
+                end = end.max(l_end);
+                j += 1;
+            }
+            let run = &wanted[k..j];
+            k = j;
+            let file = self
+                .segments
+                .read()
+                .expect("segment map lock")
+                .get(&first.seq)
+                .cloned();
+            let Some(file) = file else {
+                gone.extend(run.iter().map(|(_, i)| *i));
+                continue;
+            };
+            window.clear();
+            window.resize((end - start) as usize, 0);
+            if file.read_exact_at(&mut window, start).is_ok() {
+                for &(loc, i) in run {
+                    let at = (loc.offset - start) as usize;
+                    let bytes = &window[at..at + loc.len as usize];
+                    let (kind, payload) = verified_entry(&ids[i], loc, bytes, &mut scratch)?;
+                    visit(i, kind, payload)?;
+                }
+                continue;
+            }
+            // The run did not read whole: entry by entry, so that the
+            // error names the object it cuts into.
+            for &(loc, i) in run {
+                let id = &ids[i];
+                let mut bytes = vec![0u8; loc.len as usize];
+                file.read_exact_at(&mut bytes, loc.offset)
+                    .map_err(|e| read_error(id, loc, e))?;
+                let (kind, payload) = verified_entry(id, loc, &bytes, &mut scratch)?;
+                visit(i, kind, payload)?;
+            }
+        }
+        Ok(gone)
     }
 
     pub fn contains(&self, id: &ObjectId) -> bool {
@@ -1515,6 +1603,49 @@ impl Journal {
     pub fn object_count(&self) -> usize {
         self.objects.read().expect("object map lock").len()
     }
+}
+
+/// A failed read of the entry at `loc`, which should hold `id`.
+fn read_error(id: &ObjectId, loc: EntryLoc, e: std::io::Error) -> Error {
+    Error::corrupt(
+        *id,
+        format!(
+            "journal segment {} at byte {}: {e}",
+            segment_name(loc.seq),
+            loc.offset
+        ),
+    )
+}
+
+/// The object entry in `bytes` (read from `loc`), checked to name `id`.
+fn checked_entry<'b>(id: &ObjectId, loc: EntryLoc, bytes: &'b [u8]) -> Result<ObjectEntry<'b>> {
+    let entry = parse_object_entry(bytes).map_err(|r| Error::corrupt(*id, r))?;
+    if entry.id != *id {
+        return Err(Error::corrupt(
+            *id,
+            format!("journal entry at byte {} names {}", loc.offset, entry.id),
+        ));
+    }
+    Ok(entry)
+}
+
+/// The verified payload of the entry in `bytes` (read from `loc`), which
+/// must be object `id`: borrowed from `bytes`, or inflated into `scratch`.
+fn verified_entry<'s>(
+    id: &ObjectId,
+    loc: EntryLoc,
+    bytes: &'s [u8],
+    scratch: &'s mut Vec<u8>,
+) -> Result<(ObjectKind, &'s [u8])> {
+    let entry = checked_entry(id, loc, bytes)?;
+    let kind = entry.kind;
+    let payload = entry.verified_payload(scratch).map_err(|r| {
+        Error::corrupt(
+            *id,
+            format!("in journal segment {}: {r}", segment_name(loc.seq)),
+        )
+    })?;
+    Ok((kind, payload))
 }
 
 /// The start of the first valid frame after a bad one at `bad`, found by

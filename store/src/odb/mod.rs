@@ -73,6 +73,12 @@ impl WriteLock<'_> {
     }
 }
 
+/// What a batch read ([`ObjectBackend::read_many`]) hands each object to:
+/// its position among the ids asked for, its kind and its canonical
+/// payload, verified (borrowed: copy what must outlive the call). An error
+/// stops the read and is its result.
+pub type Visit<'a> = dyn FnMut(usize, ObjectKind, &[u8]) -> Result<()> + 'a;
+
 /// Called by a repack that drops objects (gc), under the write lock, just
 /// before it deletes the files that held them: the ids among the dropped
 /// that writers have come to use since the objects to keep were chosen.
@@ -134,6 +140,19 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
     }
     /// The object, verified; `None` when absent.
     fn read(&self, id: &ObjectId) -> Result<Option<EncodedObject>>;
+    /// Reads the objects `ids` names, each verified, and hands each to
+    /// `visit` with its position in `ids`: every position once, in the
+    /// order reading them is cheapest (storage order: a block inflated once
+    /// for all the objects it holds), not in the order of `ids`. Stops at
+    /// the first error: `NotFound` for an absent object, `Corrupt` naming a
+    /// damaged one, or `visit`'s own.
+    fn read_many(&self, ids: &[ObjectId], visit: &mut Visit<'_>) -> Result<()> {
+        for (i, id) in ids.iter().enumerate() {
+            let obj = self.read(id)?.ok_or(Error::NotFound { id: *id })?;
+            visit(i, obj.kind(), obj.payload())?;
+        }
+        Ok(())
+    }
     fn contains(&self, id: &ObjectId) -> Result<bool>;
     /// Ids that start with `prefix` (deduplicated, sorted).
     fn ids_with_prefix(&self, prefix: &Prefix) -> Result<Vec<ObjectId>>;
@@ -458,40 +477,123 @@ impl Odb {
         self.resolve_deltas(id, |s| &s.display_messages)
     }
 
-    /// The messages of a session's full history, in order.
+    /// The messages of a session's full history, in order, as JSON values.
     ///
-    /// A long history is read by a few threads, each taking a contiguous
-    /// run of it: reading a message is re-hashing and decoding it (and
-    /// inflating its pack block), all CPU, and runs stay in pack order.
+    /// A caller that needs only bytes (to replay, export or hand them on)
+    /// pays less with [`Odb::load_message_bytes`], which skips building
+    /// the values.
     pub fn load_messages(&self, id: &ObjectId) -> Result<Vec<Value>> {
         self.blobs(&self.history(id)?)
     }
 
-    /// The blobs `ids` name, in order, each verified.
+    /// The blobs `ids` names, in order, each verified, as JSON values.
+    ///
+    /// Read as [`Odb::blob_bytes`] reads them; each is decoded while its
+    /// bytes are at hand.
     pub fn blobs(&self, ids: &[ObjectId]) -> Result<Vec<Value>> {
+        let parts = self.in_parts(ids, |part| {
+            let mut out = vec![Value::Null; part.len()];
+            let mut seen = 0;
+            self.backend.read_many(part, &mut |i, kind, payload| {
+                let id = &part[i];
+                if kind != ObjectKind::Blob {
+                    return Err(Error::WrongKind {
+                        id: *id,
+                        expected: ObjectKind::Blob,
+                        actual: kind,
+                    });
+                }
+                out[i] = Blob::decode(payload)
+                    .map(Blob::into_value)
+                    .map_err(|e| Error::decode(*id, e))?;
+                seen += 1;
+                Ok(())
+            })?;
+            check_every_position(seen, part)?;
+            Ok(out)
+        })?;
+        Ok(parts.into_iter().flatten().collect())
+    }
+
+    /// The messages of a session's full history, in order, as their
+    /// canonical bytes, each verified against its id: what
+    /// [`Odb::load_messages`] decodes, without decoding it. For callers
+    /// that pass messages on (replay, export, checkout, a binding that
+    /// parses JSON itself); [`MessageBytes::write_json`] gives a message's
+    /// JSON text without building a `serde_json::Value`.
+    pub fn load_message_bytes(&self, id: &ObjectId) -> Result<MessageBytes> {
+        self.blob_bytes(&self.history(id)?)
+    }
+
+    /// The canonical bytes of the blobs `ids` names, in order, each
+    /// verified against its id.
+    ///
+    /// A long run is read by a few threads, each taking a contiguous part
+    /// of it: reading is inflating pack blocks and re-hashing, all CPU, and
+    /// parts stay in pack order.
+    pub fn blob_bytes(&self, ids: &[ObjectId]) -> Result<MessageBytes> {
+        let parts = self.in_parts(ids, |part| {
+            let mut data = Vec::new();
+            let mut spans = vec![(0usize, 0usize); part.len()];
+            let mut seen = 0;
+            self.backend.read_many(part, &mut |i, kind, payload| {
+                if kind != ObjectKind::Blob {
+                    return Err(Error::WrongKind {
+                        id: part[i],
+                        expected: ObjectKind::Blob,
+                        actual: kind,
+                    });
+                }
+                let start = data.len();
+                data.extend_from_slice(payload);
+                spans[i] = (start, data.len());
+                seen += 1;
+                Ok(())
+            })?;
+            check_every_position(seen, part)?;
+            Ok((data, spans))
+        })?;
+        let mut bytes = MessageBytes {
+            ids: ids.to_vec(),
+            chunks: Vec::with_capacity(parts.len()),
+            spans: Vec::with_capacity(ids.len()),
+        };
+        for (chunk, (data, spans)) in parts.into_iter().enumerate() {
+            let chunk = u32::try_from(chunk).expect("a few parts, one per thread");
+            bytes
+                .spans
+                .extend(spans.into_iter().map(|(start, end)| (chunk, start, end)));
+            bytes.chunks.push(data);
+        }
+        Ok(bytes)
+    }
+
+    /// Runs `work` on contiguous parts of `ids`, on a few threads when
+    /// there are enough ids to pay for them; the results, in order.
+    fn in_parts<T: Send>(
+        &self,
+        ids: &[ObjectId],
+        work: impl Fn(&[ObjectId]) -> Result<T> + Sync,
+    ) -> Result<Vec<T>> {
         const PER_THREAD: usize = 512;
         let threads = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .min(ids.len() / PER_THREAD)
             .min(8);
         if threads <= 1 {
-            return ids.iter().map(|m| self.blob(m)).collect();
+            return Ok(vec![work(ids)?]);
         }
         let chunk = ids.len().div_ceil(threads);
+        let work = &work;
         std::thread::scope(|scope| {
-            let parts: Vec<_> = ids
-                .chunks(chunk)
-                .map(|part| {
-                    scope.spawn(move || {
-                        part.iter()
-                            .map(|m| self.blob(m))
-                            .collect::<Result<Vec<_>>>()
-                    })
-                })
-                .collect();
-            let mut out = Vec::with_capacity(ids.len());
-            for p in parts {
-                out.extend(p.join().map_err(|_| OdbError::ReaderPanicked)??);
+            // The first part is this thread's own.
+            let mut parts = ids.chunks(chunk);
+            let first = parts.next().unwrap_or_default();
+            let others: Vec<_> = parts.map(|part| scope.spawn(move || work(part))).collect();
+            let mut out = Vec::with_capacity(others.len() + 1);
+            out.push(work(first)?);
+            for p in others {
+                out.push(p.join().map_err(|_| OdbError::ReaderPanicked)??);
             }
             Ok(out)
         })
@@ -546,5 +648,134 @@ impl Odb {
     /// What opening the store had to repair; each line is one event.
     pub fn take_recovery_notes(&self) -> Vec<String> {
         self.backend.take_recovery_notes()
+    }
+}
+
+/// A backend hands every position of a batch read to its visitor once; a
+/// position it skipped would otherwise come back as a message it never read.
+fn check_every_position(seen: usize, ids: &[ObjectId]) -> Result<()> {
+    if seen == ids.len() {
+        return Ok(());
+    }
+    Err(OdbError::IncompleteRead {
+        asked: ids.len(),
+        read: seen,
+    }
+    .into())
+}
+
+/// The canonical bytes (deterministic CBOR, objects-format.md, "blob") of
+/// a run of messages, in order, each verified against its id when read:
+/// what [`Odb::load_message_bytes`] and [`Odb::blob_bytes`] return.
+///
+/// The bytes are held in a few buffers (one per reader thread), not one
+/// allocation per message. Each [`RawMessage`] turns into its JSON text or
+/// a `serde_json::Value` on demand.
+#[derive(Clone, PartialEq, Eq)]
+pub struct MessageBytes {
+    ids: Vec<ObjectId>,
+    chunks: Vec<Vec<u8>>,
+    /// Per message: its buffer and its range there.
+    spans: Vec<(u32, usize, usize)>,
+}
+
+impl MessageBytes {
+    /// How many messages.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// Message `i`; `None` past the end.
+    pub fn get(&self, i: usize) -> Option<RawMessage<'_>> {
+        let &(chunk, start, end) = self.spans.get(i)?;
+        Some(RawMessage {
+            id: self.ids[i],
+            bytes: &self.chunks[chunk as usize][start..end],
+        })
+    }
+
+    /// The messages, in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = RawMessage<'_>> + '_ {
+        self.ids
+            .iter()
+            .zip(&self.spans)
+            .map(|(id, &(chunk, start, end))| RawMessage {
+                id: *id,
+                bytes: &self.chunks[chunk as usize][start..end],
+            })
+    }
+
+    /// Every message as a line of JSON text (JSON Lines), in order: the
+    /// lines `serde_json::to_string` gives for [`Odb::load_messages`].
+    pub fn to_jsonl(&self) -> Result<Vec<u8>> {
+        let total: usize = self.spans.iter().map(|(_, s, e)| e - s).sum();
+        let mut out = Vec::with_capacity(total + total / 4);
+        for m in self.iter() {
+            m.write_json(&mut out)?;
+            out.push(b'\n');
+        }
+        Ok(out)
+    }
+}
+
+impl std::fmt::Debug for MessageBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MessageBytes")
+            .field("messages", &self.len())
+            .field(
+                "bytes",
+                &self.spans.iter().map(|(_, s, e)| e - s).sum::<usize>(),
+            )
+            .finish()
+    }
+}
+
+/// One message of a [`MessageBytes`]: its id and its canonical bytes,
+/// which hashed to that id when they were read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawMessage<'a> {
+    id: ObjectId,
+    bytes: &'a [u8],
+}
+
+impl<'a> RawMessage<'a> {
+    pub fn id(&self) -> ObjectId {
+        self.id
+    }
+
+    /// The canonical bytes (deterministic CBOR).
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// Appends the message's JSON text to `out`: the text
+    /// `serde_json::to_string` gives for [`RawMessage::value`] (compact,
+    /// object keys in bytewise order), made straight from the canonical
+    /// bytes. Bytes that are not a canonical blob are `Corrupt`, naming
+    /// the message, as [`Odb::blob`] says; `out` is then as it was.
+    pub fn write_json(&self, out: &mut Vec<u8>) -> Result<()> {
+        let mark = out.len();
+        crate::object::cbor::write_json_text(self.bytes, out).map_err(|e| {
+            out.truncate(mark);
+            Error::decode(self.id, e.into())
+        })
+    }
+
+    /// The message's JSON text (see [`RawMessage::write_json`]).
+    pub fn json(&self) -> Result<String> {
+        let mut out = Vec::with_capacity(self.bytes.len() + self.bytes.len() / 4);
+        self.write_json(&mut out)?;
+        Ok(String::from_utf8(out).expect("JSON text from a canonical blob is UTF-8"))
+    }
+
+    /// The message, decoded as [`Odb::blob`] decodes it.
+    pub fn value(&self) -> Result<Value> {
+        Blob::decode(self.bytes)
+            .map(Blob::into_value)
+            .map_err(|e| Error::decode(self.id, e))
     }
 }

@@ -59,6 +59,15 @@ fn le_u64(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(bytes.try_into().ok()?))
 }
 
+/// Where a record lies in a pack: its block, its offset in the inflated
+/// block, its length (the kind code and the payload).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecordLoc {
+    pub block: u32,
+    pub offset: u32,
+    pub len: u32,
+}
+
 /// An open pack and its index.
 pub struct Pack {
     name: String,
@@ -200,38 +209,108 @@ impl Pack {
         Ok(v.into_iter().map(|e| e.2).collect())
     }
 
-    /// Reads and verifies an object.
-    pub fn read(&self, id: &ObjectId) -> Result<Option<EncodedObject>> {
+    /// Where `id`'s record lies, if this pack holds it.
+    pub(crate) fn locate(&self, id: &ObjectId) -> Result<Option<RecordLoc>> {
         self.ensure_index()?;
         let view = self.view();
-        let Some((block, offset, len)) = view.position(id).and_then(|i| view.entry(i)) else {
+        Ok(view
+            .position(id)
+            .and_then(|i| view.entry(i))
+            .map(|(block, offset, len)| RecordLoc { block, offset, len }))
+    }
+
+    /// Reads and verifies an object.
+    pub fn read(&self, id: &ObjectId) -> Result<Option<EncodedObject>> {
+        let Some(at) = self.locate(id)? else {
             return Ok(None);
-        };
-        let (offset, len) = (offset as usize, len as usize);
-        let outside = || {
-            Error::corrupt(
-                *id,
-                format!("{}: record lies outside block {block}", self.name),
-            )
         };
         let large;
         let data;
-        let record = match self.view().block_entry(block) {
+        let block = match self.view().block_entry(at.block) {
             Some((_, _, rlen)) if rlen as usize > STREAM_VERIFY_ABOVE => {
                 large = self
-                    .large_record(id, block, offset, len)
+                    .large_record(id, at.block, at.offset as usize, at.len as usize)
                     .map_err(|r| Error::corrupt(*id, r))?
-                    .ok_or_else(outside)?;
-                &large[..]
+                    .ok_or_else(|| self.outside(id, at.block))?;
+                // The record alone, as if it were a block of its own.
+                (&large[..], RecordLoc { offset: 0, ..at })
             }
             _ => {
-                data = self.block(block).map_err(|r| Error::corrupt(*id, r))?;
-                offset
-                    .checked_add(len)
-                    .and_then(|end| data.get(offset..end))
-                    .ok_or_else(outside)?
+                data = self.block(at.block).map_err(|r| Error::corrupt(*id, r))?;
+                (&data[..], at)
             }
         };
+        let (kind, payload) = self.verified_record(id, block.0, block.1)?;
+        Ok(Some(EncodedObject::from_verified(
+            *id,
+            kind,
+            payload.to_vec(),
+        )))
+    }
+
+    /// Reads and verifies the records `wanted` names (each with its
+    /// position in `ids`, the ids they must hash to), handing each to
+    /// `visit` with that position. Goes in pack order: each block is
+    /// inflated once, into a buffer reused from block to block, and each
+    /// record is hashed while its block is hot.
+    pub(crate) fn read_records(
+        &self,
+        wanted: &mut [(RecordLoc, usize)],
+        ids: &[ObjectId],
+        visit: &mut super::Visit<'_>,
+    ) -> Result<()> {
+        wanted.sort_unstable_by_key(|(at, i)| (at.block, at.offset, *i));
+        let mut buf = Vec::new();
+        // The block at hand: from the cache (`held`), or inflated into `buf`.
+        let mut held: Option<Arc<Vec<u8>>> = None;
+        let mut inflated: Option<u32> = None;
+        for &(at, i) in wanted.iter() {
+            let id = &ids[i];
+            let large = match self.view().block_entry(at.block) {
+                Some((_, _, rlen)) => rlen as usize > STREAM_VERIFY_ABOVE,
+                None => false,
+            };
+            if large {
+                // Never a whole huge block in memory: the record on its own.
+                let o = self.read(id)?.ok_or(Error::NotFound { id: *id })?;
+                visit(i, o.kind(), o.payload())?;
+                continue;
+            }
+            if inflated != Some(at.block) {
+                held = self.cached(at.block);
+                if held.is_none() {
+                    self.inflate_block(at.block, &mut buf)
+                        .map_err(|r| Error::corrupt(*id, r))?;
+                }
+                inflated = Some(at.block);
+            }
+            let block = held.as_deref().map_or(&buf[..], |d| &d[..]);
+            let (kind, payload) = self.verified_record(id, block, at)?;
+            visit(i, kind, payload)?;
+        }
+        Ok(())
+    }
+
+    fn outside(&self, id: &ObjectId, block: u32) -> Error {
+        Error::corrupt(
+            *id,
+            format!("{}: record lies outside block {block}", self.name),
+        )
+    }
+
+    /// The record at `at` of `block` (inflated), checked to be object
+    /// `id`: its kind and payload.
+    fn verified_record<'b>(
+        &self,
+        id: &ObjectId,
+        block: &'b [u8],
+        at: RecordLoc,
+    ) -> Result<(ObjectKind, &'b [u8])> {
+        let (offset, len) = (at.offset as usize, at.len as usize);
+        let record = offset
+            .checked_add(len)
+            .and_then(|end| block.get(offset..end))
+            .ok_or_else(|| self.outside(id, at.block))?;
         let Some((&code, payload)) = record.split_first() else {
             return Err(Error::corrupt(*id, format!("{}: empty record", self.name)));
         };
@@ -241,9 +320,9 @@ impl Pack {
                 format!("{}: unknown object kind code {code}", self.name),
             )
         })?;
-        EncodedObject::verified(*id, kind, payload.to_vec())
-            .map(Some)
-            .map_err(|r| Error::corrupt(*id, format!("in {}: {r}", self.name)))
+        crate::object::verify_id(id, kind, payload)
+            .map_err(|r| Error::corrupt(*id, format!("in {}: {r}", self.name)))?;
+        Ok((kind, payload))
     }
 
     /// The record at `offset..offset + len` of a block too large to inflate
@@ -313,6 +392,12 @@ impl Pack {
             .ok_or_else(|| format!("{}: block {n} lies outside the pack", self.name))
     }
 
+    /// Block `n`, inflated, if the cache holds it.
+    fn cached(&self, n: u32) -> Option<Arc<Vec<u8>>> {
+        let cache = self.cache.lock().expect("block cache lock");
+        cache.iter().find(|(b, _)| *b == n).map(|(_, d)| d.clone())
+    }
+
     /// The decompressed bytes of block `n`, from the cache when recent.
     fn block(&self, n: u32) -> Result<Arc<Vec<u8>>, String> {
         {
@@ -324,16 +409,8 @@ impl Pack {
                 return Ok(data);
             }
         }
-        let (compressed, rlen) = self.compressed_block(n)?;
-        let data = super::journal::decompress(compressed, rlen)
-            .map_err(|e| format!("{}: block {n}: {e}", self.name))?;
-        if data.len() != rlen {
-            return Err(format!(
-                "{}: block {n} decompressed to {} bytes, not {rlen}",
-                self.name,
-                data.len()
-            ));
-        }
+        let mut data = Vec::new();
+        self.inflate_block(n, &mut data)?;
         let data = Arc::new(data);
         let mut cache = self.cache.lock().expect("block cache lock");
         if cache.len() >= BLOCK_CACHE {
@@ -341,6 +418,14 @@ impl Pack {
         }
         cache.push((n, data.clone()));
         Ok(data)
+    }
+
+    /// Inflates block `n` into `out` (its contents replaced): every read of
+    /// a whole block goes through here.
+    fn inflate_block(&self, n: u32, out: &mut Vec<u8>) -> Result<(), String> {
+        let (compressed, rlen) = self.compressed_block(n)?;
+        super::journal::decompress_into(compressed, rlen, out)
+            .map_err(|e| format!("{}: block {n}: {e}", self.name))
     }
 
     /// Checks everything: both checksums, every block, every object's hash.
