@@ -379,6 +379,12 @@ impl Store {
         self.index.refs()
     }
 
+    /// The refs that point at one of `ids` (see [`Index::refs_to`]).
+    pub fn refs_to(&self, ids: &[ObjectId]) -> Result<Vec<(RefName, ObjectId)>> {
+        self.catch_up()?;
+        self.index.refs_to(ids)
+    }
+
     /// Every ref's log entries, oldest first, read from the durable
     /// operations (journal and op log), not the index; expired ones
     /// included (the chains are whole): [`Store::live_reflog_entries`] is
