@@ -345,17 +345,37 @@ fn measure(ctx: &Ctx, name: &str, d: &Dag, q: &Queries, out: &mut Vec<Row>) -> R
             Ok(dt)
         })?,
     );
+    let mut git_log = Vec::new();
     if let Some((repo, _)) = &git {
         let args = git_args(&["log", "--format=%H"]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        g.add(
-            "git log --format=%H (process)",
-            times(s.lineage_runs, &mut || {
-                let (dt, o) = spawn(&mut repo.cmd(&args), &[0])?;
-                check("git log", lines(&o))?;
-                Ok(dt)
-            })?,
-        );
+        git_log = times(s.lineage_runs, &mut || {
+            let (dt, o) = spawn(&mut repo.cmd(&args), &[0])?;
+            check("git log", lines(&o))?;
+            Ok(dt)
+        })?;
+        g.add("git log --format=%H (process)", git_log.clone());
+    }
+    crate::report::emit(out, g);
+
+    // log, ids only: what `log --format=%H` needs (the same git runs).
+    let mut g = Group::new(format!("3 {name}: log ids"), "ms", Better::Lower);
+    g.add(
+        "sessctl LogIds (library)",
+        times(s.lineage_runs, &mut || {
+            let t = Instant::now();
+            let mut n = 0usize;
+            for id in graph::LogIds::new(&store, &starts, Follow::All)? {
+                id?;
+                n += 1;
+            }
+            let dt = ms(t);
+            check("LogIds", n)?;
+            Ok(dt)
+        })?,
+    );
+    if !git_log.is_empty() {
+        g.add("git log --format=%H (process)", git_log);
     }
     crate::report::emit(out, g);
 

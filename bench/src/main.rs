@@ -9,7 +9,7 @@
 //! The scenarios, numbered as in the table: 1 commit throughput, 2 loading
 //! a history, 3 lineage queries, 4 gc and fsck, 5 bytes on disk, 6 a fresh
 //! process listing the newest conversations, 7 N processes committing at
-//! once.
+//! once, 9 flat cost at scale (8 is kept for a remote-backend benchmark).
 
 mod anchors;
 mod bulk;
@@ -21,6 +21,7 @@ mod list;
 mod maintenance;
 mod procs;
 mod report;
+mod scale;
 #[allow(clippy::unwrap_used, missing_debug_implementations)] // the shared test generator; a panic is the report
 #[path = "../../store/tests/support/mod.rs"]
 mod support;
@@ -54,7 +55,7 @@ struct Args {
     /// Also write the table as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Run only these scenarios (1-7, comma-separated) [default: all].
+    /// Run only these scenarios (1-7 and 9, comma-separated) [default: all].
     #[arg(long, value_name = "N,...", value_delimiter = ',')]
     only: Vec<u32>,
     /// Where the temporary stores go [default: the system temp dir].
@@ -128,6 +129,20 @@ struct Args {
     /// 7: no-sync commits per process [default: 1000; quick: 10].
     #[arg(long, value_name = "N")]
     proc_turns: Option<usize>,
+    /// 9: also build and measure stores of 1 and 10 million sessions (the
+    /// 1M store takes about 7 minutes to build here and 0.7 GB, the 10M one
+    /// about ten times that; not for CI).
+    #[arg(long)]
+    huge: bool,
+    /// 9: the store sizes, in sessions (comma-separated; ten to a
+    /// conversation) [default: 100000; --huge: 100000,1000000,10000000;
+    /// quick: 1000,10000].
+    #[arg(long, value_name = "N,...", value_delimiter = ',')]
+    scale: Vec<usize>,
+    /// 9: keep each store in --dir after measuring it and print its path
+    /// (to profile a query on it), instead of deleting it.
+    #[arg(long)]
+    keep_stores: bool,
     /// Internal: list the newest sessions of a SQLite file and exit (the
     /// anchor's fresh process).
     #[arg(long, hide = true, value_name = "DB")]
@@ -161,6 +176,8 @@ pub struct Sizes {
     pub procs: Vec<usize>,
     pub proc_commits: usize,
     pub proc_turns: usize,
+    pub scale: Vec<usize>,
+    pub keep_stores: bool,
 }
 
 impl Sizes {
@@ -176,6 +193,14 @@ impl Sizes {
         let mut procs: Vec<usize> = a.procs.iter().map(|&p| p.max(1)).collect();
         if procs.is_empty() {
             procs = if q { vec![2, 4] } else { vec![4, 16] };
+        }
+        let mut scale: Vec<usize> = a.scale.iter().map(|&n| n.max(10)).collect();
+        if scale.is_empty() {
+            scale = match (q, a.huge) {
+                (true, _) => vec![1000, 10_000],
+                (false, false) => vec![100_000],
+                (false, true) => vec![100_000, 1_000_000, 10_000_000],
+            };
         }
         Sizes {
             quick: q,
@@ -198,6 +223,8 @@ impl Sizes {
             procs,
             proc_commits: pick(a.proc_commits, 200, 10),
             proc_turns: pick(a.proc_turns, 1000, 10),
+            scale,
+            keep_stores: a.keep_stores,
         }
     }
 
@@ -211,7 +238,7 @@ impl Sizes {
             "lineage_runs": self.lineage_runs, "gc_objects": self.gc_objects,
             "conversations": self.conversations, "spawns": self.spawns,
             "procs": self.procs, "proc_commits": self.proc_commits,
-            "proc_turns": self.proc_turns,
+            "proc_turns": self.proc_turns, "scale": self.scale,
         })
     }
 }
@@ -357,7 +384,7 @@ fn run(args: Args) -> R<()> {
         git: git_version.is_some(),
     };
     let mut rows: Vec<Row> = Vec::new();
-    let steps: [(u32, &str, Scenario); 7] = [
+    let steps: [(u32, &str, Scenario); 8] = [
         (1, "commit throughput", commit::run),
         (2, "load a history", history::load),
         (3, "lineage", lineage::run),
@@ -365,6 +392,7 @@ fn run(args: Args) -> R<()> {
         (5, "bytes on disk", history::disk),
         (6, "list newest", list::run),
         (7, "processes at once", procs::run),
+        (9, "flat cost at scale", scale::run),
     ];
     let total = Instant::now();
     for (n, name, step) in steps {

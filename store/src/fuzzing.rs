@@ -405,10 +405,14 @@ pub fn index_table(data: &[u8]) {
 /// A lineage-index file (objects-format.md, "Lineage index"). The first
 /// byte is a selector: odd, the file's trailing blake3 is recomputed first,
 /// so that the checks behind the checksum are reached. A file that opens
-/// answers within bounds and consistently: ids sorted, each found at its
-/// position through the fan-out, parents at valid positions with smaller
-/// generations (so every walk ends), generations as defined, every record's
-/// facts present; a lookup of an id it lacks finds nothing.
+/// (header, size and fan-out checked) answers within bounds whatever its
+/// records hold: every accessor of every position, checked or not, returns
+/// without panicking, and a walk down checked parents ends (each parent's
+/// generation is smaller). A file that passes the whole check answers
+/// consistently: ids sorted, each found at its position through the
+/// fan-out, parents at valid positions with smaller generations,
+/// generations as defined, every record's facts present; a lookup of an
+/// id it lacks finds nothing.
 pub fn lineage_index(data: &[u8]) {
     use crate::lineage_index::LineageIndex;
     let Some(bytes) = with_trailer(data) else {
@@ -419,13 +423,53 @@ pub fn lineage_index(data: &[u8]) {
     };
     let n = ix.len();
     assert!(n < 1 << 31);
+    // Unchecked: every answer in bounds, every error the file's.
+    for pos in 0..n as u32 {
+        if let Some(id) = ix.id(pos) {
+            if let Err(e) = ix.lookup(&id) {
+                assert!(ix.is_own_error(&e), "{e}");
+            }
+        }
+        // Down first parents as a walk does: each step checks the record
+        // and lowers the generation, so the walk ends within `n` steps.
+        let mut at = pos;
+        let mut steps = 0usize;
+        loop {
+            match ix.first_parent(at) {
+                Ok(Some(p)) => {
+                    assert!(
+                        ix.generation(p) < ix.generation(at),
+                        "a checked parent is not older"
+                    );
+                    at = p;
+                    steps += 1;
+                    assert!(steps <= n, "a walk down first parents does not end");
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    assert!(ix.is_own_error(&e), "{e}");
+                    break;
+                }
+            }
+        }
+        let _ = (
+            ix.facts(pos),
+            ix.conversation(pos),
+            ix.created_at(pos),
+            ix.messages(pos),
+        );
+    }
+    if ix.check().is_err() {
+        return;
+    }
     let mut previous: Option<ObjectId> = None;
     for pos in 0..n as u32 {
         let id = ix.id(pos).expect("every position has an id");
         assert!(previous < Some(id), "ids are not sorted at {pos}");
         previous = Some(id);
         assert_eq!(ix.position(&id), Some(pos), "the fan-out misleads for {id}");
-        let parents: Vec<u32> = ix.parents(pos).collect();
+        assert_eq!(ix.lookup(&id).ok(), Some(Some(pos)));
+        let parents: Vec<u32> = ix.parents(pos).expect("a checked record").collect();
         assert!(parents.len() <= n, "more parents than sessions at {pos}");
         let mut generation = 1;
         for &p in &parents {
@@ -437,15 +481,18 @@ pub fn lineage_index(data: &[u8]) {
             generation = generation.max(ix.generation(p) + 1);
         }
         assert_eq!(ix.generation(pos), generation, "generation of {pos}");
-        assert_eq!(ix.first_parent(pos), parents.first().copied());
-        let facts = ix.facts(pos).expect("every record has its facts");
+        assert_eq!(ix.first_parent(pos).ok(), Some(parents.first().copied()));
+        let facts = ix
+            .facts(pos)
+            .expect("a checked record")
+            .expect("every record has its facts");
         assert_eq!(facts.parents.len(), parents.len());
         assert_eq!(facts.created_at, ix.created_at(pos));
         assert_eq!(facts.messages, ix.messages(pos));
         assert_eq!(Some(facts.conversation), ix.conversation(pos));
     }
     assert_eq!(ix.id(n as u32), None);
-    assert_eq!(ix.parents(n as u32).count(), 0);
+    assert!(ix.parents(n as u32).is_err());
     let mut absent = previous.map_or([0u8; ID_LEN], |id| *id.as_bytes());
     absent[ID_LEN - 1] ^= 0x55;
     if let Some(p) = ix.position(&ObjectId::from_bytes(absent)) {

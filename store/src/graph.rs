@@ -30,7 +30,7 @@ use std::cmp::Reverse;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::hash::ObjectId;
 use crate::lineage_index::LineageIndex;
 use crate::odb::Odb;
@@ -38,7 +38,7 @@ use crate::odb::Odb;
 pub use lanes::{LaneRows, Lanes};
 use positions::Walker;
 use topo::priority;
-pub use topo::TopoWalk;
+pub use topo::{LogIds, TopoWalk};
 pub use whole::{EdgeKind, SessionGraph};
 
 /// What a walk needs of one session.
@@ -52,13 +52,17 @@ pub struct Node {
 }
 
 impl Node {
-    /// The node of the session at `pos` in a lineage index.
-    pub fn at(ix: &LineageIndex, pos: u32) -> Option<Node> {
-        Some(Node {
-            id: ix.id(pos)?,
-            parents: ix.parents(pos).filter_map(|p| ix.id(p)).collect(),
+    /// The node of the session at `pos` in a lineage index (`None`: out of
+    /// range), its record checked (`CorruptFile` when it fails).
+    pub fn at(ix: &LineageIndex, pos: u32) -> Result<Option<Node>> {
+        let Some(id) = ix.id(pos) else {
+            return Ok(None);
+        };
+        Ok(Some(Node {
+            id,
+            parents: ix.parents(pos)?.filter_map(|p| ix.id(p)).collect(),
             created_at: ix.created_at(pos),
-        })
+        }))
     }
 }
 
@@ -86,6 +90,23 @@ pub trait Lineage {
     fn lineage_index(&self) -> Option<Arc<LineageIndex>> {
         None
     }
+
+    /// Told that the lineage index failed a check while a walk read it
+    /// (`error` names the file): from now on, [`Lineage::lineage_index`]
+    /// should give none and [`Lineage::node`] should not read it. The walk
+    /// that found it goes on by id. A lineage that cannot let go of it
+    /// ignores this; its walks still go on by id.
+    fn lineage_index_failed(&self, _error: &Error) {}
+}
+
+/// Whether `e` is `ix` failing a check; if so, `lineage` is told, and the
+/// caller walks again by id.
+fn index_failed(lineage: &(impl Lineage + ?Sized), ix: &LineageIndex, e: &Error) -> bool {
+    if !ix.is_own_error(e) {
+        return false;
+    }
+    lineage.lineage_index_failed(e);
+    true
 }
 
 impl<L: Lineage + ?Sized> Lineage for &L {
@@ -97,6 +118,9 @@ impl<L: Lineage + ?Sized> Lineage for &L {
     }
     fn lineage_index(&self) -> Option<Arc<LineageIndex>> {
         (**self).lineage_index()
+    }
+    fn lineage_index_failed(&self, error: &Error) {
+        (**self).lineage_index_failed(error)
     }
 }
 
@@ -159,9 +183,12 @@ pub fn ancestors(
     follow: Follow,
 ) -> Result<HashSet<ObjectId>> {
     if let Some(ix) = lineage.lineage_index() {
-        let mut w = Walker::new(lineage, ix, follow);
-        let seen = w.reach(starts)?;
-        return Ok(seen.iter().map(|k| w.id(k)).collect());
+        let mut w = Walker::new(lineage, ix.clone(), follow);
+        match w.reach(starts) {
+            Ok(seen) => return Ok(seen.iter().map(|k| w.id(k)).collect()),
+            Err(e) if index_failed(lineage, &ix, &e) => {}
+            Err(e) => return Err(e),
+        }
     }
     Ok(reach(lineage, starts, follow)?.into_keys().collect())
 }
@@ -173,7 +200,11 @@ pub fn count(
     follow: Follow,
 ) -> Result<usize> {
     if let Some(ix) = lineage.lineage_index() {
-        return Ok(Walker::new(lineage, ix, follow).reach(starts)?.len());
+        match Walker::new(lineage, ix.clone(), follow).reach(starts) {
+            Ok(seen) => return Ok(seen.len()),
+            Err(e) if index_failed(lineage, &ix, &e) => {}
+            Err(e) => return Err(e),
+        }
     }
     Ok(reach(lineage, starts, follow)?.len())
 }
@@ -195,7 +226,10 @@ pub fn first_parent_chain(
 /// Whether `a` is `b` or one of its ancestors (`merge-base --is-ancestor`).
 pub fn is_ancestor(lineage: &(impl Lineage + ?Sized), a: ObjectId, b: ObjectId) -> Result<bool> {
     if let Some(ix) = lineage.lineage_index() {
-        return Walker::new(lineage, ix, Follow::All).is_ancestor(&a, &b);
+        match Walker::new(lineage, ix.clone(), Follow::All).is_ancestor(&a, &b) {
+            Err(e) if index_failed(lineage, &ix, &e) => {}
+            answer => return answer,
+        }
     }
     let mut seen = HashSet::from([b]);
     let mut queue = VecDeque::from([b]);
@@ -221,7 +255,10 @@ pub fn merge_bases_all(
     b: ObjectId,
 ) -> Result<Vec<ObjectId>> {
     if let Some(ix) = lineage.lineage_index() {
-        return Walker::new(lineage, ix, Follow::All).merge_bases(&a, &b);
+        match Walker::new(lineage, ix.clone(), Follow::All).merge_bases(&a, &b) {
+            Err(e) if index_failed(lineage, &ix, &e) => {}
+            answer => return answer,
+        }
     }
     let of_a = reach(lineage, &[a], Follow::All)?;
     // Walk from b, stopping at a's ancestors: every best common ancestor is

@@ -844,12 +844,17 @@ fn write_fuzz_seeds() {
 
 /// A session that is its own parent, at generation u32::MAX. The generation
 /// rule (one more than the oldest parent's) held only because `u32::MAX + 1`
-/// saturated, and every walk of its parents never ended.
+/// saturated, and every walk of its parents never ended. Records are
+/// checked as they are read: the file opens, its record does not.
 #[test]
 fn a_self_parent_at_the_largest_generation_is_refused() {
     use sessctl_store::lineage_index::LineageIndex;
     let lgi = self_parent_at_max_generation();
-    let err = LineageIndex::from_bytes("loop.lgi".into(), lgi.clone()).unwrap_err();
+    let ix = LineageIndex::from_bytes("loop.lgi".into(), lgi.clone()).unwrap();
+    let err = ix.parents(0).unwrap_err();
+    assert!(err.to_string().contains("generation overflows"), "{err}");
+    assert!(ix.is_own_error(&err));
+    let err = ix.check().unwrap_err();
     assert!(err.to_string().contains("generation overflows"), "{err}");
     let input = [&[0u8][..], &lgi].concat();
     fuzzing::lineage_index(&input);

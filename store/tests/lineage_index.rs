@@ -139,7 +139,11 @@ fn walks_answer_the_same_with_the_file_as_without_it() {
             let pos = ix.position(id).unwrap();
             assert_eq!(ix.id(pos), Some(*id));
             let s = store.odb().session(id).unwrap();
-            let parents: Vec<ObjectId> = ix.parents(pos).map(|p| ix.id(p).unwrap()).collect();
+            let parents: Vec<ObjectId> = ix
+                .parents(pos)
+                .unwrap()
+                .map(|p| ix.id(p).unwrap())
+                .collect();
             assert_eq!(parents, s.parents);
             assert_eq!(ix.created_at(pos), s.created_at);
             assert_eq!(ix.conversation(pos), Some(s.conversation_id(*id)));
@@ -148,7 +152,12 @@ fn walks_answer_the_same_with_the_file_as_without_it() {
                 ix.messages(pos),
                 store.odb().history(id).unwrap().len() as u64
             );
-            let want = 1 + ix.parents(pos).map(|p| ix.generation(p)).max().unwrap_or(0);
+            let want = 1 + ix
+                .parents(pos)
+                .unwrap()
+                .map(|p| ix.generation(p))
+                .max()
+                .unwrap_or(0);
             assert_eq!(ix.generation(pos), want);
             assert_eq!(store.generation(id).unwrap(), Some(want));
         }
@@ -357,7 +366,11 @@ fn sessions_whose_ancestry_is_missing_stay_out_of_the_file() {
     assert_eq!(ix.position(&orphan), None);
     assert_eq!(ix.position(&child), None);
     let pos = ix.position(&octopus).unwrap();
-    let parents: Vec<ObjectId> = ix.parents(pos).map(|p| ix.id(p).unwrap()).collect();
+    let parents: Vec<ObjectId> = ix
+        .parents(pos)
+        .unwrap()
+        .map(|p| ix.id(p).unwrap())
+        .collect();
     assert_eq!(parents, kids);
     assert_eq!(ix.generation(pos), 3);
     // Walks through the orphan fail as they do without the file.
@@ -411,4 +424,188 @@ fn reindex_rebuilds_the_lineage_index_and_the_index_tables() {
         .join("0000000000000001-0000000000000002.sit")
         .exists());
     assert_eq!(store.lineage_index().unwrap().len(), 40);
+}
+
+/// The ids `LogIds` yields, and those of the log walk, from `starts`.
+fn both_logs(
+    l: &dyn Lineage,
+    starts: &[ObjectId],
+    follow: Follow,
+) -> (Vec<ObjectId>, Vec<ObjectId>) {
+    let ids: Vec<ObjectId> = graph::LogIds::new(l, starts, follow)
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let nodes: Vec<ObjectId> = graph::log_order(l, starts, follow, None)
+        .unwrap()
+        .into_iter()
+        .map(|n| n.id)
+        .collect();
+    (ids, nodes)
+}
+
+/// `LogIds` yields exactly the log walk's ids, in its order: on random DAGs
+/// (chains, forks, merges of up to three), without a lineage index, with
+/// one, with a journal tail after it, by every parent and by first parents.
+#[test]
+fn log_ids_are_the_log_walks_ids_in_its_order() {
+    for seed in [11, 12, 13, 14] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::init(&dir.path().join("s")).unwrap();
+        let mut rng = Rng::new(seed);
+        let (mut ids, mut lens) = (Vec::new(), Vec::new());
+        grow(&store, &mut rng, &mut ids, &mut lens, 80);
+        let check = |store: &Store, ids: &[ObjectId], rng: &mut Rng, what: &str| {
+            for _ in 0..20 {
+                let a = ids[rng.below(ids.len() as u64) as usize];
+                let b = ids[rng.below(ids.len() as u64) as usize];
+                for starts in [vec![a], vec![a, b]] {
+                    for follow in [Follow::All, Follow::FirstParent] {
+                        let (by_ids, by_nodes) = both_logs(store, &starts, follow);
+                        assert_eq!(by_ids, by_nodes, "seed {seed}, {what}, {follow:?}");
+                        let (plain, _) = both_logs(store.odb(), &starts, follow);
+                        assert_eq!(by_ids, plain, "seed {seed}, {what}: the objects' order");
+                    }
+                }
+            }
+        };
+        assert!(store.lineage_index().is_none());
+        check(&store, &ids, &mut rng, "no file");
+        store.repack(&RepackOptions::default()).unwrap();
+        assert_eq!(store.lineage_index().unwrap().len(), ids.len());
+        check(&store, &ids, &mut rng, "all in the file");
+        grow(&store, &mut rng, &mut ids, &mut lens, 30);
+        check(&store, &ids, &mut rng, "a journal tail");
+        assert!(store.take_recovery_notes().is_empty());
+    }
+    // A long chain: the streaming path from end to end, and a limit.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::init(&dir.path().join("s")).unwrap();
+    let mut b = WriteBatch::new();
+    let mut chain = Vec::new();
+    for t in 0..500 {
+        let mut s = Session::new_root(t);
+        s.parents = chain.last().copied().into_iter().collect();
+        chain.push(b.session(&s).unwrap());
+    }
+    store.odb().write(&b, Durability::NoSync).unwrap();
+    store.refresh_lineage().unwrap();
+    let tip = *chain.last().unwrap();
+    let (by_ids, by_nodes) = both_logs(&store, &[tip], Follow::All);
+    let mut want = chain.clone();
+    want.reverse();
+    assert_eq!(by_ids, want);
+    assert_eq!(by_nodes, want);
+    let first: Vec<ObjectId> = graph::LogIds::new(&store, &[tip], Follow::All)
+        .unwrap()
+        .take(3)
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(first, want[..3]);
+}
+
+/// A record that fails its check (here a generation the checksum would
+/// catch, but readers do not read the checksum) is found by the walk that
+/// reads it, not on open: the walk answers as without the file, the store
+/// notes that it ignores the file, fsck reports it, and a repack rewrites
+/// it. Mid-stream, `log` starts again by id and skips what it yielded.
+#[test]
+fn a_record_that_fails_its_check_midway_is_ignored_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("s");
+    let store = Store::init(&root).unwrap();
+    let mut b = WriteBatch::new();
+    let mut chain = Vec::new();
+    for t in 0..100 {
+        let mut s = Session::new_root(t);
+        s.parents = chain.last().copied().into_iter().collect();
+        chain.push(b.session(&s).unwrap());
+    }
+    store.odb().write(&b, Durability::NoSync).unwrap();
+    tag_all(&store, &chain, 99);
+    store.repack(&RepackOptions::default()).unwrap();
+    let good = std::fs::read(lineage::path_in(&root)).unwrap();
+    let ix = store.lineage_index().unwrap();
+    let victim = ix.position(&chain[40]).unwrap() as usize;
+    drop(ix);
+    drop(store);
+    let mut bad = good.clone();
+    let at =
+        lineage::HEADER_LEN + lineage::FANOUT_LEN + 100 * 32 + victim * lineage::RECORD_LEN + 8;
+    bad[at..at + 4].copy_from_slice(&7u32.to_le_bytes());
+    std::fs::write(lineage::path_in(&root), &bad).unwrap();
+    let mut want = chain.clone();
+    want.reverse();
+    let tip = chain[99];
+
+    // Opening reads no record.
+    let store = Store::open(&root, &OpenOptions::default()).unwrap();
+    assert!(store.lineage_index().is_some());
+    assert!(store.take_recovery_notes().is_empty());
+    // Streaming: 59 sessions come from the file, then the walk starts again.
+    let (by_ids, by_nodes) = both_logs(&store, &[tip], Follow::All);
+    assert_eq!(by_ids, want);
+    assert_eq!(by_nodes, want);
+    let notes = store.take_recovery_notes();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("ignoring the lineage index") && n.contains("graph.lgi")),
+        "{notes:?}"
+    );
+    assert!(store.lineage_index().is_none());
+    // Each walk, on a fresh handle, finds it and answers as without it.
+    type Walk = fn(&Store, &[ObjectId]) -> String;
+    let walks: [Walk; 5] = [
+        |s, c| graph::count(s, &[c[99]], Follow::All).unwrap().to_string(),
+        |s, c| {
+            graph::ancestors(s, &[c[99]], Follow::All)
+                .unwrap()
+                .len()
+                .to_string()
+        },
+        |s, c| graph::is_ancestor(s, c[3], c[99]).unwrap().to_string(),
+        |s, c| format!("{:?}", graph::merge_base(s, c[99], c[30]).unwrap()),
+        |s, c| {
+            let ids: Vec<ObjectId> = graph::LogIds::new(s, &[c[99]], Follow::FirstParent)
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            ids.len().to_string()
+        },
+    ];
+    let plain = Store::open(&root, &OpenOptions::default()).unwrap();
+    plain.lineage_index_failed(&Error::CorruptFile {
+        path: lineage::path_in(&root),
+        offset: 0,
+        reason: "set aside by the test".into(),
+    });
+    for (k, walk) in walks.iter().enumerate() {
+        let store = Store::open(&root, &OpenOptions::default()).unwrap();
+        assert_eq!(walk(&store, &chain), walk(&plain, &chain), "walk {k}");
+        let notes = store.take_recovery_notes();
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("ignoring the lineage index")),
+            "walk {k}: {notes:?}"
+        );
+    }
+    assert_eq!(walks[0](&plain, &chain), "100");
+    assert_eq!(walks[2](&plain, &chain), "true");
+    assert_eq!(walks[3](&plain, &chain), format!("{:?}", Some(chain[30])));
+    let r = store
+        .fsck(&FsckOptions { full: true }, &mut |_, _| {})
+        .unwrap();
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.contains("graph.lgi") && p.contains("generation")),
+        "{:?}",
+        r.problems
+    );
+    // The next repack rewrites it whole.
+    let store = Store::open(&root, &OpenOptions::default()).unwrap();
+    store.refresh_lineage().unwrap();
+    assert_eq!(std::fs::read(lineage::path_in(&root)).unwrap(), good);
 }

@@ -968,3 +968,91 @@ fn a_subagent_session_takes_its_spawners_conversation_id() {
     let (_, other) = store.create(Some("other"), turn(&["x"]), d).unwrap();
     assert_eq!(store.odb().session(&other).unwrap().conversation, None);
 }
+
+/// `refs_to` (what `show` and `log -n` decorate with) names exactly the
+/// refs `refs` lists at those sessions, whether their entries sit in index
+/// tables, in the overlay above them, or were moved since a table was
+/// written (the newest entry wins).
+#[test]
+fn refs_to_names_exactly_the_refs_at_those_sessions() {
+    let (_dir, path) = new_store();
+    let store = open(&path);
+    let turn = |t: &str| Turn {
+        messages: Messages::Added(msgs(&[t])),
+        ..Turn::default()
+    };
+    let mut ids = Vec::new();
+    for k in 0..6 {
+        let (name, id) = store
+            .create(Some(&format!("c{k}")), turn("hi"), Durability::NoSync)
+            .unwrap();
+        ids.push(id);
+        ids.push(
+            store
+                .commit(&name, None, turn("more"), Durability::NoSync)
+                .unwrap(),
+        );
+    }
+    let tag = |name: &str, id| {
+        store
+            .transact(
+                Transaction {
+                    reason: "test".into(),
+                    edits: vec![RefEdit {
+                        name: RefName::tag(name).unwrap(),
+                        expected: PreviousValue::Any,
+                        new: Some(RefTarget::Session(id)),
+                    }],
+                    ..Transaction::default()
+                },
+                Durability::NoSync,
+            )
+            .unwrap();
+    };
+    tag("a", ids[0]);
+    tag("b", ids[3]);
+    // Into a table, then moved above it: the table's entry is stale.
+    store.repack(&RepackOptions::default()).unwrap();
+    tag("a", ids[5]);
+    tag("c", ids[3]);
+    store
+        .commit("c1", None, turn("again"), Durability::NoSync)
+        .unwrap();
+    let check = |store: &Store| {
+        let all = store.refs().unwrap();
+        for pick in [
+            vec![ids[0]],
+            vec![ids[3]],
+            vec![ids[5], ids[3]],
+            ids.clone(),
+        ] {
+            let mut want: Vec<(RefName, sessctl_store::ObjectId)> = all
+                .iter()
+                .filter_map(|(n, t)| match t {
+                    RefTarget::Session(id) if pick.contains(id) => Some((n.clone(), *id)),
+                    _ => None,
+                })
+                .collect();
+            want.sort_by_key(|a| a.0.to_string());
+            assert_eq!(store.refs_to(&pick).unwrap(), want, "{pick:?}");
+        }
+        assert!(store.refs_to(&[ids[0]]).unwrap().is_empty());
+        let at3: Vec<String> = store
+            .refs_to(&[ids[3]])
+            .unwrap()
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .collect();
+        // c1's head in the table; its newest entry (the overlay) moved on.
+        assert_eq!(at3, ["refs/tags/b", "refs/tags/c"]);
+        let at5: Vec<String> = store
+            .refs_to(&[ids[5]])
+            .unwrap()
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .collect();
+        assert_eq!(at5, ["refs/heads/c2", "refs/tags/a"]);
+    };
+    check(&store);
+    check(&open(&path));
+}

@@ -94,17 +94,47 @@ fn write_log(
     format: LogFormat,
     mut filter: Option<crate::search::LogFilter>,
 ) -> CmdResult {
-    let decorations = Decorations::load(store)?;
     let mut left = limit.unwrap_or(usize::MAX);
-    let walk: Box<dyn Iterator<Item = Result<Node, Error>> + '_> = match filter.as_mut() {
-        // Lanes need each shown session's shown parents: the walk is
-        // filtered first, then parents are rewritten (as git's --graph).
+    // Each session's id, with its parents where lanes are drawn; every
+    // other format needs the id only, which the walk gives without building
+    // a node a session.
+    type Walk<'s> = Box<dyn Iterator<Item = Result<(ObjectId, Vec<ObjectId>), Error>> + 's>;
+    let with_parents = |n: Result<Node, Error>| n.map(|n| (n.id, n.parents));
+    let walk: Walk<'_> = match filter.as_mut() {
+        // The walk is filtered first, then parents are rewritten (as git's
+        // --graph).
         Some(f) if format.graph => {
             let shown = crate::search::filter_with_parents(store, starts, follow, f)?;
             filter = None;
-            Box::new(shown.into_iter().map(Ok))
+            Box::new(shown.into_iter().map(Ok).map(with_parents))
         }
-        _ => Box::new(TopoWalk::new(store, starts, follow)?),
+        _ if format.graph => Box::new(TopoWalk::new(store, starts, follow)?.map(with_parents)),
+        _ => Box::new(LogIds::new(store, starts, follow)?.map(|id| id.map(|id| (id, Vec::new())))),
+    };
+    // A limited log (`-n 20`) takes its sessions first and decorates only
+    // those: decorating every ref would cost a store of a million
+    // conversations more than the walk. A whole log reads every ref anyway.
+    let (walk, decorations): (Walk<'_>, Decorations) = match limit {
+        Some(n) => {
+            let mut shown = Vec::new();
+            for step in walk {
+                if shown.len() >= n {
+                    break;
+                }
+                let (id, parents) = step?;
+                if let Some(f) = filter.as_mut() {
+                    if !f.accepts(store, &id)? {
+                        continue;
+                    }
+                }
+                shown.push((id, parents));
+            }
+            filter = None;
+            let ids: Vec<ObjectId> = shown.iter().map(|(id, _)| *id).collect();
+            let decorations = Decorations::for_ids(store, &ids)?;
+            (Box::new(shown.into_iter().map(Ok)), decorations)
+        }
+        None => (walk, Decorations::load(store)?),
     };
     let mut out = Out::new();
     let mut lanes = Lanes::new();
@@ -112,24 +142,24 @@ fn write_log(
     if format.json && !out.put("[")? {
         return out.finish();
     }
-    for node in walk {
+    for step in walk {
         if left == 0 {
             break;
         }
-        let node = node?;
+        let (id, parents) = step?;
         if let Some(f) = filter.as_mut() {
-            if !f.accepts(store, &node.id)? {
+            if !f.accepts(store, &id)? {
                 continue;
             }
         }
         left -= 1;
         let text = if format.json {
-            let v = entry_json(store, &decorations, &node.id)?;
+            let v = entry_json(store, &decorations, &id)?;
             format!("{}{v}", if first { "" } else { "," })
         } else if format.oneline {
-            let line = oneline(store, &decorations, &node.id)?;
+            let line = oneline(store, &decorations, &id)?;
             if format.graph {
-                let rows = lanes.next(node.id, &node.parents);
+                let rows = lanes.next(id, &parents);
                 let mut t = String::new();
                 for b in &rows.before {
                     let _ = writeln!(t, "{b}");
@@ -143,11 +173,11 @@ fn write_log(
                 format!("{line}\n")
             }
         } else {
-            let lines = entry_lines(store, &decorations, &node.id)?;
+            let lines = entry_lines(store, &decorations, &id)?;
             let mut t = String::new();
             if format.graph {
                 let sep = lanes.passing();
-                let rows = lanes.next(node.id, &node.parents);
+                let rows = lanes.next(id, &parents);
                 if !first {
                     let _ = writeln!(t, "{sep}");
                 }

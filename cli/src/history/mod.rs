@@ -15,7 +15,7 @@ use std::io::{self, BufWriter, Write};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Map, Value};
 use sessctl_store::diff::{json_diff, Change, ChangeOp};
-use sessctl_store::graph::{self, Follow, Lanes, Node, SessionGraph, TopoWalk};
+use sessctl_store::graph::{self, Follow, Lanes, LogIds, Node, SessionGraph, TopoWalk};
 use sessctl_store::index::SessionInfo;
 use sessctl_store::message::{first_line, view, Shape};
 use sessctl_store::rev::RevSpec;
@@ -126,12 +126,29 @@ struct Decorations {
 }
 
 impl Decorations {
+    /// Every ref's decoration.
     fn load(store: &Store) -> CmdResult<Decorations> {
         let refs = store.refs()?;
         let head = refs
             .iter()
             .find(|(n, _)| *n == RefName::Head)
             .map(|(_, t)| t.clone());
+        Ok(Decorations::of_refs(head, &refs))
+    }
+
+    /// The decorations of `ids` only: what a `show` or a `log -n` prints,
+    /// without building one for every ref of a store of many.
+    fn for_ids(store: &Store, ids: &[ObjectId]) -> CmdResult<Decorations> {
+        let head = store.get_ref(&RefName::Head)?;
+        let refs: Vec<(RefName, RefTarget)> = store
+            .refs_to(ids)?
+            .into_iter()
+            .map(|(n, id)| (n, RefTarget::Session(id)))
+            .collect();
+        Ok(Decorations::of_refs(head, &refs))
+    }
+
+    fn of_refs(head: Option<RefTarget>, refs: &[(RefName, RefTarget)]) -> Decorations {
         let mut by_id: HashMap<ObjectId, Vec<Decoration>> = HashMap::new();
         if let Some(RefTarget::Session(id)) = head {
             by_id.entry(id).or_default().push(Decoration {
@@ -141,7 +158,7 @@ impl Decorations {
                 refs: vec!["HEAD".into()],
             });
         }
-        for (name, target) in &refs {
+        for (name, target) in refs {
             let RefTarget::Session(id) = target else {
                 continue;
             };
@@ -176,7 +193,7 @@ impl Decorations {
         for list in by_id.values_mut() {
             list.sort();
         }
-        Ok(Decorations { by_id })
+        Decorations { by_id }
     }
 
     fn of(&self, id: &ObjectId) -> &[Decoration] {

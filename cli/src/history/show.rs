@@ -139,7 +139,7 @@ pub fn show(ctx: &Ctx, args: ShowArgs) -> CmdResult {
         s.messages.base as usize
     };
     let messages = listed(&store, &history, from)?;
-    let deco = Decorations::load(&store)?;
+    let deco = Decorations::for_ids(&store, &[id])?;
     let name = store.index().conversation_name(&s.conversation_id(id))?;
     if args.json {
         let mut v = s.to_json(id);

@@ -86,7 +86,7 @@ impl<'a, L: Lineage + ?Sized> Walker<'a, L> {
     }
 
     fn key(&mut self, id: &ObjectId) -> Result<u32> {
-        if let Some(p) = self.ix.position(id) {
+        if let Some(p) = self.ix.lookup(id)? {
             return Ok(p);
         }
         if let Some(k) = self.tail_key.get(id) {
@@ -135,8 +135,8 @@ impl<'a, L: Lineage + ?Sized> Walker<'a, L> {
         out.clear();
         if self.in_file(k) {
             match self.follow {
-                Follow::All => out.extend(self.ix.parents(k)),
-                Follow::FirstParent => out.extend(self.ix.first_parent(k)),
+                Follow::All => out.extend(self.ix.parents(k)?),
+                Follow::FirstParent => out.extend(self.ix.first_parent(k)?),
             }
             return Ok(());
         }
@@ -151,15 +151,14 @@ impl<'a, L: Lineage + ?Sized> Walker<'a, L> {
         Ok(())
     }
 
-    /// Every key reachable from `starts`, the starts included.
     /// How many sessions the lineage index holds.
     pub(super) fn indexed(&self) -> usize {
         self.n as usize
     }
 
-    /// The key of a session (see [`Walker::key`]), for walks that stream.
-    pub(super) fn key_of(&mut self, id: &ObjectId) -> Result<u32> {
-        self.key(id)
+    /// The lineage index walked.
+    pub(super) fn index(&self) -> &LineageIndex {
+        &self.ix
     }
 
     /// The node of a key: its id, followed parents and creation time.
@@ -172,11 +171,11 @@ impl<'a, L: Lineage + ?Sized> Walker<'a, L> {
         })
     }
 
-    /// Every session reachable from `starts`, in log order: Kahn's
-    /// algorithm over keys, the ready set ordered as [`super::TopoWalk`]
-    /// orders it (newest `created_at` first, ties: the smaller id).
-    pub(super) fn topo_order(&mut self, starts: &[ObjectId]) -> Result<Vec<Node>> {
-        let seen = self.reach(starts)?;
+    /// Every key reachable from `starts`, in log order: Kahn's algorithm
+    /// over keys, the ready set ordered as [`super::TopoWalk`] orders it
+    /// (newest `created_at` first, ties: the smaller id).
+    pub(super) fn topo_order(&mut self, starts: &[u32]) -> Result<Vec<u32>> {
+        let seen = self.reach_keys(starts)?;
         let keys: Vec<u32> = seen.iter().collect();
         let mut indegree = vec![0u32; self.n as usize + self.tail.len()];
         let mut buf = Vec::new();
@@ -194,9 +193,8 @@ impl<'a, L: Lineage + ?Sized> Walker<'a, L> {
             .map(|&k| ((self.created_at(k), Reverse(self.id(k))), k))
             .collect();
         let mut out = Vec::with_capacity(keys.len());
-        while let Some(((created_at, Reverse(id)), k)) = ready.pop() {
+        while let Some((_, k)) = ready.pop() {
             self.parents(k, &mut buf)?;
-            let parents: Vec<ObjectId> = buf.iter().map(|&p| self.id(p)).collect();
             for &p in &buf {
                 let d = &mut indegree[p as usize];
                 *d -= 1;
@@ -204,20 +202,25 @@ impl<'a, L: Lineage + ?Sized> Walker<'a, L> {
                     ready.push(((self.created_at(p), Reverse(self.id(p))), p));
                 }
             }
-            out.push(Node {
-                id,
-                parents,
-                created_at,
-            });
+            out.push(k);
         }
         Ok(out)
     }
 
+    /// Every key reachable from `starts`, the starts included.
     pub(super) fn reach(&mut self, starts: &[ObjectId]) -> Result<Bits> {
+        let mut keys = Vec::with_capacity(starts.len());
+        for s in starts {
+            keys.push(self.key(s)?);
+        }
+        self.reach_keys(&keys)
+    }
+
+    /// [`Walker::reach`] from keys.
+    fn reach_keys(&mut self, starts: &[u32]) -> Result<Bits> {
         let mut seen = Bits::with_capacity(self.n as usize);
         let mut stack: Vec<u32> = Vec::new();
-        for s in starts {
-            let k = self.key(s)?;
+        for &k in starts {
             if seen.insert(k) {
                 stack.push(k);
             }
@@ -228,14 +231,14 @@ impl<'a, L: Lineage + ?Sized> Walker<'a, L> {
                 // The hot loop: no allocation, no hashing.
                 match self.follow {
                     Follow::All => {
-                        for p in self.ix.parents(k) {
+                        for p in self.ix.parents(k)? {
                             if seen.insert(p) {
                                 stack.push(p);
                             }
                         }
                     }
                     Follow::FirstParent => {
-                        if let Some(p) = self.ix.first_parent(k) {
+                        if let Some(p) = self.ix.first_parent(k)? {
                             if seen.insert(p) {
                                 stack.push(p);
                             }
@@ -292,7 +295,7 @@ impl<'a, L: Lineage + ?Sized> Walker<'a, L> {
             return Ok(true);
         }
         let kb = self.key(b)?;
-        match self.ix.position(a) {
+        match self.ix.lookup(a)? {
             Some(ka) => self.reaches(kb, ka),
             // Nothing in the index has an ancestor outside it.
             None if self.in_file(kb) => Ok(false),
@@ -425,5 +428,81 @@ impl<'a, L: Lineage + ?Sized> Walker<'a, L> {
         }
         best.sort_by_key(|k| Reverse((self.created_at(*k), Reverse(self.id(*k)))));
         Ok(best.into_iter().map(|k| self.id(k)).collect())
+    }
+}
+
+/// Log order over keys (see [`super::TopoWalk`]): streams while the walk
+/// follows one line of history, then orders what is left with
+/// [`Walker::topo_order`]. Inside the lineage index a step is a few reads
+/// of the mapped file and a bit set: no allocation, no hashing.
+pub(super) struct KeyWalk<'a, L: ?Sized> {
+    pub(super) walker: Walker<'a, L>,
+    /// Streaming: keys found and not yet yielded; while there is one,
+    /// nothing unseen can be its descendant.
+    pending: Vec<u32>,
+    seen: Bits,
+    /// Once lines branch: the rest, in order.
+    ordered: Option<std::vec::IntoIter<u32>>,
+    buf: Vec<u32>,
+}
+
+impl<L: ?Sized> std::fmt::Debug for KeyWalk<'_, L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyWalk")
+            .field("pending", &self.pending)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, L: Lineage + ?Sized> KeyWalk<'a, L> {
+    pub(super) fn new(
+        lineage: &'a L,
+        ix: std::sync::Arc<LineageIndex>,
+        starts: &[ObjectId],
+        follow: Follow,
+    ) -> Result<Self> {
+        let mut walker = Walker::new(lineage, ix, follow);
+        let mut seen = Bits::with_capacity(walker.indexed());
+        let mut pending = Vec::new();
+        for s in starts {
+            let k = walker.key(s)?;
+            if seen.insert(k) {
+                pending.push(k);
+            }
+        }
+        Ok(KeyWalk {
+            walker,
+            pending,
+            seen,
+            ordered: None,
+            buf: Vec::new(),
+        })
+    }
+
+    /// The next key in log order.
+    pub(super) fn next_key(&mut self) -> Result<Option<u32>> {
+        if let Some(rest) = &mut self.ordered {
+            return Ok(rest.next());
+        }
+        match self.pending.len() {
+            0 => Ok(None),
+            1 => {
+                let k = self.pending.pop().expect("one pending");
+                self.walker.parents(k, &mut self.buf)?;
+                for &q in &self.buf {
+                    if self.seen.insert(q) {
+                        self.pending.push(q);
+                    }
+                }
+                Ok(Some(k))
+            }
+            _ => {
+                let from = std::mem::take(&mut self.pending);
+                let mut rest = self.walker.topo_order(&from)?.into_iter();
+                let first = rest.next();
+                self.ordered = Some(rest);
+                Ok(first)
+            }
+        }
     }
 }

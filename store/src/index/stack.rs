@@ -52,6 +52,26 @@ impl Loaded {
         self.table.meta()
     }
 
+    /// Hands `f` every entry under `prefix`, ascending, as borrowed bytes
+    /// (a tombstone's value `None`): a scan that copies nothing.
+    pub(super) fn each_under(
+        &self,
+        prefix: &[u8],
+        mut f: impl FnMut(&[u8], Option<&[u8]>),
+    ) -> Result<()> {
+        let t = &self.table;
+        let mut i = t.lower_bound(prefix).map_err(|e| self.corrupt(e))?;
+        while i < t.len() {
+            let (k, v) = t.entry(i).map_err(|e| self.corrupt(e))?;
+            if !k.starts_with(prefix) {
+                break;
+            }
+            f(k, v);
+            i += 1;
+        }
+        Ok(())
+    }
+
     /// Entries under `prefix` past `cursor` (exclusive), in the scan's
     /// direction.
     pub(super) fn range<'a>(

@@ -101,9 +101,13 @@ impl std::ops::Deref for Bytes {
     }
 }
 
-/// An open lineage index. Opening checks everything (checksum, order,
-/// positions, generations), so answers are those of the file that was
-/// written; every accessor is bounds-checked as well and never panics.
+/// An open lineage index. Opening checks the header, the size and the
+/// fan-out only, so that it costs the same however many sessions the file
+/// holds; each record is checked when a walk first reads it
+/// ([`LineageIndex::parents`]), which keeps every walk in bounds and
+/// finite, and [`LineageIndex::check`] checks the whole structure (fsck,
+/// and a writer reusing the file's records). Every accessor is
+/// bounds-checked as well and never panics.
 pub struct LineageIndex {
     path: PathBuf,
     bytes: Bytes,
@@ -126,8 +130,8 @@ impl std::fmt::Debug for LineageIndex {
 }
 
 impl LineageIndex {
-    /// Opens and checks `<store_root>/lineage/graph.lgi`; `None` when there
-    /// is none.
+    /// Opens `<store_root>/lineage/graph.lgi`, checking its header, size and
+    /// fan-out; `None` when there is none.
     pub fn open(store_root: &Path) -> Result<Option<LineageIndex>> {
         let path = path_in(store_root);
         let map = match crate::odb::pack::map_file(&path) {
@@ -140,7 +144,8 @@ impl LineageIndex {
         LineageIndex::parse(path, Bytes::Mapped(map)).map(Some)
     }
 
-    /// Checks bytes held in memory (`path` names them in errors).
+    /// Reads bytes held in memory (`path` names them in errors), checking
+    /// what [`LineageIndex::open`] checks.
     pub fn from_bytes(path: PathBuf, bytes: Vec<u8>) -> Result<LineageIndex> {
         LineageIndex::parse(path, Bytes::Owned(bytes))
     }
@@ -195,9 +200,9 @@ impl LineageIndex {
                 ),
             ));
         }
-        // The checksum is not read here: opening would then cost every
-        // process the whole file. The structure below is what keeps every
-        // walk in bounds and finite; `verify` (fsck) reads the checksum.
+        // Neither the checksum nor the records are read here: opening would
+        // then cost every process the whole file. Records are checked as
+        // walks read them (`record`); `check` and `verify` read everything.
         let ix = LineageIndex {
             path: path.clone(),
             bytes,
@@ -209,15 +214,16 @@ impl LineageIndex {
             conversations_at,
             extra_at,
         };
-        ix.check()
+        ix.check_fanout()
             .map_err(|(offset, reason)| corrupt(offset, reason))?;
         Ok(ix)
     }
 
-    /// Checks the trailing checksum: bit rot in a record that leaves the
-    /// structure sound (a parent moved to another valid position, a time)
-    /// is found here, by fsck, not on open.
+    /// The whole structure and the trailing checksum (fsck): bit rot in a
+    /// record that leaves the structure sound (a parent moved to another
+    /// valid position, a time) is found here, not by readers.
     pub fn verify(&self) -> Result<()> {
+        self.check()?;
         let b: &[u8] = &self.bytes;
         let end = b.len() - CHECKSUM_LEN;
         if blake3::hash(&b[..end]).as_bytes()[..] != b[end..] {
@@ -230,9 +236,21 @@ impl LineageIndex {
         Ok(())
     }
 
-    /// The structure a checksum cannot vouch for (a writer's bug): fan-out,
-    /// id order, positions in range, generations, conversation order.
-    fn check(&self) -> Result<(), (usize, String)> {
+    fn corrupt(&self, (offset, reason): (usize, String)) -> Error {
+        Error::CorruptFile {
+            path: self.path.clone(),
+            offset: offset as u64,
+            reason,
+        }
+    }
+
+    /// Whether `e` is this file failing a check (as opposed to an error of
+    /// the walk that read it).
+    pub fn is_own_error(&self, e: &Error) -> bool {
+        matches!(e, Error::CorruptFile { path, .. } if *path == self.path)
+    }
+
+    fn check_fanout(&self) -> Result<(), (usize, String)> {
         let mut prev = 0usize;
         for byte in 0..256 {
             let f = self.fanout(byte);
@@ -244,83 +262,110 @@ impl LineageIndex {
         if prev != self.n {
             return Err((HEADER_LEN + 255 * 4, "fan-out total is not N".into()));
         }
+        Ok(())
+    }
+
+    /// The structure a checksum cannot vouch for (a writer's bug), over the
+    /// whole file: fan-out, id order, conversation order, and every record
+    /// as [`LineageIndex::parents`] checks it. O(sessions): for fsck and
+    /// for a writer about to reuse the records, never on a reader's path.
+    pub fn check(&self) -> Result<()> {
+        self.check_fanout().map_err(|e| self.corrupt(e))?;
         for pos in 0..self.n {
             let at = self.ids_at + pos * ID_LEN;
             let id = self.id_bytes(pos as u32).unwrap_or(&[]);
             if pos > 0 && self.id_bytes(pos as u32 - 1).is_none_or(|p| p >= id) {
-                return Err((at, format!("ids out of order at position {pos}")));
+                return Err(self.corrupt((at, format!("ids out of order at position {pos}"))));
             }
             let (lo, hi) = self.fanout_range(id.first().copied().unwrap_or(0));
             if pos < lo || pos >= hi {
-                return Err((
+                return Err(self.corrupt((
                     at,
                     format!("id at position {pos} is outside its fan-out range"),
-                ));
+                )));
             }
         }
         for k in 1..self.conversations {
             if self.conversation_bytes(k as u32 - 1) >= self.conversation_bytes(k as u32) {
-                return Err((
+                return Err(self.corrupt((
                     self.conversations_at + k * ID_LEN,
                     format!("conversation ids out of order at {k}"),
-                ));
+                )));
             }
         }
         for pos in 0..self.n as u32 {
-            let at = self.records_at + pos as usize * RECORD_LEN;
-            let field = |k: usize| u32_at(&self.bytes, at + 4 * k).unwrap_or(NO_PARENT);
-            let (first, second) = (field(0), field(1));
-            if first == NO_PARENT && second != NO_PARENT {
-                return Err((at, format!("record {pos} has a second parent but no first")));
-            }
-            if second != NO_PARENT && second & EXTRA_FLAG != 0 {
-                let start = (second & !EXTRA_FLAG) as usize;
-                let mut k = start;
-                loop {
-                    let Some(v) = self.edge(k) else {
-                        return Err((at + 4, format!("record {pos}: extra edges out of range")));
-                    };
-                    if v & EXTRA_FLAG != 0 {
-                        break;
-                    }
-                    k += 1;
-                }
-            }
-            let mut expect = 1u32;
-            let mut count = 0;
-            for p in self.parents(pos) {
-                count += 1;
-                if p as usize >= self.n {
-                    return Err((
-                        at,
-                        format!("record {pos}: parent position {p} out of range"),
-                    ));
-                }
-                // A parent at u32::MAX leaves no younger generation: with a
-                // saturating add, a session could be its own parent and every
-                // walk of its parents would never end.
-                let Some(g) = self.generation(p).checked_add(1) else {
-                    return Err((at + 8, format!("record {pos}: generation overflows")));
+            self.record(pos)?;
+        }
+        Ok(())
+    }
+
+    /// Checks the record at `pos` (a position in range): a second parent
+    /// only after a first, parents at positions in range, a 3+-parent list
+    /// that ends inside the extra-edge list, the generation as defined from
+    /// the parents' (so that it is larger than each: every walk down
+    /// parents ends), the conversation in range. O(its parents), so walks
+    /// check each record they read; a parent's own record is checked when
+    /// it is read in turn.
+    fn record(&self, pos: u32) -> Result<()> {
+        self.check_record(pos).map_err(|e| self.corrupt(e))
+    }
+
+    fn check_record(&self, pos: u32) -> Result<(), (usize, String)> {
+        let at = self.records_at + pos as usize * RECORD_LEN;
+        if pos as usize >= self.n {
+            return Err((at, format!("position {pos} is out of range")));
+        }
+        let field = |k: usize| u32_at(&self.bytes, at + 4 * k).unwrap_or(NO_PARENT);
+        let (first, second) = (field(0), field(1));
+        if first == NO_PARENT && second != NO_PARENT {
+            return Err((at, format!("record {pos} has a second parent but no first")));
+        }
+        if second != NO_PARENT && second & EXTRA_FLAG != 0 {
+            let start = (second & !EXTRA_FLAG) as usize;
+            let mut k = start;
+            loop {
+                let Some(v) = self.edge(k) else {
+                    return Err((at + 4, format!("record {pos}: extra edges out of range")));
                 };
-                expect = expect.max(g);
+                if v & EXTRA_FLAG != 0 {
+                    break;
+                }
+                k += 1;
             }
-            let declared =
-                usize::from(first != NO_PARENT) + if second == NO_PARENT { 0 } else { 1 };
-            if count < declared {
-                return Err((at, format!("record {pos}: bad parent list")));
-            }
-            if self.generation(pos) != expect {
+        }
+        let mut expect = 1u32;
+        let mut count = 0;
+        for p in self.parents_unchecked(pos) {
+            count += 1;
+            if p as usize >= self.n {
                 return Err((
-                    at + 8,
-                    format!(
-                        "record {pos}: generation {} should be {expect}",
-                        self.generation(pos)
-                    ),
+                    at,
+                    format!("record {pos}: parent position {p} out of range"),
                 ));
             }
-            if field(3) as usize >= self.conversations {
-                return Err((at + 12, format!("record {pos}: conversation out of range")));
-            }
+            // A parent at u32::MAX leaves no younger generation: with a
+            // saturating add, a session could be its own parent and every
+            // walk of its parents would never end.
+            let Some(g) = self.generation(p).checked_add(1) else {
+                return Err((at + 8, format!("record {pos}: generation overflows")));
+            };
+            expect = expect.max(g);
+        }
+        let declared = usize::from(first != NO_PARENT) + if second == NO_PARENT { 0 } else { 1 };
+        if count < declared {
+            return Err((at, format!("record {pos}: bad parent list")));
+        }
+        if self.generation(pos) != expect {
+            return Err((
+                at + 8,
+                format!(
+                    "record {pos}: generation {} should be {expect}",
+                    self.generation(pos)
+                ),
+            ));
+        }
+        if field(3) as usize >= self.conversations {
+            return Err((at + 12, format!("record {pos}: conversation out of range")));
         }
         Ok(())
     }
@@ -391,7 +436,10 @@ impl LineageIndex {
         )
     }
 
-    /// The session's position: fan-out, then a binary search.
+    /// The session's position: fan-out, then a binary search. Unchecked
+    /// beyond that: a position found holds exactly `id`, but ids out of
+    /// order (a damaged file) can hide one; [`LineageIndex::lookup`] checks
+    /// the neighbours of what it finds.
     pub fn position(&self, id: &ObjectId) -> Option<u32> {
         let want = id.as_bytes();
         let (mut lo, mut hi) = self.fanout_range(want[0]);
@@ -406,13 +454,40 @@ impl LineageIndex {
         None
     }
 
+    /// As [`LineageIndex::position`], for walks: the id found must sort
+    /// strictly between its neighbours (no id twice, no local disorder),
+    /// else `CorruptFile`. O(log N), whatever the file holds.
+    pub fn lookup(&self, id: &ObjectId) -> Result<Option<u32>> {
+        let Some(pos) = self.position(id) else {
+            return Ok(None);
+        };
+        let here = self.id_bytes(pos);
+        let before = pos.checked_sub(1).and_then(|p| self.id_bytes(p));
+        let after = self.id_bytes(pos + 1);
+        if before.is_some_and(|b| Some(b) >= here) || after.is_some_and(|a| Some(a) <= here) {
+            return Err(self.corrupt((
+                self.ids_at + pos as usize * ID_LEN,
+                format!("ids out of order around position {pos}"),
+            )));
+        }
+        Ok(Some(pos))
+    }
+
     /// The id at `pos`.
     pub fn id(&self, pos: u32) -> Option<ObjectId> {
         self.id_bytes(pos).and_then(ObjectId::from_slice)
     }
 
-    /// The positions of the session's parents, first parent first.
-    pub fn parents(&self, pos: u32) -> Parents<'_> {
+    /// The positions of the session's parents, first parent first, once
+    /// its record is checked (see [`LineageIndex::check`]): every parent is
+    /// in range and of a smaller generation, so a walk down parents ends.
+    /// `CorruptFile` (naming the file) when the record fails.
+    pub fn parents(&self, pos: u32) -> Result<Parents<'_>> {
+        self.record(pos)?;
+        Ok(self.parents_unchecked(pos))
+    }
+
+    fn parents_unchecked(&self, pos: u32) -> Parents<'_> {
         let first = self.field(pos, 0).unwrap_or(NO_PARENT);
         let second = self.field(pos, 1).unwrap_or(NO_PARENT);
         Parents {
@@ -423,9 +498,11 @@ impl LineageIndex {
         }
     }
 
-    /// The first parent's position.
-    pub fn first_parent(&self, pos: u32) -> Option<u32> {
-        self.field(pos, 0).filter(|p| *p != NO_PARENT)
+    /// The first parent's position, once the record is checked (as
+    /// [`LineageIndex::parents`]).
+    pub fn first_parent(&self, pos: u32) -> Result<Option<u32>> {
+        self.record(pos)?;
+        Ok(self.field(pos, 0).filter(|p| *p != NO_PARENT))
     }
 
     /// 1 for a session without parents, else 1 + the largest generation of
@@ -464,14 +541,19 @@ impl LineageIndex {
         .unwrap_or(0)
     }
 
-    /// Everything recorded of the session at `pos`.
-    pub fn facts(&self, pos: u32) -> Option<SessionFacts> {
-        Some(SessionFacts {
-            parents: self.parents(pos).filter_map(|p| self.id(p)).collect(),
+    /// Everything recorded of the session at `pos`, its record checked;
+    /// `None` for a position out of range.
+    pub fn facts(&self, pos: u32) -> Result<Option<SessionFacts>> {
+        if pos as usize >= self.n {
+            return Ok(None);
+        }
+        let parents = self.parents(pos)?.filter_map(|p| self.id(p)).collect();
+        Ok(self.conversation(pos).map(|conversation| SessionFacts {
+            parents,
             created_at: self.created_at(pos),
-            conversation: self.conversation(pos)?,
+            conversation,
             messages: self.messages(pos),
-        })
+        }))
     }
 
     /// Checks every record against the session object it names; one line
@@ -488,7 +570,7 @@ impl LineageIndex {
                 continue;
             };
             let want = SessionFacts::of(&id, s);
-            let have = self.facts(pos);
+            let have = self.facts(pos).ok().flatten();
             if have.as_ref() != Some(&want) {
                 let what = match &have {
                     None => "its record",

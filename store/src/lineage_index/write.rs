@@ -186,7 +186,7 @@ pub fn collect_from(
     let mut out = BTreeMap::new();
     for id in candidates {
         if let Some((ix, pos)) = previous.and_then(|ix| Some((ix, ix.position(&id)?))) {
-            if let Some(f) = ix.facts(pos) {
+            if let Ok(Some(f)) = ix.facts(pos) {
                 stats.reused += 1;
                 out.insert(id, f);
                 continue;
@@ -231,7 +231,12 @@ pub fn write_from(
     store_root: &Path,
     sessions: Option<Vec<ObjectId>>,
 ) -> Result<WriteStats> {
-    let previous = LineageIndex::open(store_root).ok().flatten();
+    // Reused records must be sound: readers check only what they read, so
+    // the whole file is checked here (the rewrite is O(sessions) anyway).
+    let previous = LineageIndex::open(store_root)
+        .ok()
+        .flatten()
+        .filter(|ix| ix.check().is_ok());
     let (sessions, mut stats) = match sessions {
         Some(c) => collect_from(odb, previous.as_ref(), c)?,
         None => collect(odb, previous.as_ref())?,

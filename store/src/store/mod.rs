@@ -285,6 +285,25 @@ impl Store {
         loaded
     }
 
+    /// Sets the lineage index aside for this handle, with a recovery note,
+    /// when `error` is that file failing a check that a walk made (readers
+    /// check each record as they first read it; see
+    /// [`LineageIndex::parents`]). The next repack or gc rewrites it.
+    pub fn lineage_index_failed(&self, error: &Error) {
+        let mut slot = match self.lineage.0.lock() {
+            Ok(s) => s,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let holds_it = matches!(&*slot, Some(Some(ix)) if ix.is_own_error(error));
+        if holds_it {
+            *slot = Some(None);
+            drop(slot);
+            self.note(format!(
+                "ignoring the lineage index ({error}); the next repack or gc rewrites it"
+            ));
+        }
+    }
+
     /// Rewrites the lineage index from the objects (see
     /// [`crate::lineage_index::write_for`]) and reloads it. Nothing for a store in
     /// memory.
@@ -360,6 +379,12 @@ impl Store {
         self.index.refs()
     }
 
+    /// The refs that point at one of `ids` (see [`Index::refs_to`]).
+    pub fn refs_to(&self, ids: &[ObjectId]) -> Result<Vec<(RefName, ObjectId)>> {
+        self.catch_up()?;
+        self.index.refs_to(ids)
+    }
+
     /// Every ref's log entries, oldest first, read from the durable
     /// operations (journal and op log), not the index; expired ones
     /// included (the chains are whole): [`Store::live_reflog_entries`] is
@@ -383,8 +408,13 @@ impl Store {
 impl Lineage for Store {
     fn node(&self, id: &ObjectId) -> Result<Node> {
         if let Some(ix) = Store::lineage_index(self) {
-            if let Some(node) = ix.position(id).and_then(|p| Node::at(&ix, p)) {
-                return Ok(node);
+            match ix
+                .lookup(id)
+                .and_then(|p| p.map_or(Ok(None), |p| Node::at(&ix, p)))
+            {
+                Ok(Some(node)) => return Ok(node),
+                Ok(None) => {}
+                Err(e) => self.lineage_index_failed(&e),
             }
         }
         if let Some(info) = self.session_info(id)? {
@@ -403,6 +433,10 @@ impl Lineage for Store {
 
     fn lineage_index(&self) -> Option<Arc<LineageIndex>> {
         Store::lineage_index(self)
+    }
+
+    fn lineage_index_failed(&self, error: &Error) {
+        Store::lineage_index_failed(self, error)
     }
 }
 

@@ -76,8 +76,9 @@ pub struct Pack {
     pack: Mmap,
     index: Mmap,
     layout: IndexLayout,
-    /// Whether the index's checksum and id order were checked, done on first
-    /// use so that opening a store costs the same however many packs it has.
+    /// Whether the index's checksum and id order were checked: done before
+    /// the ids are listed (repack, gc, fsck), never for a lookup, so that
+    /// reading one object costs the same however many the pack holds.
     index_verified: OnceLock<Result<(), String>>,
     cache: Mutex<Vec<(u32, Arc<Vec<u8>>)>>,
 }
@@ -177,15 +178,47 @@ impl Pack {
             })
     }
 
+    /// What a lookup relies on near `position`, instead of the whole id
+    /// order: the ids there strictly ascend. O(1); a found object is
+    /// re-hashed when read, so a damaged index can mislead a lookup into
+    /// "not found" at worst, which fsck's full check reports.
+    fn check_near(&self, lo: usize, hi: usize) -> Result<()> {
+        let view = self.view();
+        let from = lo.saturating_sub(1);
+        let to = hi.saturating_add(1).min(self.layout.objects);
+        for i in from.saturating_add(1)..to {
+            if view.id(i - 1) >= view.id(i) {
+                return Err(Error::CorruptFile {
+                    path: self.index_path.clone(),
+                    offset: 0,
+                    reason: format!("ids out of order at position {i}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The position of `id`, its neighbours checked (see `check_near`).
+    fn find(&self, id: &ObjectId) -> Result<Option<usize>> {
+        let Some(i) = self.view().position(id) else {
+            return Ok(None);
+        };
+        self.check_near(i, i + 1)?;
+        Ok(Some(i))
+    }
+
     pub fn contains(&self, id: &ObjectId) -> Result<bool> {
-        self.ensure_index()?;
-        Ok(self.view().position(id).is_some())
+        Ok(self.find(id)?.is_some())
     }
 
     /// Ids in this pack that start with `prefix`.
     pub fn ids_with_prefix(&self, prefix: &Prefix, out: &mut Vec<ObjectId>) -> Result<()> {
-        self.ensure_index()?;
+        let from = out.len();
         self.view().ids_with_prefix(prefix, out);
+        if let Some(first) = out.get(from) {
+            let lo = self.view().position(first).unwrap_or(0);
+            self.check_near(lo, lo + (out.len() - from))?;
+        }
         Ok(())
     }
 
@@ -211,10 +244,9 @@ impl Pack {
 
     /// Where `id`'s record lies, if this pack holds it.
     pub(crate) fn locate(&self, id: &ObjectId) -> Result<Option<RecordLoc>> {
-        self.ensure_index()?;
         let view = self.view();
-        Ok(view
-            .position(id)
+        Ok(self
+            .find(id)?
             .and_then(|i| view.entry(i))
             .map(|(block, offset, len)| RecordLoc { block, offset, len }))
     }
