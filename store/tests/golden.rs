@@ -164,7 +164,7 @@ fn the_journal_writes_the_fixture_bytes() {
     // boundary (objects-format.md, "Space written ahead").
     assert_eq!(written[..expected.len()], expected[..]);
     assert!(written[expected.len()..].iter().all(|b| *b == 0));
-    assert!(written.len() > expected.len() && written.len() % 4096 == 0);
+    assert!(written.len() > expected.len() && written.len().is_multiple_of(4096));
     assert_eq!(expected[4..8], 3u32.to_le_bytes());
     // The frame is the one version 2 wrote (only the header's version and
     // segment number differ).
