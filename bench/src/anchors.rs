@@ -284,7 +284,10 @@ impl Snapshots {
 }
 
 /// The disk's own rate: `n` small appends to one file, each followed by
-/// `fdatasync`. Returns syncs per second.
+/// `fdatasync`. Returns syncs per second. Each append changes the file's
+/// size, so each sync writes the inode as well as the data block (as a
+/// plain append-only log's would); [`fdatasync_overwrite_rate`] is the
+/// disk's floor without that.
 pub fn fdatasync_rate(path: &Path, n: usize) -> R<f64> {
     let mut f = OpenOptions::new().create(true).append(true).open(path)?;
     let line = [b'x'; 63];
@@ -295,4 +298,35 @@ pub fn fdatasync_rate(path: &Path, n: usize) -> R<f64> {
         f.sync_data()?;
     }
     Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+/// The disk's floor: `n` small writes, each followed by `fdatasync`, into
+/// blocks of a file written (with zeros) and synced beforehand, so that no
+/// sync changes the file's size or allocation: what a sync that writes one
+/// data block costs. Returns syncs per second.
+pub fn fdatasync_overwrite_rate(path: &Path, n: usize) -> R<f64> {
+    use std::os::unix::fs::FileExt;
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(path)?;
+    let line = [b'x'; 64];
+    f.write_all_at(&vec![0u8; (n + 1) * line.len()], 0)?;
+    f.sync_all()?;
+    let t = std::time::Instant::now();
+    for i in 0..n {
+        f.write_all_at(&line, (i * line.len()) as u64)?;
+        f.sync_data()?;
+    }
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+/// CPU time this thread has run, in seconds (Linux: `/proc/thread-self/
+/// schedstat`); `None` where that is not available.
+pub fn thread_cpu() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: f64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(ns / 1e9)
 }

@@ -11,7 +11,10 @@ use std::time::Instant;
 use serde_json::Value;
 use sessctl_store::{Cut, Durability, ForkOptions, ObjectId, Store, Turn};
 
-use crate::anchors::{fdatasync_rate, jsonl_fork, jsonl_load, Jsonl, Snapshots, Sqlite, Thread};
+use crate::anchors::{
+    fdatasync_overwrite_rate, fdatasync_rate, jsonl_fork, jsonl_load, thread_cpu, Jsonl, Snapshots,
+    Sqlite, Thread,
+};
 use crate::report::{Better, Group, Row};
 use crate::support::Rng;
 use crate::{durability, git, messages, secs, turn, Ctx, R, T0};
@@ -51,19 +54,26 @@ fn one_writer(ctx: &Ctx, sync: bool, out: &mut Vec<Row>) -> R<()> {
         "commits/s",
         Better::Higher,
     );
-    let mut rows: [Vec<f64>; 6] = Default::default();
+    let mut rows: [Vec<f64>; 7] = Default::default();
+    // CPU per commit on the committing thread (every commit runs there):
+    // sessctl, then SQLite delta.
+    let mut cpu: [Vec<f64>; 2] = Default::default();
     let use_git = ctx.git(1);
     for rep in 0..s.reps {
         let dir = tempfile::tempdir_in(&ctx.tmp)?;
         let store = Store::init(&dir.path().join("sessctl"))?;
         store.create(Some("c"), Turn::default(), durability(sync))?;
         let turns: Vec<Turn> = msgs.iter().map(|m| turn(std::slice::from_ref(m))).collect();
+        let c0 = thread_cpu();
         let t = Instant::now();
         let mut head = None;
         for tu in turns {
             head = Some(store.commit("c", None, tu, durability(sync))?);
         }
         rows[0].push(n as f64 / secs(t));
+        if let (Some(a), Some(b)) = (c0, thread_cpu()) {
+            cpu[0].push((b - a) / n as f64 * 1e6);
+        }
 
         let jpath = dir.path().join("s.jsonl");
         let mut j = Jsonl::create(&jpath, sync)?;
@@ -75,11 +85,15 @@ fn one_writer(ctx: &Ctx, sync: bool, out: &mut Vec<Row>) -> R<()> {
 
         let mut q = Sqlite::open(&dir.path().join("s.db"), sync)?;
         q.create_session("c", T0)?;
+        let c0 = thread_cpu();
         let t = Instant::now();
         for (i, m) in msgs.iter().enumerate() {
             q.append("c", i as i64, std::slice::from_ref(m), T0 + i as i64)?;
         }
         rows[2].push(n as f64 / secs(t));
+        if let (Some(a), Some(b)) = (c0, thread_cpu()) {
+            cpu[1].push((b - a) / n as f64 * 1e6);
+        }
 
         let snaps = Snapshots::open(&dir.path().join("snap.db"), sync)?;
         let mut thread = Thread::default();
@@ -91,6 +105,7 @@ fn one_writer(ctx: &Ctx, sync: bool, out: &mut Vec<Row>) -> R<()> {
 
         if sync {
             rows[4].push(fdatasync_rate(&dir.path().join("sync.log"), n)?);
+            rows[6].push(fdatasync_overwrite_rate(&dir.path().join("sync.over"), n)?);
         }
         if use_git {
             let repo = git::Repo::init(&dir.path().join("git"))?;
@@ -125,7 +140,7 @@ fn one_writer(ctx: &Ctx, sync: bool, out: &mut Vec<Row>) -> R<()> {
             }
         }
     }
-    let [a, b, c, d, e, f] = rows;
+    let [a, b, c, d, e, f, over] = rows;
     g.add("sessctl", a);
     g.add(if sync { "jsonl (fdatasync)" } else { "jsonl" }, b);
     g.add(
@@ -156,7 +171,26 @@ fn one_writer(ctx: &Ctx, sync: bool, out: &mut Vec<Row>) -> R<()> {
         "git plumbing (fsync=none)"
     };
     g.add(format!("{git_label}, {} turns", s.git_commits.min(n)), f);
+    g.add("fdatasync loop, overwriting written blocks", over);
     crate::report::emit(out, g);
+    let [cs, cq] = cpu;
+    if !cs.is_empty() {
+        let mut g = Group::new(
+            format!("1 commit, 1 conv x {n} turns, {}: CPU", label(sync)),
+            "us CPU/commit",
+            Better::Lower,
+        );
+        g.add("sessctl (the committing thread)", cs);
+        g.add(
+            if sync {
+                "sqlite delta (FULL)"
+            } else {
+                "sqlite delta (NORMAL)"
+            },
+            cq,
+        );
+        crate::report::emit(out, g);
+    }
     Ok(())
 }
 

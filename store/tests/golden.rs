@@ -151,7 +151,7 @@ fn a_version_1_store_reads_back() {
 
 #[test]
 fn the_journal_writes_the_fixture_bytes() {
-    let fixture = root().join("tests/fixtures/store-v1/journal/0000000000000002.journal");
+    let fixture = root().join("tests/fixtures/journal-v3/0000000000000001.journal");
     let expected = fs::read(fixture).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
@@ -160,11 +160,48 @@ fn the_journal_writes_the_fixture_bytes() {
     odb.write(&b, Durability::Sync).unwrap();
     drop(odb);
     let written = fs::read(path.join("journal/0000000000000001.journal")).unwrap();
-    // Same frames; the headers differ only in the segment number.
-    assert_eq!(written[16..], expected[16..]);
-    assert_eq!(written[..8], expected[..8]);
-    assert_eq!(u64::from_le_bytes(written[8..16].try_into().unwrap()), 1);
-    assert_eq!(u64::from_le_bytes(expected[8..16].try_into().unwrap()), 2);
+    // The fixture's header and frame, then zeros written ahead to a block
+    // boundary (objects-format.md, "Space written ahead").
+    assert_eq!(written[..expected.len()], expected[..]);
+    assert!(written[expected.len()..].iter().all(|b| *b == 0));
+    assert!(written.len() > expected.len() && written.len().is_multiple_of(4096));
+    assert_eq!(expected[4..8], 3u32.to_le_bytes());
+    // The frame is the one version 2 wrote (only the header's version and
+    // segment number differ).
+    let v2 =
+        fs::read(root().join("tests/fixtures/store-v1/journal/0000000000000002.journal")).unwrap();
+    assert_eq!(expected[16..], v2[16..]);
+    assert_eq!(v2[4..8], 2u32.to_le_bytes());
+}
+
+#[test]
+fn a_version_2_segment_takes_appends_as_it_is() {
+    let fixture = root().join("tests/fixtures/store-v1");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    copy_dir(&fixture, &path);
+    let seg = path.join("journal/0000000000000002.journal");
+    let before = fs::read(&seg).unwrap();
+    let odb = Odb::open(&path, &OpenOptions::default()).unwrap();
+    let id = odb.put_blob(&json!("appended"), Durability::Sync).unwrap();
+    drop(odb);
+    let after = fs::read(&seg).unwrap();
+    // Appended to, and nothing written ahead: a version-2 reader would take
+    // zeros for a torn write.
+    assert_eq!(after[..before.len()], before[..]);
+    assert_ne!(after[after.len() - 1], 0);
+    let odb = Odb::open(&path, &OpenOptions::default()).unwrap();
+    assert!(odb.take_recovery_notes().is_empty());
+    assert_eq!(odb.blob(&id).unwrap(), json!("appended"));
+    let cont = ObjectId::from_hex(CONT_ID).unwrap();
+    assert_eq!(odb.load_messages(&cont).unwrap().len(), 2);
+    // A repack seals it; the next segment is of version 3.
+    odb.repack(&sessctl_store::RepackOptions::default())
+        .unwrap();
+    odb.put_blob(&json!("next"), Durability::Sync).unwrap();
+    drop(odb);
+    let newest = fs::read(path.join("journal/0000000000000003.journal")).unwrap();
+    assert_eq!(newest[4..8], 3u32.to_le_bytes());
 }
 
 #[test]

@@ -145,7 +145,7 @@ fn torn_tail_at_every_offset_keeps_every_earlier_record() {
     let ids = write_chain(&odb, 11, 5, 2, Durability::Sync);
     drop(odb);
     let seg = only_segment(&path);
-    let full = fs::read(&seg).unwrap();
+    let full = frames_only(&fs::read(&seg).unwrap());
     // Find where the last frame starts by walking the frames.
     let mut pos = SEGMENT_HEADER_LEN as usize;
     let mut last_start = pos;
@@ -223,7 +223,8 @@ fn a_flipped_byte_in_the_journal_is_detected_never_returned() {
         .collect();
     drop(odb);
     let seg = only_segment(&path);
-    let full = fs::read(&seg).unwrap();
+    // The frames; the zeros written ahead after them are the next test's.
+    let full = frames_only(&fs::read(&seg).unwrap());
     for at in 0..full.len() {
         let mut bad = full.clone();
         bad[at] ^= 0x40;
@@ -513,11 +514,24 @@ fn a_damaged_frame_in_a_sealed_segment_costs_only_its_own_objects() {
     }
 }
 
-/// Frame starts in a segment file.
+/// A segment file without the zeros written ahead after its frames.
+fn frames_only(bytes: &[u8]) -> Vec<u8> {
+    let end = frame_starts(bytes)
+        .last()
+        .map_or(SEGMENT_HEADER_LEN as usize, |&p| {
+            p + FRAME_HEADER_LEN + u32::from_le_bytes(bytes[p..p + 4].try_into().unwrap()) as usize
+        });
+    assert!(bytes[end..].iter().all(|b| *b == 0));
+    bytes[..end].to_vec()
+}
+
+/// Frame starts in a segment file (up to the zeros written ahead).
 fn frame_starts(bytes: &[u8]) -> Vec<usize> {
     let mut starts = Vec::new();
     let mut pos = SEGMENT_HEADER_LEN as usize;
-    while pos + FRAME_HEADER_LEN <= bytes.len() {
+    while pos + FRAME_HEADER_LEN <= bytes.len()
+        && bytes[pos..pos + FRAME_HEADER_LEN].iter().any(|b| *b != 0)
+    {
         starts.push(pos);
         let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
         pos += FRAME_HEADER_LEN + len;
@@ -634,4 +648,138 @@ fn a_write_batch_refuses_values_too_deep_for_a_blob() {
     }
     let mut b = sessctl_store::WriteBatch::new();
     assert!(b.blob(&v).is_err());
+}
+
+#[test]
+fn appends_write_into_the_zeros_written_ahead_without_growing_the_file() {
+    let (_d, path) = new_store();
+    let odb = open(&path);
+    let first = odb.put_blob(&json!("first"), Durability::Sync).unwrap();
+    let seg = only_segment(&path);
+    let len = fs::metadata(&seg).unwrap().len();
+    let bytes = fs::read(&seg).unwrap();
+    assert!(
+        frames_only(&bytes).len() < bytes.len(),
+        "zeros follow the frame"
+    );
+    let later: Vec<ObjectId> = (0..20)
+        .map(|i| {
+            odb.put_blob(&json!({"later": i}), Durability::Sync)
+                .unwrap()
+        })
+        .collect();
+    // Each sync wrote blocks the file already had: its size stayed.
+    assert_eq!(fs::metadata(&seg).unwrap().len(), len);
+    drop(odb);
+    let odb = open_and_repair(&path);
+    assert!(odb.take_recovery_notes().is_empty());
+    assert_eq!(fs::metadata(&seg).unwrap().len(), len, "nothing was cut");
+    odb.read(&first).unwrap();
+    for id in &later {
+        odb.read(id).unwrap();
+    }
+    assert_eq!(frame_starts(&fs::read(&seg).unwrap()).len(), 21);
+}
+
+#[test]
+fn bytes_past_a_header_of_zeros_are_a_torn_write_cut_by_the_next_writer() {
+    let (_d, path) = new_store();
+    let odb = open(&path);
+    let kept: Vec<ObjectId> = (0..3)
+        .map(|i| odb.put_blob(&json!({"kept": i}), Durability::Sync).unwrap())
+        .collect();
+    drop(odb);
+    let seg = only_segment(&path);
+    let mut bytes = fs::read(&seg).unwrap();
+    let end = frames_only(&bytes).len();
+    // A power loss can keep a later block of a frame and lose its first:
+    // zeros where its header was, its bytes further on.
+    bytes[end + 5000] = 0x5a;
+    fs::write(&seg, &bytes).unwrap();
+    // A reader keeps to the frames and cuts nothing.
+    let reader = open(&path);
+    for id in &kept {
+        reader.read(id).unwrap();
+    }
+    assert_eq!(fs::read(&seg).unwrap(), bytes);
+    drop(reader);
+    let odb = open_and_repair(&path);
+    let notes = odb.take_recovery_notes();
+    assert!(notes.iter().any(|n| n.contains("torn write")), "{notes:?}");
+    assert_eq!(fs::metadata(&seg).unwrap().len(), end as u64);
+    let set_aside = fs::read_dir(path.join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("torn-"))
+        .unwrap();
+    // Only the bytes up to the last that is not zero are kept.
+    assert_eq!(
+        fs::metadata(path.join("journal").join(set_aside))
+            .unwrap()
+            .len(),
+        5001
+    );
+    for id in &kept {
+        odb.read(id).unwrap();
+    }
+    let after = odb.put_blob(&json!("after"), Durability::Sync).unwrap();
+    drop(odb);
+    let odb = open(&path);
+    assert!(odb.take_recovery_notes().is_empty());
+    odb.read(&after).unwrap();
+}
+
+#[test]
+fn a_lost_synced_frame_before_zeros_is_damage_not_the_end() {
+    let (_d, path) = new_store();
+    let odb = open(&path);
+    let ids: Vec<ObjectId> = (0..4)
+        .map(|i| {
+            odb.put_blob(&json!({"i": i, "pad": "z".repeat(300)}), Durability::Sync)
+                .unwrap()
+        })
+        .collect();
+    drop(odb);
+    let seg = only_segment(&path);
+    let mut bytes = fs::read(&seg).unwrap();
+    let starts = frame_starts(&bytes);
+    // The second frame reads back as zeros, as a block the disk lost would;
+    // later frames say it had been synced.
+    bytes[starts[1]..starts[2]].fill(0);
+    fs::write(&seg, &bytes).unwrap();
+    let odb = open_and_repair(&path);
+    let notes = odb.take_recovery_notes();
+    assert!(notes.iter().any(|n| n.contains("damaged")), "{notes:?}");
+    assert!(!notes.iter().any(|n| n.contains("torn")), "{notes:?}");
+    assert!(odb.read(&ids[1]).is_err());
+    for i in [0, 2, 3] {
+        odb.read(&ids[i]).unwrap();
+    }
+}
+
+#[test]
+fn a_sealed_segment_ends_with_its_last_frame() {
+    let (_d, path) = new_store();
+    let opts = OpenOptions {
+        segment_target: 64 << 10,
+        auto_pack: false,
+        ..OpenOptions::default()
+    };
+    let odb = Odb::open(&path, &opts).unwrap();
+    let ids = write_chain(&odb, 45, 100, 2, Durability::Sync);
+    let mut segs: Vec<PathBuf> = fs::read_dir(path.join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "journal"))
+        .collect();
+    segs.sort();
+    assert!(segs.len() > 2);
+    for sealed in &segs[..segs.len() - 1] {
+        let bytes = fs::read(sealed).unwrap();
+        assert_eq!(frames_only(&bytes), bytes, "{}", sealed.display());
+    }
+    drop(odb);
+    let odb = Odb::open(&path, &opts).unwrap();
+    assert!(odb.take_recovery_notes().is_empty());
+    assert_eq!(odb.history(ids.last().unwrap()).unwrap().len(), 200);
 }

@@ -112,6 +112,18 @@ pub struct Index {
     /// The operation applied when this handle last looked for newer tables
     /// (see [`Index::follow_tables`]).
     looked_for_tables: std::sync::atomic::AtomicU64,
+    /// Operations this handle appended and has not applied yet, with the
+    /// sessions their writers decoded (see [`Index::appended`]): applied
+    /// from here, in sequence order, instead of being read back from the
+    /// journal.
+    appended: std::sync::Mutex<BTreeMap<u64, Appended>>,
+}
+
+/// An operation this handle appended, waiting to be applied.
+#[derive(Debug)]
+struct Appended {
+    op: Operation,
+    fresh: Vec<(crate::hash::ObjectId, crate::object::Session)>,
 }
 
 /// Where catching up started from, for the open report.
@@ -161,6 +173,7 @@ impl Index {
             apply_lock: Default::default(),
             checked: Default::default(),
             looked_for_tables: Default::default(),
+            appended: Default::default(),
         })
     }
 
@@ -182,6 +195,7 @@ impl Index {
             apply_lock: Default::default(),
             checked: Default::default(),
             looked_for_tables: Default::default(),
+            appended: Default::default(),
         })
     }
 
@@ -347,6 +361,61 @@ impl Index {
         Ok(())
     }
 
+    /// Records an operation this handle has just appended, under the
+    /// store's write lock: its effect on refs, reflog heads, run claims and
+    /// records at once (what the next writer's compare-and-swaps read, as
+    /// [`Index::catch_up_refs`] would have it from the journal), and the
+    /// operation itself with the sessions its writer decoded, for
+    /// [`Index::apply_appended`] to apply after the lock, in order.
+    pub fn appended(
+        &self,
+        op: Operation,
+        fresh: Vec<(crate::hash::ObjectId, crate::object::Session)>,
+    ) {
+        let mut effects = apply::ref_effects(&op);
+        effects.extend(apply::record_effects(&op));
+        {
+            let mut v = self.view_mut();
+            // Only on top of what this handle knows: a gap is the journal's
+            // to fill (catch-up reads it).
+            let head = match (v.ahead_of, v.applied) {
+                (Some(a), Some(b)) if a.0 <= b.0 => Some(b),
+                (Some(a), _) => Some(a),
+                (None, b) => b,
+            };
+            if head.map_or(0, |h| h.0) + 1 == op.seq {
+                v.ahead.extend(effects);
+                v.ahead_of = Some((op.seq, op.hash()));
+            }
+        }
+        self.appended
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(op.seq, Appended { op, fresh });
+    }
+
+    /// Applies every operation up to `seq`, in order: those this handle
+    /// appended from memory, the others' from the journal. Whichever thread
+    /// holds the apply lock applies all that is waiting, so threads that
+    /// commit at once do not each wait for their own turn.
+    pub fn apply_appended(&self, odb: &Odb, seq: u64) -> Result<()> {
+        if self.view().applied.is_some_and(|a| a.0 >= seq) {
+            return Ok(());
+        }
+        self.catch_up_to(odb, seq).map(|_| ())
+    }
+
+    /// The waiting operation `seq` this handle appended, if any; those
+    /// applied already are dropped.
+    fn take_appended(&self, seq: u64) -> Option<Appended> {
+        let mut waiting = self.appended.lock().unwrap_or_else(|p| p.into_inner());
+        let out = waiting.remove(&seq);
+        if waiting.first_key_value().is_some_and(|(s, _)| *s < seq) {
+            waiting.retain(|s, _| *s > seq);
+        }
+        out
+    }
+
     /// Brings the index up to date with the operations: applies those after
     /// the last one applied (the journal tail, normally). When they do not
     /// continue it (the tables were written from another history), every
@@ -359,6 +428,26 @@ impl Index {
     pub fn catch_up_to(&self, odb: &Odb, last: u64) -> Result<CatchUp> {
         let _one_at_a_time = self.applying();
         let applied = self.view().applied;
+        // Operations this handle appended follow on from what is applied:
+        // taken from memory, with no read of the journal.
+        let mut from_memory = 0;
+        let mut applied = applied;
+        while applied.map_or(0, |a| a.0) < last {
+            let Some(a) = self.take_appended(applied.map_or(0, |a| a.0) + 1) else {
+                break;
+            };
+            if a.op.prev != applied.map(|a| a.1) {
+                // Not a continuation of what is applied: the journal's
+                // path below sorts it out.
+                break;
+            }
+            self.apply_locked(&a.op, odb, &a.fresh)?;
+            from_memory += 1;
+            applied = self.view().applied;
+        }
+        if from_memory > 0 && applied.map_or(0, |a| a.0) >= last {
+            return Ok(CatchUp::Applied(from_memory));
+        }
         let mut raw = odb.backend().ops_after(applied.map_or(0, |a| a.0))?;
         raw.retain(|(s, _)| *s <= last);
         if let (Some((_, hash)), Some((seq, bytes))) = (applied, raw.first()) {
@@ -385,9 +474,12 @@ impl Index {
             }
         }
         for (seq, bytes) in &raw {
-            self.apply_locked(&decode_op(*seq, bytes)?, odb, &[])?;
+            match self.take_appended(*seq) {
+                Some(a) => self.apply_locked(&a.op, odb, &a.fresh)?,
+                None => self.apply_locked(&decode_op(*seq, bytes)?, odb, &[])?,
+            }
         }
-        Ok(CatchUp::Applied(raw.len()))
+        Ok(CatchUp::Applied(from_memory + raw.len()))
     }
 
     /// Forgets the tables and applies every operation from the first into
@@ -568,6 +660,7 @@ impl Index {
             apply_lock: Default::default(),
             checked: Default::default(),
             looked_for_tables: Default::default(),
+            appended: Default::default(),
         };
         // Only tables that describe the operations as stored.
         match odb.backend().op_at(theirs.0)? {

@@ -33,8 +33,17 @@ use crate::object::{EncodedObject, ObjectKind};
 pub const SEGMENT_MAGIC: [u8; 4] = *b"SJNL";
 /// `oplog/<first>-<last>.ops` starts with these 4 bytes (objects-format.md, "Operation log").
 pub const OPLOG_MAGIC: [u8; 4] = *b"SOPL";
-/// Version of the segment and frame layout (objects-format.md, "Versioning").
-pub const JOURNAL_FORMAT_VERSION: u32 = 2;
+/// Version of the segment and frame layout (objects-format.md, "Versioning"):
+/// 3, a segment whose frames may be followed by zero bytes written ahead
+/// ("Space written ahead"). Version-2 segments (no such tail) still read,
+/// and are appended to as they are.
+pub const JOURNAL_FORMAT_VERSION: u32 = 3;
+/// The previous segment version, which this sessctl still reads and appends
+/// to (without writing ahead).
+pub const JOURNAL_FORMAT_V2: u32 = 2;
+/// Version in an operation log file's header (objects-format.md,
+/// "Operation log"); its layout did not change with segment version 3.
+pub const OPLOG_FORMAT_VERSION: u32 = 2;
 /// Bytes before the first frame of a segment.
 pub const SEGMENT_HEADER_LEN: u64 = 16;
 /// Bytes of a frame header: body length, entry count, sync watermark, checksum.
@@ -60,6 +69,12 @@ pub const CODEC_ZSTD: u8 = 1;
 pub const MAX_OBJECT_SIZE: usize = 1 << 30;
 /// A segment is sealed and a new one started once it grows past this.
 pub const DEFAULT_SEGMENT_TARGET: u64 = 2 << 20;
+/// How far past a frame a writer of a version-3 segment writes zeros once
+/// the space written ahead runs out (objects-format.md, "Space written
+/// ahead"): the file's size then changes once per this many bytes of
+/// frames, not at every append, so an `fdatasync` writes the frame's
+/// blocks and not the inode as well.
+pub const WRITE_AHEAD: u64 = 1 << 20;
 
 /// Payloads shorter than this are stored raw: the journal is packed (and
 /// compressed in blocks) once a segment is sealed, so compressing each
@@ -572,6 +587,31 @@ struct Tail {
     synced: Pos,
     syncing: bool,
     poisoned: Option<String>,
+    /// The segment is of version 3: a writer keeps zeros written ahead of
+    /// its frames.
+    write_ahead: bool,
+    /// The file's length as this handle last knew it (zeros written ahead
+    /// included); a writer that needs more looks again before writing
+    /// zeros.
+    alloc: u64,
+    /// The last scan stopped at bad bytes: the next one reads the rest of
+    /// the file whole, and a header of zeros there is not trusted as the
+    /// end without it.
+    whole: bool,
+}
+
+/// Where a scan of a segment stopped.
+#[derive(Debug, Clone, Copy)]
+struct ScanEnd {
+    /// The end of the last valid frame.
+    end: u64,
+    /// The highest sync watermark among the frames read.
+    watermark: u64,
+    /// The frames end at zeros written ahead (so no other process had
+    /// sealed the segment when it was read: sealing cuts them off).
+    zero_tail: bool,
+    /// Bad bytes follow `end` (a write in progress, torn, or damage).
+    bad: bool,
 }
 
 /// Who may cut a torn tail: only the holder of the store's write lock,
@@ -626,11 +666,103 @@ pub fn parse_segment_name(name: &str) -> Option<u64> {
 }
 
 fn segment_header(seq: u64) -> [u8; SEGMENT_HEADER_LEN as usize] {
+    segment_header_of(JOURNAL_FORMAT_VERSION, seq)
+}
+
+/// The header a version-2 segment starts with (read and appended to, never
+/// created).
+fn segment_header_v2(seq: u64) -> [u8; SEGMENT_HEADER_LEN as usize] {
+    segment_header_of(JOURNAL_FORMAT_V2, seq)
+}
+
+fn segment_header_of(version: u32, seq: u64) -> [u8; SEGMENT_HEADER_LEN as usize] {
     let mut h = [0u8; SEGMENT_HEADER_LEN as usize];
     h[..4].copy_from_slice(&SEGMENT_MAGIC);
-    h[4..8].copy_from_slice(&JOURNAL_FORMAT_VERSION.to_le_bytes());
+    h[4..8].copy_from_slice(&version.to_le_bytes());
     h[8..16].copy_from_slice(&seq.to_le_bytes());
     h
+}
+
+/// Whether a writer keeps zeros written ahead in this segment: only in a
+/// segment of version 3 (a version-2 reader would take them for a torn
+/// write).
+fn writes_ahead(file: &File) -> bool {
+    let mut v = [0u8; 4];
+    matches!(file.read_at(&mut v, 4), Ok(4)) && u32::from_le_bytes(v) >= JOURNAL_FORMAT_VERSION
+}
+
+/// Fills `buf` from `file` at `at` as far as the file goes; returns how
+/// many bytes were read.
+fn read_up_to(file: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], at + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Where the frames of a segment end and its zeros written ahead begin:
+/// 24 zero bytes where a frame header would be, and nothing but zeros from
+/// there to the end of `buf`. A frame header is never all zeros (its body
+/// is never empty).
+fn zero_tail_at(buf: &[u8], pos: usize) -> bool {
+    buf.len() >= pos + FRAME_HEADER_LEN && buf[pos..].iter().all(|b| *b == 0)
+}
+
+/// How much of a segment a catch-up reads at first: the frames appended
+/// since it last looked, as far as they go before the zeros written ahead.
+const READ_WINDOW: usize = 64 << 10;
+
+/// Reads `file` from `from` on as far as its frames go: stops at a header
+/// of zeros (the space written ahead, which is not read) or the end of the
+/// file, reading on past the window as long as a frame's declared length
+/// asks for it. Bad bytes end the walk early; the caller reads the rest
+/// whole ([`read_from`]) to judge them. Also says whether it stopped at
+/// zeros written ahead.
+fn read_frames_from(file: &File, from: u64) -> std::io::Result<(Vec<u8>, bool)> {
+    let mut buf = vec![0u8; READ_WINDOW];
+    let mut got = read_up_to(file, &mut buf, from)?;
+    let mut pos = 0usize;
+    loop {
+        if pos + FRAME_HEADER_LEN > got {
+            break;
+        }
+        let head = &buf[pos..pos + FRAME_HEADER_LEN];
+        if head.iter().all(|b| *b == 0) {
+            buf.truncate(pos);
+            return Ok((buf, true));
+        }
+        let body = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes")) as usize;
+        if body > MAX_FRAME_BODY {
+            break;
+        }
+        let end = pos + FRAME_HEADER_LEN + body;
+        if end > got {
+            if got < buf.len() {
+                // The file ends inside the frame: a write in progress.
+                break;
+            }
+            // Read on: the frame, and a window past it.
+            let want = end + READ_WINDOW;
+            buf.resize(want, 0);
+            got += read_up_to(file, &mut buf[got..], from + got as u64)?;
+            if end > got {
+                break;
+            }
+        }
+        pos = end;
+        if pos + FRAME_HEADER_LEN > got && got == buf.len() {
+            buf.resize(got + READ_WINDOW, 0);
+            got += read_up_to(file, &mut buf[got..], from + got as u64)?;
+        }
+    }
+    buf.truncate(got);
+    Ok((buf, false))
 }
 
 pub(crate) use crate::odb::atomic_file::sync_dir;
@@ -682,6 +814,9 @@ impl Journal {
                 synced: (0, 0),
                 syncing: false,
                 poisoned: None,
+                write_ahead: false,
+                alloc: 0,
+                whole: false,
             }),
             synced_cv: Condvar::new(),
             segments: RwLock::new(BTreeMap::new()),
@@ -705,18 +840,21 @@ impl Journal {
             };
             let is_last = i + 1 == seqs.len();
             if !is_last {
-                let (end, _) = journal.scan(seq, &file, SEGMENT_HEADER_LEN, false, Scan::Read)?;
-                let _ = end;
+                journal.scan(seq, &file, SEGMENT_HEADER_LEN, false, Scan::Read, true)?;
                 journal.segments_mut().insert(seq, file);
                 continue;
             }
-            let (end, watermark) =
-                journal.scan(seq, &file, SEGMENT_HEADER_LEN, true, Scan::Read)?;
+            // Read whole: bytes past a header of zeros are a torn write a
+            // crash left (or damage), never the end of the frames.
+            let end = journal.scan(seq, &file, SEGMENT_HEADER_LEN, true, Scan::Read, true)?;
             journal.segments_mut().insert(seq, file.clone());
+            st.write_ahead = writes_ahead(&file);
             st.file = Some(file);
             st.seq = seq;
-            st.len = end;
-            st.synced = (seq, watermark.max(SEGMENT_HEADER_LEN));
+            st.len = end.end;
+            st.alloc = end.end;
+            st.whole = end.bad;
+            st.synced = (seq, end.watermark.max(SEGMENT_HEADER_LEN));
         }
         drop(st);
         Ok(journal)
@@ -753,6 +891,9 @@ impl Journal {
     /// returns the end of its last valid frame and the highest sync
     /// watermark among the frames read. `is_last`: it is the newest
     /// segment, where a bad frame may be a write in progress or a torn one.
+    /// `whole`: read to the end of the file, zeros written ahead included,
+    /// so that bytes after a header of zeros are seen (an open, or a tail
+    /// that stopped at bad bytes before); else only as far as the frames go.
     fn scan(
         &self,
         seq: u64,
@@ -760,7 +901,8 @@ impl Journal {
         from: u64,
         is_last: bool,
         mode: Scan,
-    ) -> Result<(u64, u64)> {
+        whole: bool,
+    ) -> Result<ScanEnd> {
         let path = self.segment_path(seq);
         if from < SEGMENT_HEADER_LEN {
             return Err(Error::CorruptFile {
@@ -771,10 +913,22 @@ impl Journal {
         }
         if from == SEGMENT_HEADER_LEN && !self.check_header(seq, file, is_last, mode)? {
             // A header still being written: nothing to read yet.
-            return Ok((SEGMENT_HEADER_LEN, 0));
+            return Ok(ScanEnd {
+                end: SEGMENT_HEADER_LEN,
+                watermark: 0,
+                zero_tail: false,
+                bad: false,
+            });
         }
-        let buf = read_from(file, from).at(&path)?;
-        let base = from;
+        let (mut buf, window_zero) = if whole {
+            (read_from(file, from).at(&path)?, false)
+        } else {
+            read_frames_from(file, from).at(&path)?
+        };
+        let mut windowed = !whole;
+        let mut base = from;
+        let mut zero_tail = false;
+        let mut bad = false;
         let mut pos = 0usize;
         let mut watermark = 0u64;
         let mut objects = self.objects.write().expect("object map lock");
@@ -802,6 +956,17 @@ impl Journal {
                 }
                 Err(err) => err,
             };
+            if zero_tail_at(&buf, pos) {
+                // The zeros written ahead: the end of the frames.
+                zero_tail = true;
+                break;
+            }
+            if windowed {
+                // Bad bytes are judged against the rest of the file.
+                buf = read_from(file, at).at(&path)?;
+                (base, pos, windowed) = (at, 0, false);
+                continue;
+            }
             // Where does readable history resume, and were the bad bytes
             // ever durable? A sealed segment was synced whole before the
             // next was started, so a bad frame there is damage. In the
@@ -840,7 +1005,10 @@ impl Journal {
                 pos = next;
                 continue;
             }
-            let lost = buf.len() - pos;
+            bad = true;
+            let rest = &buf[pos..];
+            let rest = &rest[..rest.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1)];
+            let lost = rest.len();
             if !is_last {
                 if self.damaged.lock().expect("damage lock").insert(seq) {
                     self.note(format!(
@@ -849,7 +1017,7 @@ impl Journal {
                     ));
                 }
             } else if mode == Scan::Repair && !self.read_only {
-                let kept = self.set_aside_tail(seq, at, &buf[pos..])?;
+                let kept = self.set_aside_tail(seq, at, rest)?;
                 file.set_len(at).at(&path)?;
                 file.sync_all().at(&path)?;
                 self.note(format!(
@@ -863,7 +1031,16 @@ impl Journal {
         if !ordered(&ops) {
             self.ops_unordered.store(true, AtomicOrdering::Relaxed);
         }
-        Ok((base + pos as u64, watermark))
+        if windowed && pos == buf.len() {
+            // The window stopped where the frames stop.
+            zero_tail = window_zero;
+        }
+        Ok(ScanEnd {
+            end: base + pos as u64,
+            watermark,
+            zero_tail,
+            bad,
+        })
     }
 
     /// Checks a segment's header; false when it is still being written
@@ -897,12 +1074,12 @@ impl Journal {
                 reason: "segment header cut short".into(),
             });
         }
-        if buf != header {
+        if buf != header && buf != segment_header_v2(seq) {
             return Err(Error::CorruptFile {
                 path,
                 offset: 0,
                 reason: format!(
-                    "not a version-{JOURNAL_FORMAT_VERSION} journal segment numbered {seq}"
+                    "not a version-{JOURNAL_FORMAT_V2} or {JOURNAL_FORMAT_VERSION} journal segment numbered {seq}"
                 ),
             });
         }
@@ -927,6 +1104,9 @@ impl Journal {
             st.file = Some(file);
             st.seq = 1;
             st.len = len;
+            st.alloc = len;
+            st.write_ahead = true;
+            st.whole = false;
             st.synced = (1, len);
         }
         Ok(())
@@ -942,15 +1122,36 @@ impl Journal {
     fn refresh_tail(&self, st: &mut Tail, mode: Scan) -> Result<()> {
         loop {
             if let Some(file) = st.file.clone() {
-                let on_disk = file.metadata().at(&self.segment_path(st.seq))?.len();
-                if on_disk != st.len {
+                let path = self.segment_path(st.seq);
+                if !st.whole {
+                    // Where the next frame would go: zeros written ahead
+                    // say that nothing is new and that the segment is
+                    // still the newest (sealing cuts them off before the
+                    // next segment is made), for one read, without a stat
+                    // or a look for a successor.
+                    let mut head = [0u8; FRAME_HEADER_LEN];
+                    let n = read_up_to(&file, &mut head, st.len).at(&path)?;
+                    if n == FRAME_HEADER_LEN && head == [0u8; FRAME_HEADER_LEN] {
+                        return Ok(());
+                    }
+                    if n > 0 {
+                        let end = self.scan(st.seq, &file, st.len, true, mode, false)?;
+                        Self::advance(st, end);
+                        if end.zero_tail {
+                            return Ok(());
+                        }
+                    }
+                } else {
+                    let on_disk = file.metadata().at(&path)?.len();
                     // Grown (appended by others), or shorter (a torn tail
                     // cut by the lock's holder: nothing past our end was
                     // indexed, since a torn frame never parses).
-                    if on_disk > st.len || mode == Scan::Repair {
-                        let (end, mark) = self.scan(st.seq, &file, st.len, true, mode)?;
-                        st.len = end;
-                        st.synced = st.synced.max((st.seq, mark));
+                    if on_disk > st.len || (on_disk != st.len && mode == Scan::Repair) {
+                        let end = self.scan(st.seq, &file, st.len, true, mode, true)?;
+                        Self::advance(st, end);
+                        if end.zero_tail {
+                            return Ok(());
+                        }
                     }
                 }
             }
@@ -980,9 +1181,9 @@ impl Journal {
                     // What is left of ours was written before its successor
                     // was created: read it, through the descriptor, as sealed.
                     if let Some(old) = st.file.clone() {
-                        let (end, _) = self.scan(st.seq, &old, st.len, false, Scan::Read)?;
-                        st.len = end;
-                        st.synced = st.synced.max((st.seq, end));
+                        let end = self.scan(st.seq, &old, st.len, false, Scan::Read, true)?;
+                        st.len = end.end;
+                        st.synced = st.synced.max((st.seq, end.end));
                     }
                     // Segments gone from the directory are in a pack now,
                     // their operations in the op log.
@@ -1001,9 +1202,9 @@ impl Journal {
             // The old newest segment was synced whole before its successor
             // was created: read what is left of it as a sealed one.
             if let Some(old) = st.file.clone() {
-                let (end, _) = self.scan(st.seq, &old, st.len, false, Scan::Read)?;
-                st.len = end;
-                st.synced = st.synced.max((st.seq, end));
+                let end = self.scan(st.seq, &old, st.len, false, Scan::Read, true)?;
+                st.len = end.end;
+                st.synced = st.synced.max((st.seq, end.end));
             }
             self.adopt(st, next, file, mode)?;
         }
@@ -1012,12 +1213,23 @@ impl Journal {
     /// Makes segment `seq` the newest this handle knows and indexes it.
     fn adopt(&self, st: &mut Tail, seq: u64, file: Arc<File>, mode: Scan) -> Result<()> {
         self.segments_mut().insert(seq, file.clone());
-        let (end, mark) = self.scan(seq, &file, SEGMENT_HEADER_LEN, true, mode)?;
+        let end = self.scan(seq, &file, SEGMENT_HEADER_LEN, true, mode, false)?;
+        st.write_ahead = writes_ahead(&file);
         st.file = Some(file);
         st.seq = seq;
-        st.len = end;
-        st.synced = st.synced.max((seq, mark.max(SEGMENT_HEADER_LEN)));
+        st.len = end.end;
+        st.alloc = end.end;
+        st.whole = end.bad;
+        st.synced = st.synced.max((seq, end.watermark.max(SEGMENT_HEADER_LEN)));
         Ok(())
+    }
+
+    /// Takes what a scan of the newest segment found.
+    fn advance(st: &mut Tail, end: ScanEnd) {
+        st.len = end.end;
+        st.alloc = st.alloc.max(end.end);
+        st.whole = end.bad;
+        st.synced = st.synced.max((st.seq, end.watermark));
     }
 
     /// Forgets segments that are gone from the directory (packed by another
@@ -1126,6 +1338,12 @@ impl Journal {
     fn rotate(&self, st: &mut Tail) -> Result<()> {
         let old = self.segment_path(st.seq);
         if let Some(file) = &st.file {
+            // A sealed segment ends with its last frame: the zeros written
+            // ahead go first, so that a reader that finds them knows the
+            // segment is still the newest.
+            if st.write_ahead {
+                file.set_len(st.len).at(&old)?;
+            }
             file.sync_data().map_err(|e| {
                 st.poisoned = Some(format!("{}: {e}", old.display()));
                 Error::io(&old, e)
@@ -1136,6 +1354,9 @@ impl Journal {
         st.seq += 1;
         st.file = Some(file);
         st.len = len;
+        st.alloc = len;
+        st.write_ahead = true;
+        st.whole = false;
         Ok(())
     }
 
@@ -1237,15 +1458,30 @@ impl Journal {
         } else {
             SEGMENT_HEADER_LEN
         };
-        let bytes = prepared.seal(synced);
+        let mut bytes = prepared.seal(synced);
+        let frame_len = bytes.len() as u64;
         let at = st.len;
         let file = st.file.clone().expect("refresh_locked leaves a segment");
+        if st.write_ahead && at + frame_len > st.alloc {
+            // Another process may have written zeros ahead since.
+            st.alloc = file.metadata().at(&self.segment_path(st.seq))?.len();
+            if at + frame_len > st.alloc {
+                // Zeros after the frame, in the same write: the size
+                // changes now, and not at the next appends' syncs.
+                let ahead = (at + frame_len + WRITE_AHEAD)
+                    .min(self.segment_target.max(at + frame_len))
+                    .next_multiple_of(4096);
+                bytes.resize((ahead - at) as usize, 0);
+            }
+        }
         if let Err(e) = file.write_all_at(&bytes, at) {
             // Cut whatever part landed, so the next frame starts clean.
             let _ = file.set_len(at);
+            st.alloc = at;
             return Err(Error::io(self.segment_path(st.seq), e));
         }
-        st.len += bytes.len() as u64;
+        st.alloc = st.alloc.max(at + bytes.len() as u64);
+        st.len += frame_len;
         let end = (st.seq, st.len);
         {
             let body_at = at + FRAME_HEADER_LEN as u64;
@@ -1587,15 +1823,26 @@ impl Journal {
         sync_dir(&self.dir)
     }
 
-    /// Bytes of journal segments on disk.
+    /// Bytes of journal segments on disk, up to the end of the newest
+    /// one's frames (the zeros written ahead after them hold nothing).
     pub fn disk_bytes(&self) -> u64 {
+        let (tail, len) = {
+            let st = self.tail.lock().expect("journal tail lock");
+            (st.seq, st.len)
+        };
         self.segments
             .read()
             .expect("segment map lock")
-            .values()
-            .filter_map(|f| f.metadata().ok())
-            .filter(|m| m.nlink() > 0)
-            .map(|m| m.len())
+            .iter()
+            .filter_map(|(seq, f)| Some((*seq, f.metadata().ok()?)))
+            .filter(|(_, m)| m.nlink() > 0)
+            .map(|(seq, m)| {
+                if seq == tail {
+                    m.len().min(len)
+                } else {
+                    m.len()
+                }
+            })
             .sum()
     }
 
@@ -1659,6 +1906,7 @@ fn first_frame_after(buf: &[u8], bad: usize, base: u64) -> Option<usize> {
         let synced = u64::from_le_bytes(buf[p + 8..p + 16].try_into().expect("8 bytes"));
         body <= MAX_FRAME_BODY
             && p + FRAME_HEADER_LEN + body <= buf.len()
+            && buf[p..p + FRAME_HEADER_LEN].iter().any(|b| *b != 0)
             && synced <= base + p as u64
             && parse_frame(&buf[p..]).is_ok()
     })

@@ -43,7 +43,7 @@ pub(super) fn write_oplog_file(dir: &Path, ops: &[RawOp]) -> Result<()> {
     let path = dir.join(format!("{first:016}-{last:016}.ops"));
     let mut bytes = Vec::new();
     bytes.extend_from_slice(&journal::OPLOG_MAGIC);
-    bytes.extend_from_slice(&journal::JOURNAL_FORMAT_VERSION.to_le_bytes());
+    bytes.extend_from_slice(&journal::OPLOG_FORMAT_VERSION.to_le_bytes());
     bytes.extend_from_slice(&first.to_le_bytes());
     for chunk in ops.chunks(4096) {
         let mut frame = FrameBuilder::new();

@@ -305,19 +305,22 @@ impl Store {
             hook(op.seq);
         }
         drop(lock);
-        st.seq = op.seq;
+        let seq = op.seq;
+        st.seq = seq;
         st.hash = Some(op.hash());
-        // The operation is in the journal: the index follows it, after the
-        // others' it came after. Should this fail, the next catch-up applies
-        // it from the journal.
-        self.index.catch_up_to(&self.odb, op.seq - 1)?;
-        self.index.apply_with(&op, &self.odb, decoded)?;
+        // The next writer's compare-and-swaps see the operation at once;
+        // the rest of the index follows outside every lock but the index's
+        // own, in sequence order (whichever thread gets there first applies
+        // what this handle's other writers appended meanwhile too). Should
+        // it fail, the next catch-up applies it from the journal.
+        self.index.appended(op, decoded.to_vec());
         drop(st);
+        self.index.apply_appended(&self.odb, seq)?;
         if durability == Durability::Sync {
             self.odb.backend().sync(ticket)?;
         }
         self.upkeep();
-        Ok(Committed { op: op.seq })
+        Ok(Committed { op: seq })
     }
 
     /// The store's rule for `HEAD`, kept under the write lock: it never
