@@ -716,7 +716,7 @@ fn zero_tail_at(buf: &[u8], pos: usize) -> bool {
 
 /// How much of a segment a catch-up reads at first: the frames appended
 /// since it last looked, as far as they go before the zeros written ahead.
-const READ_WINDOW: usize = 64 << 10;
+const CATCH_UP_WINDOW: usize = 64 << 10;
 
 /// Reads `file` from `from` on as far as its frames go: stops at a header
 /// of zeros (the space written ahead, which is not read) or the end of the
@@ -725,7 +725,7 @@ const READ_WINDOW: usize = 64 << 10;
 /// whole ([`read_from`]) to judge them. Also says whether it stopped at
 /// zeros written ahead.
 fn read_frames_from(file: &File, from: u64) -> std::io::Result<(Vec<u8>, bool)> {
-    let mut buf = vec![0u8; READ_WINDOW];
+    let mut buf = vec![0u8; CATCH_UP_WINDOW];
     let mut got = read_up_to(file, &mut buf, from)?;
     let mut pos = 0usize;
     loop {
@@ -748,7 +748,7 @@ fn read_frames_from(file: &File, from: u64) -> std::io::Result<(Vec<u8>, bool)> 
                 break;
             }
             // Read on: the frame, and a window past it.
-            let want = end + READ_WINDOW;
+            let want = end + CATCH_UP_WINDOW;
             buf.resize(want, 0);
             got += read_up_to(file, &mut buf[got..], from + got as u64)?;
             if end > got {
@@ -757,7 +757,7 @@ fn read_frames_from(file: &File, from: u64) -> std::io::Result<(Vec<u8>, bool)> 
         }
         pos = end;
         if pos + FRAME_HEADER_LEN > got && got == buf.len() {
-            buf.resize(got + READ_WINDOW, 0);
+            buf.resize(got + CATCH_UP_WINDOW, 0);
             got += read_up_to(file, &mut buf[got..], from + got as u64)?;
         }
     }
