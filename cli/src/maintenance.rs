@@ -118,10 +118,15 @@ pub fn fsck(ctx: &Ctx, args: FsckArgs) -> CmdResult {
     // Silent when clean in a pipe; a person at a terminal gets a summary.
     if !args.json && (tty || !r.is_clean()) {
         eprintln!(
-            "sessctl: fsck: {} objects ({} sessions, {} blobs), {} operations: {}",
+            "sessctl: fsck: {} objects ({} sessions, {} blobs{}), {} operations: {}",
             r.objects,
             r.sessions,
             r.blobs,
+            if r.raws > 0 {
+                format!(", {} raw messages", r.raws)
+            } else {
+                String::new()
+            },
             r.operations,
             if r.is_clean() {
                 "clean".to_owned()

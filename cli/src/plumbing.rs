@@ -116,6 +116,16 @@ pub fn cat_object(ctx: &Ctx, args: CatObjectArgs) -> CmdResult {
         ),
         (Object::Session(s), true) => format!("{}\n", s.to_json(id)),
         (Object::Session(s), false) => session_text(&id, &s),
+        // A raw message: the value its lines read as, or the lines
+        // themselves, byte for byte.
+        (Object::Raw(r), true) => format!(
+            "{}\n",
+            r.value().map_err(|e| sessctl_store::Error::Corrupt {
+                id,
+                reason: e.to_string(),
+            })?
+        ),
+        (Object::Raw(r), false) => format!("{}\n", r.lines().collect::<Vec<_>>().join("\n")),
     };
     print(&text)
 }

@@ -3,9 +3,13 @@
 //!
 //! Exports are made so that importing them back with the same format gives
 //! the same sessions: OpenAI-shaped messages are written unchanged, and
-//! Claude Code lines that were imported from Claude Code are written back as
-//! they were, with the lines merged into them (`extra.merged_lines`) and the
-//! non-message lines before them (`extra.events`) restored in place. It reads
+//! Claude Code and Codex lines that were imported from their agent are
+//! written back as they were, with the lines merged into them and the
+//! non-message lines before them (`extra.events`) restored in place. A line
+//! the store keeps raw (objects-format.md, "raw") is written byte for byte,
+//! but for the fields a session file written back must change (a Claude
+//! Code line's `sessionId`, and a `parentUuid` or `uuid` a fork cut or
+//! repeated), which are edited in place, every other byte kept. It reads
 //! only; it never writes to the store.
 
 use serde_json::{json, Map, Value};
@@ -13,7 +17,7 @@ use serde_json::{json, Map, Value};
 use crate::error::{Error, Result};
 use crate::hash::ObjectId;
 use crate::message;
-use crate::object::Session;
+use crate::object::{Raw, Session};
 use crate::store::Store;
 use crate::time::format_rfc3339_ms;
 
@@ -45,18 +49,25 @@ impl ExportFormat {
     }
 }
 
+/// A message of a history: its value and, when the store keeps it raw, its
+/// source lines.
+struct Message {
+    value: Value,
+    raw: Option<Raw>,
+}
+
 /// The history of `id` with, for each message, the session that added it.
-fn history_with_owners(store: &Store, id: ObjectId) -> Result<Vec<(Value, Session)>> {
+fn history_with_owners(store: &Store, id: ObjectId) -> Result<Vec<(Message, Session)>> {
     let Owned(history, owners) = history_with_owner_index(store, id)?;
     Ok(history
         .into_iter()
-        .map(|(v, k)| (v, owners[k].clone()))
+        .map(|(m, k)| (m, owners[k].clone()))
         .collect())
 }
 
 /// A history's messages, each with the index in [`Owned::1`] of the
 /// session that added it, and those sessions.
-struct Owned(Vec<(Value, usize)>, Vec<Session>);
+struct Owned(Vec<(Message, usize)>, Vec<Session>);
 
 /// The history of `id`, each message with the session that added it.
 fn history_with_owner_index(store: &Store, id: ObjectId) -> Result<Owned> {
@@ -85,14 +96,184 @@ fn history_with_owner_index(store: &Store, id: ObjectId) -> Result<Owned> {
     }
     let history = owned
         .into_iter()
-        .map(|(m, k)| Ok((store.odb().blob(&m)?, k)))
+        .map(|(m, k)| {
+            let (value, raw) = store.odb().message(&m)?;
+            Ok((Message { value, raw }, k))
+        })
         .collect::<Result<Vec<_>>>()?;
     Ok(Owned(history, chain.into_iter().map(|(_, s)| s).collect()))
 }
 
+/// A line of a session file being written: its value and, for a line the
+/// source wrote, its exact text, which is what gets written. A change to a
+/// source line's value goes through [`OutLine::set`], which edits the text
+/// in place (or, should that fail, drops it: the value is written).
+#[derive(Debug, Clone)]
+struct OutLine {
+    value: Value,
+    text: Option<String>,
+}
+
+impl OutLine {
+    fn made(value: Value) -> OutLine {
+        OutLine { value, text: None }
+    }
+
+    fn exact(value: Value, text: &str) -> OutLine {
+        OutLine {
+            value,
+            text: Some(text.to_owned()),
+        }
+    }
+
+    /// An entry as a session's `extra.events` or a record's
+    /// `trailing_events` keep it: a line's exact text (a string), or a
+    /// value.
+    fn kept(kept: &Value) -> OutLine {
+        match crate::import::event_value(kept) {
+            std::borrow::Cow::Owned(v) => OutLine {
+                value: v,
+                text: kept.as_str().map(str::to_owned),
+            },
+            std::borrow::Cow::Borrowed(v) => OutLine::made(v.clone()),
+        }
+    }
+
+    /// Sets a top-level key of an object line to `new`.
+    fn set(&mut self, key: &str, new: Value) {
+        let Some(o) = self.value.as_object_mut() else {
+            return;
+        };
+        if o.get(key) == Some(&new) {
+            return;
+        }
+        if let Some(t) = &self.text {
+            self.text = if o.contains_key(key) {
+                replace_top_level(t, key, &new)
+            } else {
+                None
+            };
+        }
+        o.insert(key.to_owned(), new);
+    }
+
+    fn write(&self, out: &mut String) {
+        match &self.text {
+            Some(t) => out.push_str(t),
+            None => {
+                out.push_str(&serde_json::to_string(&self.value).expect("a JSON value serializes"))
+            }
+        }
+        out.push('\n');
+    }
+}
+
+/// `text`, a JSON object, with the value of its top-level `key` replaced by
+/// `new`, every other byte kept; `None` when the key is not found.
+fn replace_top_level(text: &str, key: &str, new: &Value) -> Option<String> {
+    let span = top_level_value(text, key)?;
+    let mut out = String::with_capacity(text.len() + 16);
+    out.push_str(&text[..span.start]);
+    out.push_str(&serde_json::to_string(new).ok()?);
+    out.push_str(&text[span.end..]);
+    Some(out)
+}
+
+/// Where the value of `key` is in `text`, a JSON object (valid JSON: the
+/// scan trusts it), if it has that key at the top level.
+fn top_level_value(text: &str, key: &str) -> Option<std::ops::Range<usize>> {
+    let b = text.as_bytes();
+    let ws = |mut i: usize| {
+        while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | b'\r') {
+            i += 1;
+        }
+        i
+    };
+    // The end of the string starting at `i` (its opening quote), past the
+    // closing quote.
+    let string_end = |mut i: usize| -> Option<usize> {
+        i += 1;
+        while i < b.len() {
+            match b[i] {
+                b'\\' => i += 2,
+                b'"' => return Some(i + 1),
+                _ => i += 1,
+            }
+        }
+        None
+    };
+    let value_end = |i: usize| -> Option<usize> {
+        match *b.get(i)? {
+            b'"' => string_end(i),
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                let mut j = i;
+                while j < b.len() {
+                    match b[j] {
+                        b'"' => {
+                            j = string_end(j)?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                return Some(j + 1);
+                            }
+                        }
+                        _ => {}
+                    }
+                    j += 1;
+                }
+                None
+            }
+            _ => {
+                let mut j = i;
+                while j < b.len()
+                    && !matches!(b[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+                {
+                    j += 1;
+                }
+                Some(j)
+            }
+        }
+    };
+    let mut i = ws(0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = ws(i + 1);
+    while b.get(i) == Some(&b'"') {
+        let end = string_end(i)?;
+        let name: String = serde_json::from_str(&text[i..end]).ok()?;
+        i = ws(end);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        let start = ws(i + 1);
+        let stop = value_end(start)?;
+        if name == key {
+            return Some(start..stop);
+        }
+        i = ws(stop);
+        if b.get(i) != Some(&b',') {
+            return None;
+        }
+        i = ws(i + 1);
+    }
+    None
+}
+
+fn write_lines(lines: &[OutLine]) -> String {
+    let mut out = String::new();
+    for l in lines {
+        l.write(&mut out);
+    }
+    out
+}
+
 /// Exports the history of session `id`.
 pub fn export(store: &Store, id: ObjectId, format: ExportFormat) -> Result<String> {
-    let line = |v: &Value| serde_json::to_string(v).expect("a JSON value serializes");
     Ok(match format {
         // The lines as stored: each message's JSON text made straight from
         // its verified bytes, no value built.
@@ -101,7 +282,7 @@ pub fn export(store: &Store, id: ObjectId, format: ExportFormat) -> Result<Strin
         ExportFormat::Json => {
             let all: Vec<Value> = history_with_owners(store, id)?
                 .into_iter()
-                .map(|(v, _)| v)
+                .map(|(m, _)| m.value)
                 .collect();
             let mut s = serde_json::to_string_pretty(&all).expect("a JSON value serializes");
             s.push('\n');
@@ -110,7 +291,7 @@ pub fn export(store: &Store, id: ObjectId, format: ExportFormat) -> Result<Strin
         ExportFormat::OpenAi => {
             let msgs: Vec<Value> = history_with_owners(store, id)?
                 .iter()
-                .flat_map(|(v, _)| to_openai(v))
+                .flat_map(|(m, _)| to_openai(&m.value))
                 .collect();
             let mut s = serde_json::to_string_pretty(&json!({ "messages": msgs }))
                 .expect("a JSON value serializes");
@@ -119,10 +300,7 @@ pub fn export(store: &Store, id: ObjectId, format: ExportFormat) -> Result<Strin
         }
         ExportFormat::ClaudeCode => {
             let session_id = store.odb().session(&id)?.conversation_id(id).to_hex();
-            claude_lines(&history_with_owners(store, id)?, &session_id)
-                .iter()
-                .map(|v| line(v) + "\n")
-                .collect()
+            write_lines(&claude_lines(&history_with_owners(store, id)?, &session_id))
         }
         ExportFormat::Codex => {
             // Deterministic: the conversation's id as the thread id, the
@@ -135,13 +313,14 @@ pub fn export(store: &Store, id: ObjectId, format: ExportFormat) -> Result<Strin
 }
 
 /// The history as Claude Code lines: lines imported from Claude Code as
-/// they were (merged lines split again, the non-message lines before them
-/// restored), other messages converted, chained by fresh uuids, with
-/// `session_id` as their sessionId.
-fn claude_lines(history: &[(Value, Session)], session_id: &str) -> Vec<Value> {
+/// they were (a raw message's lines byte for byte; a blob's merged lines
+/// split again), the non-message lines before them restored, other messages
+/// converted, chained by fresh uuids, with `session_id` as their sessionId.
+fn claude_lines(history: &[(Message, Session)], session_id: &str) -> Vec<OutLine> {
     let mut out = Vec::new();
     let mut prev: Option<String> = None;
-    for (pos, (v, owner)) in history.iter().enumerate() {
+    for (pos, (m, owner)) in history.iter().enumerate() {
+        let v = &m.value;
         if message::is_claude_code_line(v) {
             let uuid = v["uuid"].as_str().unwrap_or_default().to_owned();
             let extra = &owner.metadata.extra;
@@ -153,15 +332,27 @@ fn claude_lines(history: &[(Value, Session)], session_id: &str) -> Vec<Value> {
                     .cloned()
                     .unwrap_or_default()
             };
-            out.extend(listed("events"));
-            let merged = listed("merged_lines");
-            out.push(unmerge(v, &merged));
-            out.extend(merged);
+            out.extend(listed("events").iter().map(OutLine::kept));
+            match &m.raw {
+                Some(raw) => {
+                    for line in raw.lines() {
+                        match crate::object::raw::value_of_lines(&[line]) {
+                            Ok(lv) => out.push(OutLine::exact(lv, line)),
+                            Err(_) => out.push(OutLine::made(v.clone())),
+                        }
+                    }
+                }
+                None => {
+                    let merged = listed("merged_lines");
+                    out.push(OutLine::made(unmerge(v, &merged)));
+                    out.extend(merged.into_iter().map(OutLine::made));
+                }
+            }
             prev = Some(uuid);
         } else {
             let uuid = synthetic_uuid(v, pos);
             let (ty, message) = to_claude_message(v);
-            out.push(json!({
+            out.push(OutLine::made(json!({
                 "type": ty,
                 "uuid": uuid,
                 "parentUuid": prev,
@@ -169,7 +360,7 @@ fn claude_lines(history: &[(Value, Session)], session_id: &str) -> Vec<Value> {
                 "isSidechain": false,
                 "timestamp": format_rfc3339_ms(owner.created_at),
                 "message": message,
-            }));
+            })));
             prev = Some(uuid);
         }
     }
@@ -438,11 +629,8 @@ pub struct AgentSession {
 
 impl AgentSession {
     /// `lines` as a JSON-lines file.
-    fn from_lines(lines: &[Value], cwd: Option<String>) -> AgentSession {
-        let text = lines
-            .iter()
-            .map(|v| serde_json::to_string(v).expect("a JSON value serializes") + "\n")
-            .collect();
+    fn from_lines(lines: &[OutLine], cwd: Option<String>) -> AgentSession {
+        let text = write_lines(lines);
         AgentSession {
             text,
             cwd,
@@ -457,12 +645,14 @@ impl AgentSession {
 /// converted messages), and the `parentUuid` chain made whole: a uuid seen
 /// twice (a line repeated after a compaction) gets a fresh one, and a
 /// parent that is not an earlier line of the file (cut away by a fork or a
-/// compaction) becomes the line before. Lines are otherwise the stored
-/// values, which are the source lines' values (the store keeps values, not
-/// key order or whitespace). `trailing` are lines to end with (the
-/// conversation's `trailing_events`, when `id` is its head); `cwd` is the
-/// working directory when no line names one (a history from another
-/// agent).
+/// compaction) becomes the line before. A line the store keeps raw is
+/// written as its source wrote it, those fields edited in place when they
+/// change (so a whole conversation exported under its own sessionId is its
+/// source's lines byte for byte); a line kept as a blob is written from its
+/// value (keys in the store's order, not the source's). `trailing` are
+/// lines to end with (the conversation's `trailing_events`, when `id` is
+/// its head: values, or lines' exact text); `cwd` is the working directory
+/// when no line names one (a history from another agent).
 pub fn claude_code_session(
     store: &Store,
     id: ObjectId,
@@ -472,12 +662,12 @@ pub fn claude_code_session(
 ) -> Result<AgentSession> {
     let history = history_with_owners(store, id)?;
     let mut lines = claude_lines(&history, session_id);
-    lines.extend(trailing.iter().cloned());
-    let last_str = |key: &str, lines: &[Value]| {
+    lines.extend(trailing.iter().map(OutLine::kept));
+    let last_str = |key: &str, lines: &[OutLine]| {
         lines
             .iter()
             .rev()
-            .find_map(|l| l.get(key).and_then(Value::as_str).map(str::to_owned))
+            .find_map(|l| l.value.get(key).and_then(Value::as_str).map(str::to_owned))
     };
     let cwd = last_str("cwd", &lines).or_else(|| cwd.map(str::to_owned));
     let version = last_str("version", &lines);
@@ -485,37 +675,46 @@ pub fn claude_code_session(
     let mut renamed = std::collections::HashMap::new();
     let mut last: Option<String> = None;
     for (pos, l) in lines.iter_mut().enumerate() {
-        let fresh = synthetic_uuid(l, pos);
-        let Some(o) = l.as_object_mut() else {
+        let fresh = synthetic_uuid(&l.value, pos);
+        let Some(o) = l.value.as_object() else {
             continue;
         };
-        if o.contains_key("sessionId") {
-            o.insert("sessionId".into(), json!(session_id));
+        let has_session = o.contains_key("sessionId");
+        let uuid = o.get("uuid").and_then(Value::as_str).map(str::to_owned);
+        let has_cwd = o.contains_key("cwd");
+        let parent = o
+            .get("parentUuid")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if has_session {
+            l.set("sessionId", json!(session_id));
         }
-        let Some(uuid) = o.get("uuid").and_then(Value::as_str).map(str::to_owned) else {
+        let Some(uuid) = uuid else {
             continue;
         };
-        if !o.contains_key("cwd") {
+        // A line its agent wrote is valid as it is; only a converted one
+        // needs these.
+        if !has_cwd && l.text.is_none() {
             if let Some(c) = &cwd {
-                o.insert("cwd".into(), json!(c));
+                l.set("cwd", json!(c));
             }
             if let Some(v) = &version {
-                o.insert("version".into(), json!(v));
+                l.set("version", json!(v));
             }
-            o.insert("userType".into(), json!("external"));
+            l.set("userType", json!("external"));
         }
-        if let Some(p) = o.get("parentUuid").and_then(Value::as_str) {
-            let p = renamed.get(p).cloned().unwrap_or_else(|| p.to_owned());
+        if let Some(p) = parent {
+            let p = renamed.get(&p).cloned().unwrap_or(p);
             let p = if seen.contains(&p) {
                 Some(p)
             } else {
                 last.clone()
             };
-            o.insert("parentUuid".into(), json!(p));
+            l.set("parentUuid", json!(p));
         }
         let uuid = if seen.contains(&uuid) {
             renamed.insert(uuid, fresh.clone());
-            o.insert("uuid".into(), json!(fresh));
+            l.set("uuid", json!(fresh));
             fresh
         } else {
             renamed.remove(&uuid);
@@ -562,7 +761,9 @@ pub fn codex_rollout(
     meta.entry("originator").or_insert(json!("sessctl"));
     meta.entry("cli_version")
         .or_insert(json!(env!("CARGO_PKG_VERSION")));
-    let mut lines = vec![json!({"timestamp": now, "type": "session_meta", "payload": meta})];
+    let mut lines = vec![OutLine::made(
+        json!({"timestamp": now, "type": "session_meta", "payload": meta}),
+    )];
     let mut k = 0;
     while k < history.len() {
         // The run of messages one session added (its events are keyed by
@@ -572,22 +773,29 @@ pub fn codex_rollout(
         while end < history.len() && history[end].1 == history[k].1 {
             end += 1;
         }
-        let run: Vec<&Value> = history[k..end].iter().map(|(v, _)| v).collect();
+        let run: Vec<&Message> = history[k..end].iter().map(|(m, _)| m).collect();
         let events = codex_events(owner, run.len());
-        for (i, v) in run.iter().enumerate() {
-            lines.extend(events[i].iter().cloned());
+        for (i, m) in run.iter().enumerate() {
+            let v = &m.value;
+            lines.extend(events[i].iter().map(OutLine::kept));
             if is_rollout_line(v) {
-                lines.push((*v).clone());
+                // A raw rollout line is one line, written as it was.
+                match m.raw.as_ref().map(|r| r.lines().collect::<Vec<_>>()) {
+                    Some(l) if l.len() == 1 => lines.push(OutLine::exact(v.clone(), l[0])),
+                    _ => lines.push(OutLine::made(v.clone())),
+                }
             } else {
                 let ts = format_rfc3339_ms(owner.created_at);
                 for p in to_codex_items(v) {
-                    lines.push(json!({"timestamp": ts, "type": "response_item", "payload": p}));
+                    lines.push(OutLine::made(
+                        json!({"timestamp": ts, "type": "response_item", "payload": p}),
+                    ));
                 }
             }
         }
         k = end;
     }
-    lines.extend(trailing.iter().cloned());
+    lines.extend(trailing.iter().map(OutLine::kept));
     Ok(AgentSession::from_lines(&lines, cwd))
 }
 

@@ -13,7 +13,7 @@ use petgraph::visit::Dfs;
 
 use crate::error::Result;
 use crate::hash::ObjectId;
-use crate::object::{Blob, ObjectKind, Session};
+use crate::object::{Blob, ObjectKind, Raw, Session};
 use crate::refs::{Hash, Operation, RefName, RefTarget};
 use crate::store::Store;
 
@@ -30,6 +30,8 @@ pub struct FsckReport {
     pub objects: usize,
     pub sessions: usize,
     pub blobs: usize,
+    /// Raw messages: source lines kept byte for byte.
+    pub raws: usize,
     pub operations: usize,
     /// One line per problem; empty means clean.
     pub problems: Vec<String>,
@@ -52,6 +54,7 @@ impl FsckReport {
             "objects": self.objects,
             "sessions": self.sessions,
             "blobs": self.blobs,
+            "raws": self.raws,
             "operations": self.operations,
             "problems": self.problems,
             "dangling": self.dangling.iter().map(|d| d.to_hex()).collect::<Vec<_>>(),
@@ -94,6 +97,12 @@ impl Store {
                         report.problems.push(format!("blob {id}: {e}"));
                     }
                 }
+                ObjectKind::Raw => {
+                    report.raws += 1;
+                    if let Err(e) = Raw::decode(obj.payload()) {
+                        report.problems.push(format!("raw {id}: {e}"));
+                    }
+                }
                 ObjectKind::Session => {
                     report.sessions += 1;
                     match Session::decode(obj.payload()) {
@@ -116,7 +125,7 @@ impl Store {
                           kind: ObjectKind,
                           problems: &mut Vec<String>| {
                 match kinds.get(target) {
-                    Some(k) if *k == kind => {}
+                    Some(k) if k.serves_as(kind) => {}
                     Some(k) => problems.push(format!(
                         "session {id}: its {what} {target} is a {k}, not a {kind}"
                     )),

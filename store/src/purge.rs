@@ -322,6 +322,45 @@ fn redact_json(v: &mut Value, redact: &Redactor<'_>) -> std::result::Result<usiz
     })
 }
 
+/// Redacts the source lines an import kept as their exact text (JSON
+/// strings in `extra.events` and `trailing_events`) as the values they
+/// are: a line whose value matches is kept as its redacted value, since
+/// its bytes hold the text (and a literal replacement in JSON text could
+/// miss an escaped match, or break the line). Other strings are left to
+/// the caller's [`redact_map`].
+fn redact_line_texts(
+    v: &mut Value,
+    redact: &Redactor<'_>,
+) -> std::result::Result<usize, KeyCollision> {
+    match v {
+        Value::String(_) => {
+            let std::borrow::Cow::Owned(mut value) = crate::import::event_value(v) else {
+                return Ok(0);
+            };
+            let n = redact_json(&mut value, redact)?;
+            if n > 0 {
+                *v = value;
+            }
+            Ok(n)
+        }
+        Value::Array(items) => {
+            let mut n = 0;
+            for i in items {
+                n += redact_line_texts(i, redact)?;
+            }
+            Ok(n)
+        }
+        Value::Object(map) => {
+            let mut n = 0;
+            for i in map.values_mut() {
+                n += redact_line_texts(i, redact)?;
+            }
+            Ok(n)
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => Ok(0),
+    }
+}
+
 /// Redacts a metadata map: its values and its keys.
 fn redact_map(
     map: &mut BTreeMap<String, Value>,
@@ -465,8 +504,11 @@ impl Rewriter<'_, '_> {
             n += redact_opt(&mut s.title, self.redact);
             n += redact_opt(&mut s.metadata.transport, self.redact);
             n += redact_opt(&mut s.metadata.preset_id, self.redact);
-            n += redact_map(&mut s.metadata.extra, self.redact)
-                .map_err(|c| c.error(&format!("the metadata of session {id}")))?;
+            let holder = || format!("the metadata of session {id}");
+            if let Some(events) = s.metadata.extra.get_mut("events") {
+                n += redact_line_texts(events, self.redact).map_err(|c| c.error(&holder()))?;
+            }
+            n += redact_map(&mut s.metadata.extra, self.redact).map_err(|c| c.error(&holder()))?;
             let new = if s == old {
                 id
             } else {
@@ -586,8 +628,11 @@ impl Store {
             if let Some(e) = missing {
                 return Err(e);
             }
-            n += redact_map(&mut record.metadata, redact)
-                .map_err(|k| k.error(&format!("the record of conversation {c}")))?;
+            let holder = || format!("the record of conversation {c}");
+            if let Some(trailing) = record.metadata.get_mut("trailing_events") {
+                n += redact_line_texts(trailing, redact).map_err(|k| k.error(&holder()))?;
+            }
+            n += redact_map(&mut record.metadata, redact).map_err(|k| k.error(&holder()))?;
             let mut large = Vec::new();
             large_fields::externalize(&mut record.metadata, &mut |v| {
                 let o = EncodedObject::new(ObjectKind::Blob, blob::encode_value(v).ok()?);

@@ -109,7 +109,7 @@ pub fn record_blobs_missing(
 /// Reads an object that must be of `kind`.
 pub(crate) fn read_kind(odb: &Odb, id: &ObjectId, kind: ObjectKind) -> Result<EncodedObject> {
     let obj = odb.read(id)?;
-    if obj.kind() != kind {
+    if !obj.kind().serves_as(kind) {
         return Err(Error::WrongKind {
             id: *id,
             expected: kind,

@@ -784,10 +784,12 @@ fn codex_model(s: &Session) -> Option<String> {
     let Some(Value::Object(events)) = s.metadata.extra.get("events") else {
         return None;
     };
+    // An entry is kept as a value or as its line's exact text.
     events
         .values()
         .filter_map(Value::as_array)
         .flatten()
+        .map(|e| crate::import::event_value(e))
         .filter(|e| e.get("type").and_then(Value::as_str) == Some("turn_context"))
         .find_map(|e| e.get("payload")?.get("model")?.as_str().map(str::to_owned))
 }

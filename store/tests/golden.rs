@@ -298,3 +298,42 @@ fn the_lineage_index_example_matches_the_spec() {
         "`LINEAGE_FORMAT_VERSION` | {LINEAGE_FORMAT_VERSION}"
     )));
 }
+
+/// The raw example of objects-format.md: the blob example's JSON text kept
+/// as written, spaces and key order included.
+const RAW_TEXT: &str = r#"{"role": "user", "content": "Hello"}"#;
+const RAW_ID: &str = "d393721280796f022a911bbb3ee2c8ef06172891b2abbbea5311736ef85e738e";
+
+#[test]
+fn the_raw_example_is_pinned() {
+    use sessctl_store::object::Raw;
+    let raw = Raw::from_lines(&[RAW_TEXT]).unwrap();
+    let o = raw.encode();
+    assert_eq!(o.payload(), RAW_TEXT.as_bytes());
+    assert_eq!(o.id().to_hex(), RAW_ID);
+    // Hashed as the spec says: `raw 1 36\0` and the bytes.
+    let mut hashed = format!("raw 1 {}\0", RAW_TEXT.len()).into_bytes();
+    hashed.extend_from_slice(RAW_TEXT.as_bytes());
+    assert_eq!(blake3::hash(&hashed).as_bytes(), o.id().as_bytes());
+    let spec = spec();
+    assert!(
+        spec.contains(&dump(o.payload())),
+        "objects-format.md lacks the raw example's dump"
+    );
+    assert!(
+        spec.contains(RAW_ID),
+        "objects-format.md lacks the raw example's id"
+    );
+    assert!(spec.contains("`raw 1 36\\0`"));
+    // It reads as the blob example's value, and is another object.
+    let e = examples();
+    assert_eq!(
+        raw.value().unwrap(),
+        json!({"role": "user", "content": "Hello"})
+    );
+    assert_ne!(o.id(), e.hello.id());
+    assert!(spec.contains(&format!(
+        "`STORE_FORMAT_VERSION` | {}",
+        sessctl_store::STORE_FORMAT_VERSION
+    )));
+}

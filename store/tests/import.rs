@@ -288,11 +288,18 @@ fn check_claude_lineage(store: &Store, raw: &HashMap<String, RawCc>) -> usize {
         let mut cur = Some(head);
         while let Some(c) = cur {
             let s = store.odb().session(&c).unwrap();
-            if let Some(Value::Object(m)) = s.metadata.extra.get("merged_lines") {
-                for (first, lines) in m {
-                    for l in lines.as_array().unwrap() {
-                        group.insert(l["uuid"].as_str().unwrap().to_owned(), first.clone());
-                    }
+            // A merged response's lines are in its raw object.
+            for m in &s.messages.added {
+                let Some(raw) = store.odb().raw(m).unwrap() else {
+                    continue;
+                };
+                let lines: Vec<Value> = raw
+                    .lines()
+                    .map(|l| serde_json::from_str(l).unwrap())
+                    .collect();
+                let first = lines[0]["uuid"].as_str().unwrap().to_owned();
+                for l in &lines[1..] {
+                    group.insert(l["uuid"].as_str().unwrap().to_owned(), first.clone());
                 }
             }
             cur = s.first_parent();
@@ -873,13 +880,19 @@ fn no_line_is_lost_and_summaries_name_titles() {
     let mut cur = Some(head);
     while let Some(c) = cur {
         let s = store.odb().session(&c).unwrap();
-        for key in ["events", "merged_lines"] {
-            if let Some(Value::Object(m)) = s.metadata.extra.get(key) {
-                kept += m
-                    .values()
-                    .map(|v| v.as_array().unwrap().len())
-                    .sum::<usize>();
-            }
+        if let Some(Value::Object(m)) = s.metadata.extra.get("events") {
+            kept += m
+                .values()
+                .map(|v| v.as_array().unwrap().len())
+                .sum::<usize>();
+        }
+        // A merged response's other lines are in its raw object.
+        for m in &s.messages.added {
+            kept += store
+                .odb()
+                .raw(m)
+                .unwrap()
+                .map_or(0, |r| r.lines().count() - 1);
         }
         cur = s.first_parent();
     }

@@ -13,8 +13,8 @@ use crate::refs::op::record_from_bytes;
 use crate::refs::RefName;
 
 use super::{
-    Bundle, BLOCK_TARGET, BUNDLE_FORMAT_VERSION, BUNDLE_MAGIC, CHECKSUM_LEN, CODEC_RAW, CODEC_ZSTD,
-    RECORD_HEADER,
+    Bundle, BLOCK_TARGET, BUNDLE_FORMAT_INITIAL, BUNDLE_FORMAT_VERSION, BUNDLE_MAGIC, CHECKSUM_LEN,
+    CODEC_RAW, CODEC_ZSTD, RECORD_HEADER,
 };
 
 impl Bundle {
@@ -30,11 +30,12 @@ impl Bundle {
             return Err(corrupt(0, "not a sessctl bundle (no SBDL magic)".into()));
         }
         let version = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
-        if version != BUNDLE_FORMAT_VERSION {
+        if !(BUNDLE_FORMAT_INITIAL..=BUNDLE_FORMAT_VERSION).contains(&version) {
             return Err(corrupt(
                 4,
                 format!(
-                    "bundle format {version}; this sessctl reads format {BUNDLE_FORMAT_VERSION}"
+                    "bundle format {version}; this sessctl reads formats \
+                     {BUNDLE_FORMAT_INITIAL} to {BUNDLE_FORMAT_VERSION}"
                 ),
             ));
         }

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use crate::error::{Error, IoResultExt, Result};
 use crate::hash::{ObjectId, ID_LEN};
-use crate::object::{Blob, EncodedObject, ObjectKind, Session};
+use crate::object::{Blob, EncodedObject, ObjectKind, Raw, Session};
 use crate::odb::atomic_file::AtomicFile;
 use crate::odb::Durability;
 use crate::reach;
@@ -26,8 +26,11 @@ mod decode;
 
 /// The first four bytes of a bundle (objects-format.md, "Bundles").
 pub const BUNDLE_MAGIC: &[u8; 4] = b"SBDL";
-/// The bundle format's version (objects-format.md, "Bundles").
-pub const BUNDLE_FORMAT_VERSION: u32 = 1;
+/// The newest bundle format (objects-format.md, "Bundles"): 2, a bundle that
+/// holds a raw object. This sessctl reads formats 1 and 2.
+pub const BUNDLE_FORMAT_VERSION: u32 = 2;
+/// The format of a bundle without raw objects, which every sessctl reads.
+pub const BUNDLE_FORMAT_INITIAL: u32 = 1;
 /// A block is closed once it holds this many uncompressed bytes.
 const BLOCK_TARGET: usize = 64 * 1024;
 /// zstd level of bundle blocks, as for packs.
@@ -220,7 +223,14 @@ impl Bundle {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(BUNDLE_MAGIC);
-        out.extend_from_slice(&BUNDLE_FORMAT_VERSION.to_le_bytes());
+        // Format 2 only when it holds what an older sessctl cannot read (a
+        // raw object), which it then refuses as newer, not as damage.
+        let version = if self.objects.iter().any(|o| o.kind() == ObjectKind::Raw) {
+            BUNDLE_FORMAT_VERSION
+        } else {
+            BUNDLE_FORMAT_INITIAL
+        };
+        out.extend_from_slice(&version.to_le_bytes());
         out.extend_from_slice(&(self.refs.len() as u32).to_le_bytes());
         for (name, id) in &self.refs {
             let n = name.to_string();
@@ -324,7 +334,7 @@ impl Bundle {
         };
         let check = |owner: &str, id: ObjectId, named: ObjectId, kind: ObjectKind| {
             match kinds.get(&named) {
-                Some(k) if *k == kind => None,
+                Some(k) if k.serves_as(kind) => None,
                 Some(k) => Some(corrupt(
                     id,
                     format!("{owner} names {named} as a {kind}, but it is a {k}"),
@@ -346,6 +356,14 @@ impl Bundle {
                         problems.push(corrupt(
                             o.id(),
                             format!("blob {} does not decode: {e}", o.id()),
+                        ));
+                    }
+                }
+                ObjectKind::Raw => {
+                    if let Err(e) = Raw::decode(o.payload()) {
+                        problems.push(corrupt(
+                            o.id(),
+                            format!("raw message {} does not decode: {e}", o.id()),
                         ));
                     }
                 }

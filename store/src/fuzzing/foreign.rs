@@ -416,6 +416,21 @@ impl Stored {
                         .unwrap_or_else(|e| panic!("blob {id} does not decode: {e}"));
                     values.push(b.into_value());
                 }
+                ObjectKind::Raw => {
+                    // The message, and each of its lines.
+                    let r = crate::object::Raw::decode(o.payload())
+                        .unwrap_or_else(|e| panic!("raw {id} does not decode: {e}"));
+                    for line in r.lines() {
+                        values.push(
+                            crate::import::parse_json(line)
+                                .unwrap_or_else(|e| panic!("raw {id} does not read: {e}")),
+                        );
+                    }
+                    values.push(
+                        r.into_value()
+                            .unwrap_or_else(|e| panic!("raw {id} does not read: {e}")),
+                    );
+                }
                 ObjectKind::Session => {
                     let s = Session::decode(o.payload())
                         .unwrap_or_else(|e| panic!("session {id} does not decode: {e}"));
@@ -455,6 +470,12 @@ impl Stored {
 /// levels (an event sits two levels down in `extra.events`: by uuid, then
 /// in order).
 fn push_nested(out: &mut Vec<Value>, v: Value, depth: usize) {
+    // An entry kept as its line's exact text is also its value.
+    if let (Value::String(_), std::borrow::Cow::Owned(parsed)) =
+        (&v, crate::import::event_value(&v))
+    {
+        out.push(parsed);
+    }
     if depth > 0 {
         match &v {
             Value::Array(a) => a

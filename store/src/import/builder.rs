@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use crate::error::Result;
 use crate::hash::ObjectId;
 use crate::object::{
-    blob, Compaction, EncodedObject, MessageDelta, ObjectKind, RunSummary, Session,
+    blob, Compaction, EncodedObject, MessageDelta, ObjectKind, Raw, RunSummary, Session,
     SessionMetadata, SessionStatus, SessionType, Usage,
 };
 use crate::refs::{large_fields, ConversationRecord, ConversationStatus, RefName};
@@ -18,6 +18,24 @@ use super::*;
 
 pub(super) fn blob_object(v: &Value) -> Result<EncodedObject> {
     Ok(EncodedObject::new(ObjectKind::Blob, blob::encode_value(v)?))
+}
+
+/// The object a node's message is kept in where its conversation keeps
+/// messages raw: its source lines byte for byte, or, for a message that is
+/// no line of its own, a blob of its value.
+pub(super) fn message_object(node: &Node) -> Result<EncodedObject> {
+    match &node.raw {
+        Some(lines) => {
+            let raw = Raw::from_parsed_lines(lines);
+            debug_assert_eq!(
+                raw.value().ok().as_ref(),
+                Some(&node.message),
+                "a node's raw lines read as its message"
+            );
+            Ok(raw.encode())
+        }
+        None => blob_object(&node.message),
+    }
 }
 
 /// A session being planned: which nodes it adds, on which parent.
@@ -144,13 +162,6 @@ pub(super) fn build(
     let mut depth = vec![0u64; n];
     // Compaction sessions on the way to each node (see `Boundary`).
     let mut compactions = vec![0u32; n];
-    let mut blob_ids = Vec::with_capacity(n);
-    let mut blobs = Vec::with_capacity(n);
-    for node in &tree.nodes {
-        let o = blob_object(&node.message)?;
-        blob_ids.push(o.id());
-        blobs.push(o);
-    }
     for &i in &order {
         depth[i] = match parent[i] {
             Some(p) if !tree.nodes[i].compaction => depth[p] + 1,
@@ -163,6 +174,31 @@ pub(super) fn build(
             None => 0,
         };
     }
+    // Each message's object: its raw lines, except where an earlier import
+    // (by a sessctl before raw objects) kept the conversation's messages as
+    // blobs: the messages those sessions hold stay blobs, so that their
+    // sessions keep their ids and what comes after appends to them
+    // (objects-format.md, "Imported sessions").
+    let mut objects = Vec::with_capacity(n);
+    for node in &tree.nodes {
+        objects.push(message_object(node)?);
+    }
+    let legacy = legacy_nodes(
+        &tree,
+        &parent,
+        &depth,
+        &compactions,
+        &objects,
+        boundaries,
+        keep,
+    )?;
+    for ((o, node), old) in objects.iter_mut().zip(&tree.nodes).zip(&legacy) {
+        if *old && o.kind() != ObjectKind::Blob {
+            *o = blob_object(&node.message)?;
+        }
+    }
+    let legacy_tree = legacy.iter().any(|l| *l);
+    let blob_ids: Vec<ObjectId> = objects.iter().map(EncodedObject::id).collect();
     // The main line is the branch with the newest leaf, except that a
     // conversation an earlier import made keeps its line (the one its head
     // is on): a branch that appears later (a rewind) becomes a fork, and the
@@ -377,11 +413,15 @@ pub(super) fn build(
         }
         let mut events = serde_json::Map::new();
         let mut merged = serde_json::Map::new();
-        for node in &nodes {
+        for (&i, node) in plan.nodes.iter().zip(&nodes) {
+            // A raw message's entries are kept as their lines' exact text,
+            // and its merged lines are in the raw object itself.
+            let raw = objects[i].kind() == ObjectKind::Raw;
             if !node.events.is_empty() {
-                events.insert(node.id.clone(), Value::Array(node.events.clone()));
+                let kept = node.events.iter().map(|e| e.kept(raw)).collect();
+                events.insert(node.id.clone(), Value::Array(kept));
             }
-            if !node.merged.is_empty() {
+            if !node.merged.is_empty() && !raw {
                 merged.insert(node.id.clone(), Value::Array(node.merged.clone()));
             }
         }
@@ -493,7 +533,7 @@ pub(super) fn build(
         built.first_parent.insert(id, parent_id);
         built
             .objects
-            .extend(plan.nodes.iter().map(|&i| blobs[i].clone()));
+            .extend(plan.nodes.iter().map(|&i| objects[i].clone()));
         built.objects.push(o);
         session_ids.push(id);
         if branch.conv_from.is_none() && conv_id[plan.branch].is_none() {
@@ -524,6 +564,10 @@ pub(super) fn build(
                     tree.nodes[br.first_node].timestamp
                 };
                 let mut metadata = tree.metadata.clone();
+                if !tree.trailing.is_empty() {
+                    let kept = tree.trailing.iter().map(|e| e.kept(!legacy_tree)).collect();
+                    metadata.insert("trailing_events".to_owned(), Value::Array(kept));
+                }
                 if *kind == BranchKind::Fork {
                     metadata.insert("forked_from".to_owned(), json!(tree.name));
                 }
@@ -555,4 +599,47 @@ pub(super) fn build(
         }
     }
     Ok(built)
+}
+
+/// The nodes whose messages an earlier import kept as blobs (a sessctl
+/// before raw objects): every node a session the store holds ends at (a
+/// boundary, or the kept head), found by its blob's id, and the nodes
+/// before it. Blob ids are computed only when some boundary is not found
+/// by the nodes' own objects, so that a conversation kept raw pays nothing.
+fn legacy_nodes(
+    tree: &Tree,
+    parent: &[Option<usize>],
+    depth: &[u64],
+    compactions: &[u32],
+    objects: &[EncodedObject],
+    boundaries: &HashSet<Boundary>,
+    keep: Option<Boundary>,
+) -> Result<Vec<bool>> {
+    let n = tree.nodes.len();
+    let mut legacy = vec![false; n];
+    let place = |i: usize, id: ObjectId| (id, depth[i], compactions[i]);
+    let mut unfound: HashSet<Boundary> = boundaries.iter().copied().chain(keep).collect();
+    for (i, o) in objects.iter().enumerate() {
+        unfound.remove(&place(i, o.id()));
+    }
+    if unfound.is_empty() {
+        return Ok(legacy);
+    }
+    for (i, (o, node)) in objects.iter().zip(&tree.nodes).enumerate() {
+        if o.kind() != ObjectKind::Raw {
+            continue;
+        }
+        if !unfound.contains(&place(i, blob_object(&node.message)?.id())) {
+            continue;
+        }
+        let mut at = Some(i);
+        while let Some(j) = at {
+            if legacy[j] {
+                break;
+            }
+            legacy[j] = true;
+            at = parent[j];
+        }
+    }
+    Ok(legacy)
 }

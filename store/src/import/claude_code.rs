@@ -9,8 +9,9 @@
 //! read once.
 //!
 //! What becomes of each line:
-//! - `user` and `assistant` lines are messages. The message blob is the whole
-//!   line as written (uuid, timestamps and fields no spec lists included).
+//! - `user` and `assistant` lines are messages. The message is the whole
+//!   line as written (uuid, timestamps and fields no spec lists included),
+//!   kept byte for byte as a raw object.
 //! - Lines of one API response (assistant lines sharing `message.id`, each the
 //!   parent of the next) are **merged**: the message is the first line, whose
 //!   `message.content` becomes the concatenation, in order, of every merged
@@ -18,8 +19,9 @@
 //!   same is done for the tool results that answer one merged response
 //!   (Claude Code writes one line per result, each a child of the tool_use
 //!   line it answers, so without this parallel tool calls would look like
-//!   forks). The other lines are kept whole, in order, in the session's
-//!   `extra.merged_lines` under the first line's uuid.
+//!   forks). The raw object holds every line of the group, in order (where
+//!   a conversation keeps blobs, from an older import, the other lines are
+//!   kept in the session's `extra.merged_lines` under the first line's uuid).
 //! - A `system` line with subtype `compact_boundary` is a compaction boundary
 //!   whose history continues from `logicalParentUuid`.
 //! - Every other line (other `system` lines, `summary`,
@@ -39,7 +41,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{json, Value};
 
-use super::{jsonl_lines, sanitize_name, ImportReport, Skipped, SourceFile, Tree};
+use super::{jsonl_lines, sanitize_name, ImportReport, Skipped, SourceFile, SourceLine, Tree};
+use crate::object::raw;
 use crate::object::Usage;
 use crate::time::parse_rfc3339_ms;
 
@@ -56,6 +59,8 @@ struct Line {
     uuid: String,
     parent: Option<String>,
     entry: Value,
+    /// The line exactly as written.
+    text: String,
     kind: Kind,
     file: String,
     /// Whether a user or assistant line of its file follows it (a tool
@@ -68,7 +73,7 @@ struct Line {
 enum Item {
     /// A message line (or a repeat of one): where pending events attach.
     Message(String),
-    Event(Value),
+    Event(SourceLine),
     FileEnd,
 }
 
@@ -93,9 +98,9 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
     for src in sources {
         let name = src.name();
         let mut parsed = Vec::new();
-        for (line, v) in jsonl_lines(src, report) {
+        for (line, v, text) in jsonl_lines(src, report) {
             match v {
-                Ok(v) if v.is_object() => parsed.push(v),
+                Ok(v) if v.is_object() => parsed.push((v, text)),
                 Ok(_) => report.skipped.push(Skipped {
                     file: src.path.clone(),
                     line,
@@ -110,7 +115,7 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
         }
         let session = parsed
             .iter()
-            .find_map(|v| str_of(v, "sessionId"))
+            .find_map(|(v, _)| str_of(v, "sessionId"))
             .map(str::to_owned)
             .unwrap_or_else(|| name.trim_end_matches(".jsonl").to_owned());
         let g = groups.entry(session).or_default();
@@ -121,9 +126,9 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
         // was written whole.
         let last_message = parsed
             .iter()
-            .rposition(|v| matches!(str_of(v, "type"), Some("user" | "assistant")));
+            .rposition(|(v, _)| matches!(str_of(v, "type"), Some("user" | "assistant")));
         let mut last_uuid: Option<String> = None;
-        for (pos, v) in parsed.into_iter().enumerate() {
+        for (pos, (v, text)) in parsed.into_iter().enumerate() {
             let followed = last_message.is_some_and(|m| pos < m);
             if matches!(
                 (str_of(&v, "type"), str_of(&v, "subtype")),
@@ -146,14 +151,14 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
                 _ => Kind::Transparent,
             };
             let Some(uuid) = uuid else {
-                g.items.push(Item::Event(v));
+                g.items.push(Item::Event(SourceLine::new(v, Some(text))));
                 continue;
             };
             if let Some(&i) = g.by_uuid.get(&uuid) {
                 g.lines[i].followed |= followed;
                 // A later snapshot repeats the line: read once.
                 match kind {
-                    Kind::Transparent => g.items.push(Item::Event(v)),
+                    Kind::Transparent => g.items.push(Item::Event(SourceLine::new(v, Some(text)))),
                     _ => g.items.push(Item::Message(uuid)),
                 }
                 continue;
@@ -165,7 +170,10 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
             }
             .map(str::to_owned);
             match kind {
-                Kind::Transparent => g.items.push(Item::Event(v.clone())),
+                Kind::Transparent => {
+                    g.items
+                        .push(Item::Event(SourceLine::new(v.clone(), Some(text))));
+                }
                 _ => g.items.push(Item::Message(uuid.clone())),
             }
             g.by_uuid.insert(uuid.clone(), g.lines.len());
@@ -173,6 +181,7 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
                 uuid,
                 parent,
                 entry: v,
+                text: text.to_owned(),
                 kind,
                 file: name.clone(),
                 followed,
@@ -219,13 +228,7 @@ fn add_response_usage(node: &mut super::Node, entry: &Value) {
     }
 }
 
-fn content_parts(entry: &Value) -> Vec<Value> {
-    match entry.get("message").and_then(|m| m.get("content")) {
-        Some(Value::Array(a)) => a.clone(),
-        Some(Value::String(s)) => vec![json!({"type": "text", "text": s})],
-        _ => Vec::new(),
-    }
-}
+use raw::content_parts;
 
 fn is_tool_result(entry: &Value) -> bool {
     match entry.get("message").and_then(|m| m.get("content")) {
@@ -380,24 +383,17 @@ fn build_tree(session: String, g: Group) -> Option<Tree> {
     for &i in &reps {
         let l = &lines[i];
         let ms = &members[&l.uuid];
-        let mut message = l.entry.clone();
-        let mut merged = Vec::new();
-        if ms.len() > 1 {
-            let parts: Vec<Value> = ms
-                .iter()
-                .flat_map(|&j| content_parts(&lines[j].entry))
-                .collect();
-            if let Some(m) = message.get_mut("message").and_then(Value::as_object_mut) {
-                m.insert("content".into(), Value::Array(parts));
-            }
-            merged = ms[1..].iter().map(|&j| lines[j].entry.clone()).collect();
-        }
+        // The merge is the one a raw object of these lines reads as, so
+        // that the message and its raw lines are one value.
+        let message = raw::merge_lines(ms.iter().map(|&j| lines[j].entry.clone()).collect());
+        let merged = ms[1..].iter().map(|&j| lines[j].entry.clone()).collect();
         let mut node = super::Node::new(
             l.uuid.clone(),
             node_of(l.parent.as_deref()),
             message,
             &l.file,
         );
+        node.raw = Some(ms.iter().map(|&j| lines[j].text.clone()).collect());
         node.timestamp = str_of(&l.entry, "timestamp")
             .and_then(parse_rfc3339_ms)
             .unwrap_or(0);
@@ -448,12 +444,13 @@ fn build_tree(session: String, g: Group) -> Option<Tree> {
         return None;
     }
     // Events attach to the next message of their file.
-    let mut pending: Vec<Value> = Vec::new();
-    let mut trailing: Vec<Value> = Vec::new();
+    let mut pending: Vec<SourceLine> = Vec::new();
+    let mut trailing: Vec<SourceLine> = Vec::new();
     let mut title = None;
     for item in &g.items {
         match item {
-            Item::Event(v) => {
+            Item::Event(e) => {
+                let v = &e.value;
                 if str_of(v, "type") == Some("summary") {
                     if let (Some(leaf), Some(s)) = (str_of(v, "leafUuid"), str_of(v, "summary")) {
                         if node_of(Some(leaf)).is_some_and(|n| index.contains_key(&n)) {
@@ -461,7 +458,7 @@ fn build_tree(session: String, g: Group) -> Option<Tree> {
                         }
                     }
                 }
-                pending.push(v.clone());
+                pending.push(e.clone());
             }
             Item::Message(u) => {
                 let Some(&ni) = group_of.get(u).and_then(|r| index.get(r)) else {
@@ -469,7 +466,7 @@ fn build_tree(session: String, g: Group) -> Option<Tree> {
                 };
                 let events = &mut nodes[ni].events;
                 for e in pending.drain(..) {
-                    if !events.contains(&e) {
+                    if !events.iter().any(|x| x.value == e.value) {
                         events.push(e);
                     }
                 }
@@ -483,11 +480,11 @@ fn build_tree(session: String, g: Group) -> Option<Tree> {
     // does.
     let attached: HashSet<String> = nodes
         .iter()
-        .flat_map(|n| n.events.iter().map(Value::to_string))
+        .flat_map(|n| n.events.iter().map(|e| e.value.to_string()))
         .collect();
     let mut seen = HashSet::new();
     trailing.retain(|e| {
-        let k = e.to_string();
+        let k = e.value.to_string();
         !attached.contains(&k) && seen.insert(k)
     });
     let mut spawners = BTreeMap::new();
@@ -526,9 +523,7 @@ fn build_tree(session: String, g: Group) -> Option<Tree> {
             }
         }
     }
-    if !trailing.is_empty() {
-        metadata.insert("trailing_events".to_owned(), Value::Array(trailing));
-    }
+
     let short: String = session.chars().take(12).collect();
     Some(Tree {
         name: format!("cc-{}", sanitize_name(&short, 12)),
@@ -536,6 +531,7 @@ fn build_tree(session: String, g: Group) -> Option<Tree> {
         nodes,
         title,
         metadata,
+        trailing,
         spawners,
         root_extra: BTreeMap::new(),
         forked_from: None,

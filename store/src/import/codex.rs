@@ -27,7 +27,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use super::{jsonl_lines, sanitize_name, ImportReport, Node, Skipped, SourceFile, Tree};
+use super::{
+    jsonl_lines, sanitize_name, ImportReport, Node, Skipped, SourceFile, SourceLine, Tree,
+};
 use crate::object::Usage;
 use crate::time::parse_rfc3339_ms;
 
@@ -111,9 +113,11 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
 fn parse_file(src: &SourceFile, report: &mut ImportReport) -> Option<Tree> {
     let file = src.name();
     let mut lines = Vec::new();
-    for (line, v) in jsonl_lines(src, report) {
+    for (line, v, text) in jsonl_lines(src, report) {
         match v {
-            Ok(v) if v.get("type").and_then(Value::as_str).is_some() => lines.push((line, v)),
+            Ok(v) if v.get("type").and_then(Value::as_str).is_some() => {
+                lines.push((line, v, text));
+            }
             Ok(_) => report.skipped.push(Skipped {
                 file: src.path.clone(),
                 line,
@@ -139,7 +143,7 @@ fn parse_file(src: &SourceFile, report: &mut ImportReport) -> Option<Tree> {
             .unwrap_or("")
             .to_owned()
     };
-    let has_user_items = lines.iter().any(|(_, v)| {
+    let has_user_items = lines.iter().any(|(_, v, _)| {
         kind(v) == "response_item"
             && ptype(v) == "message"
             && v["payload"].get("role").and_then(Value::as_str) == Some("user")
@@ -149,13 +153,13 @@ fn parse_file(src: &SourceFile, report: &mut ImportReport) -> Option<Tree> {
     // assistant message of phase `final_answer`.
     let marks_turns = lines
         .iter()
-        .any(|(_, v)| kind(v) == "event_msg" && ptype(v) == "task_started");
+        .any(|(_, v, _)| kind(v) == "event_msg" && ptype(v) == "task_started");
     let mut tree = Tree::default();
-    let mut pending: Vec<Value> = Vec::new();
+    let mut pending: Vec<SourceLine> = Vec::new();
     let mut last: Option<String> = None;
     let mut total_before: Option<(Usage, u64)> = None;
     let mut model: Option<String> = None;
-    for (no, v) in lines {
+    for (no, v, text) in lines {
         let ts = v
             .get("timestamp")
             .and_then(Value::as_str)
@@ -216,11 +220,12 @@ fn parse_file(src: &SourceFile, report: &mut ImportReport) -> Option<Tree> {
                     l.turn_end = true;
                 }
             }
-            pending.push(v);
+            pending.push(SourceLine::new(v, Some(text)));
             continue;
         }
         let id = format!("L{no}");
         let mut node = Node::new(id.clone(), last.clone(), v.clone(), &file);
+        node.raw = Some(vec![text.to_owned()]);
         node.timestamp = ts;
         node.compaction = k == "compacted";
         node.user_prompt = if k == "event_msg" {
@@ -245,10 +250,7 @@ fn parse_file(src: &SourceFile, report: &mut ImportReport) -> Option<Tree> {
     } else {
         return None;
     }
-    if !pending.is_empty() {
-        tree.metadata
-            .insert("trailing_events".into(), Value::Array(pending));
-    }
+    tree.trailing = pending;
     tree.metadata.insert("source".into(), json!("codex"));
     tree.metadata.insert("source_file".into(), json!(file));
     let sid = tree

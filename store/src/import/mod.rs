@@ -124,6 +124,12 @@ pub struct Node {
     pub parent: Option<String>,
     /// The message as the source wrote it.
     pub message: Value,
+    /// The source lines it is, exactly as written (without their `\n`),
+    /// when `message` is what they read as (objects-format.md, "raw"): one
+    /// line, or the lines of one response merged into it. The import keeps
+    /// them byte for byte in a raw object. `None` for a message that is no
+    /// line of its own (an element of a JSON document).
+    pub raw: Option<Vec<String>>,
     /// Milliseconds since the Unix epoch, from the source; 0 when it has none.
     pub timestamp: i64,
     /// Real human text (not a tool result): starts a session.
@@ -134,8 +140,9 @@ pub struct Node {
     pub subagent: Option<String>,
     /// Entries of the source that are not messages and came just before this
     /// node; kept in the session's metadata (`extra.events`).
-    pub events: Vec<Value>,
-    /// Source lines merged into this message (`extra.merged_lines`).
+    pub events: Vec<SourceLine>,
+    /// Source lines merged into this message (`extra.merged_lines`, only
+    /// where the message is kept as a blob: a raw object holds them).
     pub merged: Vec<Value>,
     /// What producing this message cost, when the source says.
     pub usage: Option<Usage>,
@@ -162,6 +169,7 @@ impl Node {
             id,
             parent,
             message,
+            raw: None,
             timestamp: 0,
             user_prompt: false,
             compaction: false,
@@ -179,6 +187,46 @@ impl Node {
     }
 }
 
+/// A source entry that is not a message: its value and, from a JSON-lines
+/// file, its line exactly as written, which the import keeps (as a JSON
+/// string, byte for byte) where the conversation keeps raw messages.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceLine {
+    pub value: Value,
+    pub text: Option<String>,
+}
+
+impl SourceLine {
+    pub fn new(value: Value, text: Option<&str>) -> SourceLine {
+        SourceLine {
+            value,
+            text: text.map(str::to_owned),
+        }
+    }
+
+    /// How a session's `extra.events` or a record's `trailing_events` keep
+    /// it: the line's text when `exact` and known, else its value.
+    pub(crate) fn kept(&self, exact: bool) -> Value {
+        match (&self.text, exact) {
+            (Some(t), true) => Value::String(t.clone()),
+            _ => self.value.clone(),
+        }
+    }
+}
+
+/// A kept source entry as its value: an entry kept as its line's exact text
+/// (a JSON string, see [`SourceLine`]) parsed, one kept as a value as it is.
+/// A text that does not parse reads as itself.
+pub fn event_value(kept: &Value) -> std::borrow::Cow<'_, Value> {
+    match kept {
+        Value::String(s) => match parse_json(s) {
+            Ok(v) => std::borrow::Cow::Owned(v),
+            Err(_) => std::borrow::Cow::Borrowed(kept),
+        },
+        v => std::borrow::Cow::Borrowed(v),
+    }
+}
+
 /// One source conversation.
 #[derive(Debug, Clone, Default)]
 pub struct Tree {
@@ -191,6 +239,9 @@ pub struct Tree {
     pub title: Option<String>,
     /// The conversation record's metadata.
     pub metadata: BTreeMap<String, Value>,
+    /// Entries after the last message of its files, kept in the record's
+    /// `trailing_events`.
+    pub trailing: Vec<SourceLine>,
     /// Subagent key -> the source id of the message that spawned it.
     pub spawners: BTreeMap<String, String>,
     /// Metadata of the first session only (SWE-agent's `info`, ...).
@@ -711,15 +762,23 @@ fn walk(dir: &Path, format: Option<Format>, out: &mut Vec<PathBuf>) -> Result<()
 pub(crate) type ParsedLine = std::result::Result<Value, String>;
 
 /// The lines of a JSONL source, numbered from 1, blank ones left out, each
-/// parsed. A last line without its newline that does not parse is one the
+/// parsed and with its exact text (without its `\n`; a `\r` before it
+/// stays). A last line without its newline that does not parse is one the
 /// agent is still writing: it is left out, and noted once in
 /// `report.unfinished_lines`, for a later import to read whole.
-pub(crate) fn jsonl_lines(src: &SourceFile, report: &mut ImportReport) -> Vec<(usize, ParsedLine)> {
+pub(crate) fn jsonl_lines<'a>(
+    src: &'a SourceFile,
+    report: &mut ImportReport,
+) -> Vec<(usize, ParsedLine, &'a str)> {
     let mut out = Vec::new();
     let text = src.text.as_str();
     let unterminated = !text.is_empty() && !text.ends_with('\n');
-    let count = text.lines().count();
-    for (i, line) in text.lines().enumerate() {
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    if body.is_empty() && !unterminated {
+        return out;
+    }
+    let count = body.split('\n').count();
+    for (i, line) in body.split('\n').enumerate() {
         if line.trim().is_empty() {
             continue;
         }
@@ -728,7 +787,7 @@ pub(crate) fn jsonl_lines(src: &SourceFile, report: &mut ImportReport) -> Vec<(u
             report.unfinished_lines.push(src.path.clone());
             continue;
         }
-        out.push((i + 1, parsed));
+        out.push((i + 1, parsed, line));
     }
     out
 }

@@ -19,7 +19,7 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
         let file = src.name();
         let mut convs: Vec<(usize, Value)> = Vec::new();
         if file.ends_with(".jsonl") {
-            for (line, v) in jsonl_lines(src, report) {
+            for (line, v, _) in jsonl_lines(src, report) {
                 match v {
                     Ok(v) => convs.push((line, v)),
                     Err(e) => report.skipped.push(Skipped {

@@ -13,7 +13,7 @@ use crate::odb::Durability;
 use crate::refs::{ConversationUpdate, PreviousValue, RefEdit, RefName, RefTarget, ReflogEntry};
 use crate::store::{Store, Transaction};
 
-use super::builder::{blob_object, build, Boundary, Graft};
+use super::builder::{blob_object, build, message_object, Boundary, Graft};
 use super::*;
 
 pub(super) fn import_trees(
@@ -498,7 +498,14 @@ fn graft_point(store: &Store, source: &str, tree: &mut Tree) -> Result<Option<Gr
     let history = store.odb().history(&head)?;
     let mut k = 0;
     for (node, id) in tree.nodes.iter().zip(&history) {
-        if blob_object(&node.message)?.id() != *id {
+        // The same object (the same line, or, where an older sessctl
+        // imported the source, the same blob), or another spelling of the
+        // same message (a fork re-serializes the lines it copies): the
+        // source's message stands for it.
+        if message_object(node)?.id() != *id
+            && blob_object(&node.message)?.id() != *id
+            && store.odb().blob(id)? != node.message
+        {
             break;
         }
         k += 1;
@@ -515,7 +522,7 @@ fn graft_point(store: &Store, source: &str, tree: &mut Tree) -> Result<Option<Gr
         }
     }
     let shared: Vec<Node> = tree.nodes.drain(..k).collect();
-    let mut events: Vec<Value> = shared.into_iter().flat_map(|n| n.events).collect();
+    let mut events: Vec<SourceLine> = shared.into_iter().flat_map(|n| n.events).collect();
     events.append(&mut tree.nodes[0].events);
     tree.nodes[0].events = events;
     tree.nodes[0].parent = None;

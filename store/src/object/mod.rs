@@ -9,11 +9,13 @@
 
 pub(crate) mod blob;
 pub(crate) mod cbor;
+pub mod raw;
 mod session;
 pub(crate) mod wire;
 
 pub use blob::Blob;
 pub use cbor::CborError;
+pub use raw::Raw;
 pub use session::{
     Compaction, MessageDelta, RunSummary, Session, SessionMetadata, SessionStatus, SessionType,
     Usage,
@@ -32,6 +34,9 @@ pub enum ObjectKind {
     Blob,
     /// A session: the commit of the session DAG.
     Session,
+    /// A message exactly as its source wrote it: the bytes of its line(s),
+    /// read as the JSON value they parse to.
+    Raw,
 }
 
 impl ObjectKind {
@@ -40,6 +45,7 @@ impl ObjectKind {
         match self {
             ObjectKind::Blob => 1,
             ObjectKind::Session => 2,
+            ObjectKind::Raw => 3,
         }
     }
 
@@ -48,6 +54,7 @@ impl ObjectKind {
         match code {
             1 => Some(ObjectKind::Blob),
             2 => Some(ObjectKind::Session),
+            3 => Some(ObjectKind::Raw),
             _ => None,
         }
     }
@@ -57,6 +64,7 @@ impl ObjectKind {
         match self {
             ObjectKind::Blob => "blob",
             ObjectKind::Session => "session",
+            ObjectKind::Raw => "raw",
         }
     }
 
@@ -65,8 +73,22 @@ impl ObjectKind {
         match name {
             "blob" => Some(ObjectKind::Blob),
             "session" => Some(ObjectKind::Session),
+            "raw" => Some(ObjectKind::Raw),
             _ => None,
         }
+    }
+
+    /// Whether objects of this kind read as a JSON value, so that a session
+    /// may name one as a message, a state or a summary: a blob, or a raw
+    /// message (objects-format.md, "raw").
+    pub const fn is_value(self) -> bool {
+        matches!(self, ObjectKind::Blob | ObjectKind::Raw)
+    }
+
+    /// Whether an object of this kind may stand where `wanted` is named: of
+    /// that kind, or, where a blob is wanted (a value), a raw message.
+    pub fn serves_as(self, wanted: ObjectKind) -> bool {
+        self == wanted || (wanted == ObjectKind::Blob && self.is_value())
     }
 }
 
@@ -185,7 +207,8 @@ impl EncodedObject {
     pub fn kind(&self) -> ObjectKind {
         self.kind
     }
-    /// The canonical payload (deterministic CBOR).
+    /// The canonical payload (deterministic CBOR; a raw object's exact
+    /// bytes).
     pub fn payload(&self) -> &[u8] {
         &self.payload
     }
@@ -200,6 +223,7 @@ impl EncodedObject {
             ObjectKind::Session => {
                 Session::decode(&self.payload).map(|s| Object::Session(Box::new(s)))
             }
+            ObjectKind::Raw => Raw::decode(&self.payload).map(Object::Raw),
         }
     }
 }
@@ -219,6 +243,7 @@ impl std::fmt::Debug for EncodedObject {
 pub enum Object {
     Blob(Blob),
     Session(Box<Session>),
+    Raw(Raw),
 }
 
 impl Object {
@@ -226,6 +251,7 @@ impl Object {
         match self {
             Object::Blob(_) => ObjectKind::Blob,
             Object::Session(_) => ObjectKind::Session,
+            Object::Raw(_) => ObjectKind::Raw,
         }
     }
 
@@ -234,6 +260,7 @@ impl Object {
         match self {
             Object::Blob(b) => Ok(b.encode()),
             Object::Session(s) => s.encode(),
+            Object::Raw(r) => Ok(r.encode()),
         }
     }
 }
@@ -245,6 +272,8 @@ pub enum DecodeError {
     Cbor(#[from] CborError),
     #[error("invalid session: {0}")]
     Session(String),
+    #[error("invalid raw message: {0}")]
+    Raw(String),
 }
 
 /// Why a value cannot become an object.

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::journal::{self, FrameBuilder, Journal};
-use super::layout::check_format;
+use super::layout::{check_format, raise_format, STORE_FORMAT_RAW};
 use super::lock::{LockFile, LockGuard};
 use super::oplog::{oplog_files, read_oplog_file, write_oplog_file};
 use super::pack::{self, Pack, RecordLoc};
@@ -40,6 +40,9 @@ pub struct DiskBackend {
     /// pack directory (`u64::MAX`: never).
     packs_seen: std::sync::atomic::AtomicU64,
     auto_pack: bool,
+    /// Whether `FORMAT` is known to say at least [`STORE_FORMAT_RAW`], so
+    /// that a raw object may be appended without reading it.
+    raw_format: std::sync::atomic::AtomicBool,
     notes: Mutex<Vec<String>>,
     /// What the journal scan found damaged, kept for fsck.
     damage: Vec<String>,
@@ -78,6 +81,7 @@ impl DiskBackend {
             pack_lock,
             wait: opts.wait,
             packs_seen: std::sync::atomic::AtomicU64::new(u64::MAX),
+            raw_format: std::sync::atomic::AtomicBool::new(false),
             auto_pack: opts.auto_pack,
             damage: notes
                 .iter()
@@ -408,6 +412,7 @@ impl DiskBackend {
     ) -> Result<(usize, journal::Pos)> {
         let mut frame = FrameBuilder::new();
         let mut seen = HashSet::with_capacity(objects.len());
+        let mut raw = false;
         for obj in objects {
             if obj.payload().len() > journal::MAX_OBJECT_SIZE {
                 return Err(OdbError::ObjectTooLarge {
@@ -418,8 +423,18 @@ impl DiskBackend {
                 .into());
             }
             if seen.insert(obj.id()) && !(dedupe && self.contains(&obj.id())?) {
+                raw |= obj.kind() == ObjectKind::Raw;
                 frame.push_object(obj);
             }
+        }
+        if raw && !self.raw_format.load(std::sync::atomic::Ordering::Relaxed) {
+            // Format 3 before the first raw object: an older sessctl refuses
+            // the store as newer rather than reading kind 3 as damage
+            // (objects-format.md, "Versioning"). Under the write lock, as an
+            // expiry's raise is.
+            raise_format(&self.root, STORE_FORMAT_RAW)?;
+            self.raw_format
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         for (seq, op) in ops {
             frame.push_op(*seq, op);

@@ -10,15 +10,18 @@ use crate::error::{Error, IoResultExt, Result};
 use crate::odb::atomic_file::AtomicFile;
 
 /// The newest store format, in `FORMAT` (objects-format.md, "Versioning"):
-/// 2, a store some operation of which expires ref-log entries. This
-/// sessctl reads formats 1 and 2.
-pub const STORE_FORMAT_VERSION: u32 = 2;
+/// 3, a store that holds a raw object. This sessctl reads formats 1 to 3.
+pub const STORE_FORMAT_VERSION: u32 = 3;
 /// The format a new store is written in (no operation expires ref-log
-/// entries): a store stays at it until its first expiry, which raises it to
-/// [`STORE_FORMAT_VERSION`] ([`raise_format`]), so that an older sessctl,
-/// which reads format 1 only, refuses the store as newer instead of
-/// reading the expiry as damage.
+/// entries, no raw object): a store stays at it until something an older
+/// sessctl cannot read is first written, which raises it ([`raise_format`])
+/// so that an older sessctl refuses the store as newer instead of reading
+/// what it does not know as damage.
 pub const STORE_FORMAT_INITIAL: u32 = 1;
+/// Format 2: some operation expires ref-log entries (an `expire` key).
+pub const STORE_FORMAT_EXPIRE: u32 = 2;
+/// Format 3: the store holds a raw object (kind code 3).
+pub const STORE_FORMAT_RAW: u32 = 3;
 /// The first line of `FORMAT`, before the version number.
 pub const FORMAT_PREFIX: &str = "sessctl store format ";
 
@@ -42,7 +45,7 @@ pub fn init_layout(path: &Path) -> Result<()> {
 }
 
 /// Checks that `path` is a store of a format this sessctl reads: its
-/// `FORMAT` file says `sessctl store format 1` or `2`. Every open goes
+/// `FORMAT` file says `sessctl store format 1`, `2` or `3`. Every open goes
 /// through it, readers included, and so does every shortcut that reads a
 /// store's files without opening it (`ls`'s listing).
 pub fn check_format(path: &Path) -> Result<()> {

@@ -27,12 +27,13 @@ use pack::PackOptions;
 
 use crate::error::{Error, OdbError, Result};
 use crate::hash::{ObjectId, Prefix};
-use crate::object::{blob, Blob, EncodedObject, Object, ObjectKind, Session};
+use crate::object::{blob, Blob, EncodedObject, Object, ObjectKind, Raw, Session};
 
 pub use disk::DiskBackend;
 pub(crate) use layout::raise_format;
 pub use layout::{
-    check_format, init_layout, FORMAT_PREFIX, STORE_FORMAT_INITIAL, STORE_FORMAT_VERSION,
+    check_format, init_layout, FORMAT_PREFIX, STORE_FORMAT_EXPIRE, STORE_FORMAT_INITIAL,
+    STORE_FORMAT_RAW, STORE_FORMAT_VERSION,
 };
 pub use memory::MemoryBackend;
 
@@ -391,12 +392,57 @@ impl Odb {
         Ok(obj)
     }
 
-    /// The JSON value of a blob.
+    /// The JSON value of a blob, or of a raw message (the value its lines
+    /// read as: objects-format.md, "raw").
     pub fn blob(&self, id: &ObjectId) -> Result<Value> {
-        let obj = self.read_kind(id, ObjectKind::Blob)?;
-        Blob::decode(obj.payload())
-            .map(Blob::into_value)
-            .map_err(|e| Error::decode(*id, e))
+        let obj = self.read(id)?;
+        match obj.kind() {
+            ObjectKind::Blob => Blob::decode(obj.payload()).map(Blob::into_value),
+            ObjectKind::Raw => Raw::decode(obj.payload()).and_then(Raw::into_value),
+            actual => {
+                return Err(Error::WrongKind {
+                    id: *id,
+                    expected: ObjectKind::Blob,
+                    actual,
+                })
+            }
+        }
+        .map_err(|e| Error::decode(*id, e))
+    }
+
+    /// A message's value and, when the store keeps it as its source wrote
+    /// it (a raw object), its lines; one read either way.
+    pub fn message(&self, id: &ObjectId) -> Result<(Value, Option<Raw>)> {
+        let obj = self.read(id)?;
+        match obj.kind() {
+            ObjectKind::Blob => Blob::decode(obj.payload()).map(|b| (b.into_value(), None)),
+            ObjectKind::Raw => Raw::decode(obj.payload()).and_then(|r| Ok((r.value()?, Some(r)))),
+            actual => {
+                return Err(Error::WrongKind {
+                    id: *id,
+                    expected: ObjectKind::Blob,
+                    actual,
+                })
+            }
+        }
+        .map_err(|e| Error::decode(*id, e))
+    }
+
+    /// A message as its source wrote it, when the store keeps it so (a raw
+    /// object); `None` for a blob, which keeps the value only.
+    pub fn raw(&self, id: &ObjectId) -> Result<Option<Raw>> {
+        let obj = self.read(id)?;
+        match obj.kind() {
+            ObjectKind::Blob => Ok(None),
+            ObjectKind::Raw => Raw::decode(obj.payload())
+                .map(Some)
+                .map_err(|e| Error::decode(*id, e)),
+            actual => Err(Error::WrongKind {
+                id: *id,
+                expected: ObjectKind::Blob,
+                actual,
+            }),
+        }
     }
 
     pub fn session(&self, id: &ObjectId) -> Result<Session> {
@@ -495,17 +541,7 @@ impl Odb {
             let mut out = vec![Value::Null; part.len()];
             let mut seen = 0;
             self.backend.read_many(part, &mut |i, kind, payload| {
-                let id = &part[i];
-                if kind != ObjectKind::Blob {
-                    return Err(Error::WrongKind {
-                        id: *id,
-                        expected: ObjectKind::Blob,
-                        actual: kind,
-                    });
-                }
-                out[i] = Blob::decode(payload)
-                    .map(Blob::into_value)
-                    .map_err(|e| Error::decode(*id, e))?;
+                out[i] = message_value(&part[i], kind, payload)?;
                 seen += 1;
                 Ok(())
             })?;
@@ -537,15 +573,18 @@ impl Odb {
             let mut spans = vec![(0usize, 0usize); part.len()];
             let mut seen = 0;
             self.backend.read_many(part, &mut |i, kind, payload| {
-                if kind != ObjectKind::Blob {
-                    return Err(Error::WrongKind {
-                        id: part[i],
-                        expected: ObjectKind::Blob,
-                        actual: kind,
-                    });
-                }
                 let start = data.len();
-                data.extend_from_slice(payload);
+                match kind {
+                    ObjectKind::Blob => data.extend_from_slice(payload),
+                    // An imported line kept verbatim: the canonical bytes of
+                    // the value it reads as.
+                    _ => {
+                        let value = message_value(&part[i], kind, payload)?;
+                        let canonical = blob::encode_value(&value)
+                            .map_err(|e| Error::corrupt(part[i], e.to_string()))?;
+                        data.extend_from_slice(&canonical);
+                    }
+                }
                 spans[i] = (start, data.len());
                 seen += 1;
                 Ok(())
@@ -651,6 +690,24 @@ impl Odb {
     }
 }
 
+/// The JSON value of a message read as `kind` and `payload` (verified
+/// against `id`): a blob's value, or the value a raw object's lines read
+/// as; any other kind is `WrongKind`.
+fn message_value(id: &ObjectId, kind: ObjectKind, payload: &[u8]) -> Result<Value> {
+    match kind {
+        ObjectKind::Blob => Blob::decode(payload).map(Blob::into_value),
+        ObjectKind::Raw => Raw::decode(payload).and_then(Raw::into_value),
+        actual => {
+            return Err(Error::WrongKind {
+                id: *id,
+                expected: ObjectKind::Blob,
+                actual,
+            })
+        }
+    }
+    .map_err(|e| Error::decode(*id, e))
+}
+
 /// A backend hands every position of a batch read to its visitor once; a
 /// position it skipped would otherwise come back as a message it never read.
 fn check_every_position(seen: usize, ids: &[ObjectId]) -> Result<()> {
@@ -735,7 +792,9 @@ impl std::fmt::Debug for MessageBytes {
 }
 
 /// One message of a [`MessageBytes`]: its id and its canonical bytes,
-/// which hashed to that id when they were read.
+/// which hashed to that id when they were read (for a raw object, an
+/// imported line kept verbatim, the canonical bytes of the value its lines
+/// read as, made after its own bytes were verified).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawMessage<'a> {
     id: ObjectId,
@@ -777,5 +836,36 @@ impl<'a> RawMessage<'a> {
         Blob::decode(self.bytes)
             .map(Blob::into_value)
             .map_err(|e| Error::decode(self.id, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A stored raw object that does not parse is corruption of that
+    /// object, named by its id, wherever it is read as a value.
+    #[test]
+    fn a_stored_raw_object_that_does_not_parse_is_corrupt() {
+        let odb = Odb::in_memory();
+        let mut batch = WriteBatch::new();
+        let bad = batch.object(EncodedObject::new(
+            ObjectKind::Raw,
+            br#"{"a":1,"a":2}"#.to_vec(),
+        ));
+        let good = batch.object(Raw::from_lines(&[r#"{"b": 2}"#]).unwrap().encode());
+        odb.write(&batch, Durability::NoSync).unwrap();
+        let err = odb.blob(&bad).unwrap_err();
+        assert!(
+            matches!(err, Error::Corrupt { id, .. } if id == bad),
+            "{err}"
+        );
+        assert!(err.to_string().contains("duplicate object key"), "{err}");
+        assert!(odb.message(&bad).is_err() && odb.raw(&bad).is_err());
+        assert_eq!(odb.blob(&good).unwrap(), json!({"b": 2}));
+        let (v, raw) = odb.message(&good).unwrap();
+        assert_eq!(v, json!({"b": 2}));
+        assert_eq!(raw.unwrap().payload(), br#"{"b": 2}"#);
     }
 }

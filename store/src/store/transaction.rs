@@ -291,7 +291,7 @@ impl Store {
             // sessctl refuses the store as newer rather than reading this
             // operation as damage (objects-format.md, "Versioning").
             if let Some(root) = &self.root {
-                crate::odb::raise_format(root, crate::odb::STORE_FORMAT_VERSION)?;
+                crate::odb::raise_format(root, crate::odb::STORE_FORMAT_EXPIRE)?;
             }
         }
         let bytes = op.encode();
