@@ -984,13 +984,19 @@ fn refs_to_names_exactly_the_refs_at_those_sessions() {
     };
     let mut ids = Vec::new();
     for k in 0..6 {
+        // Texts of their own: sessions made in the same millisecond with
+        // the same content would be one object.
         let (name, id) = store
-            .create(Some(&format!("c{k}")), turn("hi"), Durability::NoSync)
+            .create(
+                Some(&format!("c{k}")),
+                turn(&format!("hi {k}")),
+                Durability::NoSync,
+            )
             .unwrap();
         ids.push(id);
         ids.push(
             store
-                .commit(&name, None, turn("more"), Durability::NoSync)
+                .commit(&name, None, turn(&format!("more {k}")), Durability::NoSync)
                 .unwrap(),
         );
     }
