@@ -258,6 +258,36 @@ impl Stack {
         Ok(Stack { tables })
     }
 
+    /// Writes again, under the same names, the tables that hold an entry
+    /// `doomed` accepts, without those entries; the others are left as
+    /// they are. Returns how many were written. Readers that map a table
+    /// keep the old file; the caller holds the index lock and loads the
+    /// stack again after.
+    pub(super) fn rewrite_without(
+        &self,
+        dir: &Path,
+        doomed: &dyn Fn(&[u8], Option<&[u8]>) -> bool,
+    ) -> Result<usize> {
+        let mut written = 0;
+        for t in &self.tables {
+            let mut kept: Vec<(&[u8], Option<&[u8]>)> = Vec::with_capacity(t.table.len());
+            let mut dropped = 0;
+            for i in 0..t.table.len() {
+                let (k, v) = t.table.entry(i).map_err(|e| t.corrupt(e))?;
+                if doomed(k, v) {
+                    dropped += 1;
+                } else {
+                    kept.push((k, v));
+                }
+            }
+            if dropped > 0 {
+                write(dir, t.meta(), kept.into_iter())?;
+                written += 1;
+            }
+        }
+        Ok(written)
+    }
+
     /// Every table file in `dir` checked in full, the stack's and any
     /// other (a damaged file outside the chain may still be chosen by the
     /// next reader); one line per problem.

@@ -9,9 +9,10 @@
 //!
 //! Here: the format's constants, the reader ([`Pack`]) and the listing of a
 //! directory's packs; the writer is in `write.rs`, the index's parser and
-//! lookups in `index.rs`.
+//! lookups in `index.rs`, block-at-a-time reading in `scan.rs`.
 
 mod index;
+mod scan;
 mod write;
 
 use std::fs::{self, OpenOptions};
@@ -27,7 +28,8 @@ use crate::object::{EncodedObject, ObjectKind};
 use crate::odb::journal::STREAM_VERIFY_ABOVE;
 
 pub use index::{parse_index, verify_index, IndexLayout, IndexView};
-pub use write::{write_pack, PackOptions, WrittenPack};
+pub use scan::{BlockDirectory, BlockRecord, Record, ScanItem};
+pub use write::{write_pack, PackOptions, PackWriter, WrittenPack};
 
 /// First 4 bytes of a `.pack` file (objects-format.md, "Packs").
 pub const PACK_MAGIC: [u8; 4] = *b"SPAK";
