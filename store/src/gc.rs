@@ -190,7 +190,13 @@ struct Named {
 
 impl Census {
     fn take(odb: &crate::odb::Odb) -> Result<Census> {
-        let census = std::sync::Mutex::new(Census::default());
+        let stats = odb.stats()?;
+        let mut census = Census::default();
+        // Grown once, not doubled a dozen times over fresh pages.
+        census
+            .objects
+            .reserve(stats.pack_objects + stats.journal_objects);
+        let census = std::sync::Mutex::new(census);
         let wanted = |k: ObjectKind| k == ObjectKind::Session;
         odb.backend().scan(&wanted, &|items| {
             // Decoded on this thread, outside the lock.
@@ -207,7 +213,11 @@ impl Census {
                     Ok(s) => {
                         let mut names: Vec<ObjectId> = s.sessions().collect();
                         let n = names.len();
-                        names.extend(s.blobs());
+                        // Display messages mostly repeat the messages.
+                        let mut blobs: Vec<ObjectId> = s.blobs().collect();
+                        blobs.sort_unstable();
+                        blobs.dedup();
+                        names.extend(blobs);
                         decoded.push((*id, s.conversation_id(*id), names, n));
                     }
                     // Read, but undecodable: a session marking cannot
@@ -472,13 +482,13 @@ impl Store {
         // The lineage index: the sessions the store keeps, its records of
         // them reused (sessions stored since marking join it later).
         let rescued: IdSet = swept.rescued.iter().copied().collect();
-        let sessions: Vec<ObjectId> = census
+        let sessions: IdSet = census
             .sessions
             .keys()
             .filter(|id| !doomed.contains(*id) || rescued.contains(*id))
             .copied()
             .collect();
-        self.refresh_lineage_from(Some(sessions))?;
+        self.refresh_lineage_kept(&sessions)?;
         self.catch_up()?;
         let dropped_sessions: IdSet = dropped_sessions
             .into_iter()

@@ -378,6 +378,7 @@ impl DiskBackend {
         dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.object_count()));
         let packs_dir = self.root.join("packs");
         let mut w = pack::PackWriter::create(&packs_dir, opts.pack)?;
+        w.reserve(dirs.iter().map(|(p, _)| p.object_count()).sum::<usize>() + segment_ids.len());
         let mut corrupt = Vec::new();
         let mut keep_packs: HashSet<String> = HashSet::new();
         let mut rewritten = 0;

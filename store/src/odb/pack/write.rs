@@ -125,6 +125,12 @@ impl PackWriter {
         })
     }
 
+    /// Makes room for `objects` more objects at once.
+    pub fn reserve(&mut self, objects: usize) {
+        self.seen.reserve(objects);
+        self.entries.reserve(objects);
+    }
+
     /// Whether the pack holds `id` already.
     pub fn contains(&self, id: &ObjectId) -> bool {
         self.seen.contains(id)
