@@ -335,16 +335,15 @@ impl DiskBackend {
         sealed: Vec<u64>,
     ) -> Result<RepackStats> {
         let packs = self.packs();
-        let mut dirs: Vec<(Arc<Pack>, pack::BlockDirectory)> = Vec::with_capacity(packs.len());
-        let (mut touched, mut untouched) = (Vec::new(), Vec::new());
+        let (mut chosen, mut untouched) = (Vec::new(), Vec::new());
+        let mut new_objects = 0;
         for p in packs {
-            let dir = p.directory()?;
-            let survivors = dir.ids().filter(|id| !doomed.contains(id)).count();
-            if survivors < p.object_count() {
-                touched.push((p.clone(), survivors));
-                dirs.push((p, dir));
+            let gone = p.count_in(doomed)?;
+            if gone > 0 {
+                new_objects += p.object_count() - gone;
+                chosen.push(p);
             } else {
-                untouched.push((p, dir));
+                untouched.push(p);
             }
         }
         let segment_ids: Vec<ObjectId> = self
@@ -353,19 +352,11 @@ impl DiskBackend {
             .into_iter()
             .filter(|id| !doomed.contains(id))
             .collect();
-        let new_objects = segment_ids.len() + touched.iter().map(|t| t.1).sum::<usize>();
-        let merge = geometric_merge(
-            new_objects,
-            untouched.iter().map(|(p, _)| p.clone()).collect(),
-        );
-        for (p, dir) in untouched {
-            if merge.iter().any(|m| Arc::ptr_eq(m, &p)) {
-                dirs.push((p, dir));
-            }
-        }
+        new_objects += segment_ids.len();
+        chosen.extend(geometric_merge(new_objects, untouched));
         // Nothing dropped, nothing sealed, and at most one small pack to
         // "merge": writing it again would change nothing.
-        if touched.is_empty() && sealed.is_empty() && dirs.len() <= 1 {
+        if new_objects == 0 && chosen.len() <= 1 {
             return Ok(RepackStats {
                 objects: 0,
                 packs_before: before.packs,
@@ -375,36 +366,49 @@ impl DiskBackend {
             });
         }
         // The largest first: its blocks keep their place at the front.
-        dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.object_count()));
+        chosen.sort_by_key(|p| std::cmp::Reverse(p.object_count()));
         let packs_dir = self.root.join("packs");
         let mut w = pack::PackWriter::create(&packs_dir, opts.pack)?;
-        w.reserve(dirs.iter().map(|(p, _)| p.object_count()).sum::<usize>() + segment_ids.len());
+        w.reserve(chosen.iter().map(|p| p.object_count()).sum::<usize>() + segment_ids.len());
         let mut corrupt = Vec::new();
         let mut keep_packs: HashSet<String> = HashSet::new();
         let mut rewritten = 0;
-        for (p, dir) in &dirs {
+        for (i, p) in chosen.iter().enumerate() {
+            // An object another chosen pack holds too (a packer that died
+            // between its rename and its deletions) goes in once, the
+            // larger pack's copy: here it counts as dropped.
+            let earlier = &chosen[..i];
+            let skip = |id: &ObjectId| -> Result<bool> {
+                if doomed.contains(id) {
+                    return Ok(true);
+                }
+                for e in earlier {
+                    if e.contains(id)? {
+                        return Ok(true);
+                    }
+                }
+                Ok(false)
+            };
             // Blocks are copied unread only from a pack whose bytes are the
             // ones its writer wrote; any other is read object by object,
             // and what fails is left behind with its pack.
             let verbatim = p.checksum_holds();
-            for n in 0..dir.blocks() {
-                let records = dir.records(n);
-                if records.is_empty() {
+            let plan = p.sweep_plan(&skip, !verbatim)?;
+            let mut new_block = vec![u32::MAX; plan.blocks()];
+            for n in 0..plan.blocks() as u32 {
+                if !plan.used(n) {
                     continue;
                 }
-                let clean = verbatim
-                    && records
-                        .iter()
-                        .all(|r| !doomed.contains(&r.id) && !w.contains(&r.id));
-                if clean {
-                    w.copy_block(p, n, records)?;
+                if !plan.is_dirty(n) {
+                    new_block[n as usize] = w.copy_block(p, n)?;
                     continue;
                 }
                 rewritten += 1;
                 let mut failed = None;
+                let records = plan.records(n);
                 p.read_block(n, records, &|_| true, &mut |items| {
                     for (id, read) in items {
-                        if failed.is_some() || doomed.contains(id) {
+                        if failed.is_some() {
                             continue;
                         }
                         match read {
@@ -426,23 +430,31 @@ impl DiskBackend {
                     return Err(e);
                 }
             }
-            for r in dir.strays() {
-                if !doomed.contains(&r.id) {
-                    match p.read(&r.id) {
-                        Ok(Some(o)) => w.push(o.id(), o.kind(), o.payload())?,
-                        Ok(None) => return Err(Error::NotFound { id: r.id }),
-                        Err(e) if e.is_corruption() => {
-                            corrupt.push(e.to_string());
-                            keep_packs.insert(p.name().to_owned());
-                        }
-                        Err(e) => return Err(e),
+            for (block, r) in plan.clean_records() {
+                let nb = new_block[block as usize];
+                if nb != u32::MAX {
+                    w.copied_object(nb, r);
+                }
+            }
+            for r in plan.strays() {
+                match p.read(&r.id) {
+                    Ok(Some(o)) => w.push(o.id(), o.kind(), o.payload())?,
+                    Ok(None) => return Err(Error::NotFound { id: r.id }),
+                    Err(e) if e.is_corruption() => {
+                        corrupt.push(e.to_string());
+                        keep_packs.insert(p.name().to_owned());
                     }
+                    Err(e) => return Err(e),
                 }
             }
         }
         let mut objects = Vec::with_capacity(segment_ids.len());
         for id in segment_ids {
-            if w.contains(&id) {
+            let mut packed = false;
+            for p in &chosen {
+                packed |= p.contains(&id)?;
+            }
+            if packed {
                 continue;
             }
             match self.journal.read(&id) {
@@ -461,8 +473,7 @@ impl DiskBackend {
         } else {
             Some(w.finish()?)
         };
-        let old: Vec<Arc<Pack>> = dirs.into_iter().map(|(p, _)| p).collect();
-        let mut stats = self.publish(written, &old, &keep_packs, &sealed, rescue, before)?;
+        let mut stats = self.publish(written, &chosen, &keep_packs, &sealed, rescue, before)?;
         stats.corrupt = corrupt;
         stats.rewritten_blocks = rewritten;
         Ok(stats)

@@ -28,7 +28,7 @@ use crate::object::{EncodedObject, ObjectKind};
 use crate::odb::journal::STREAM_VERIFY_ABOVE;
 
 pub use index::{parse_index, verify_index, IndexLayout, IndexView};
-pub use scan::{BlockDirectory, BlockRecord, Record, ScanItem};
+pub use scan::{BlockDirectory, BlockRecord, Record, ScanItem, SweepPlan};
 pub use write::{write_pack, PackOptions, PackWriter, WrittenPack};
 
 /// First 4 bytes of a `.pack` file (objects-format.md, "Packs").

@@ -57,6 +57,48 @@ impl BlockDirectory {
     }
 }
 
+/// What gc's sweep does with a pack's blocks ([`Pack::sweep_plan`]): those
+/// with an object to leave out are "dirty" (inflated, their other objects
+/// written again), the rest are copied as they are.
+#[derive(Debug, Default)]
+pub struct SweepPlan {
+    /// Per block: 0 no object, 1 clean, 2 dirty.
+    state: Vec<u8>,
+    /// The objects to keep of dirty blocks, by block, in offset order.
+    dirty: std::collections::BTreeMap<u32, Vec<BlockRecord>>,
+    /// The objects of clean blocks, with their block, in id order.
+    clean: Vec<(u32, BlockRecord)>,
+    /// Entries (not left out) whose block does not exist.
+    strays: Vec<BlockRecord>,
+}
+
+impl SweepPlan {
+    /// Blocks in the pack's block table.
+    pub fn blocks(&self) -> usize {
+        self.state.len()
+    }
+    /// Whether any index entry names block `n`.
+    pub fn used(&self, n: u32) -> bool {
+        self.state.get(n as usize).is_some_and(|s| *s != 0)
+    }
+    /// Whether block `n` holds an object to leave out.
+    pub fn is_dirty(&self, n: u32) -> bool {
+        self.state.get(n as usize) == Some(&2)
+    }
+    /// The objects to keep of dirty block `n`, in offset order.
+    pub fn records(&self, n: u32) -> &[BlockRecord] {
+        self.dirty.get(&n).map_or(&[], Vec::as_slice)
+    }
+    /// The objects of clean blocks, with their block, in id order.
+    pub fn clean_records(&self) -> impl Iterator<Item = (u32, &BlockRecord)> + '_ {
+        self.clean.iter().map(|(b, r)| (*b, r))
+    }
+    /// Entries whose block does not exist (a damaged index).
+    pub fn strays(&self) -> &[BlockRecord] {
+        &self.strays
+    }
+}
+
 /// An object of a block as read: its kind, the length of its payload and,
 /// when wanted, the payload itself, verified.
 pub type Record<'a> = (ObjectKind, usize, Option<&'a [u8]>);
@@ -216,6 +258,59 @@ impl Pack {
             ));
         }
         Ok(data)
+    }
+
+    /// How many of the pack's objects `set` holds.
+    pub fn count_in(&self, set: &crate::hash::IdSet) -> Result<usize> {
+        self.ensure_index()?;
+        Ok(self.view().ids().filter(|id| set.contains(id)).count())
+    }
+
+    /// Sorts the pack's blocks for gc's sweep: a block is dirty when
+    /// `leave_out` accepts one of its objects (every used block, with
+    /// `all_dirty`). One pass over the index, in id order; only dirty
+    /// blocks' entries are grouped.
+    pub fn sweep_plan(
+        &self,
+        leave_out: &dyn Fn(&ObjectId) -> Result<bool>,
+        all_dirty: bool,
+    ) -> Result<SweepPlan> {
+        self.ensure_index()?;
+        let view = self.view();
+        let blocks = self.layout.blocks;
+        let mut plan = SweepPlan {
+            state: vec![0; blocks],
+            ..SweepPlan::default()
+        };
+        let mut kept: Vec<(u32, BlockRecord)> = Vec::with_capacity(self.layout.objects);
+        for (i, id) in view.ids().enumerate() {
+            let Some((block, offset, len)) = view.entry(i) else {
+                continue;
+            };
+            let out = leave_out(&id)?;
+            let r = BlockRecord { id, offset, len };
+            match plan.state.get_mut(block as usize) {
+                None if !out => plan.strays.push(r),
+                None => {}
+                Some(state) => {
+                    *state = if out || all_dirty { 2 } else { (*state).max(1) };
+                    if !out {
+                        kept.push((block, r));
+                    }
+                }
+            }
+        }
+        for (block, r) in kept {
+            if plan.state[block as usize] == 2 {
+                plan.dirty.entry(block).or_default().push(r);
+            } else {
+                plan.clean.push((block, r));
+            }
+        }
+        for records in plan.dirty.values_mut() {
+            records.sort_unstable_by_key(|r| r.offset);
+        }
+        Ok(plan)
     }
 
     /// Whether the pack's bytes hash to its trailer and to the checksum its

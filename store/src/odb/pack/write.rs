@@ -67,6 +67,7 @@ pub struct PackWriter {
     out: HashingWriter<BufWriter<AtomicFile>>,
     index_file: AtomicFile,
     compressor: zstd::bulk::Compressor<'static>,
+    /// The objects pushed (not those of copied blocks).
     seen: IdSet,
     /// (id, block, offset, len) per object.
     entries: Vec<(ObjectId, u32, u32, u32)>,
@@ -127,13 +128,7 @@ impl PackWriter {
 
     /// Makes room for `objects` more objects at once.
     pub fn reserve(&mut self, objects: usize) {
-        self.seen.reserve(objects);
         self.entries.reserve(objects);
-    }
-
-    /// Whether the pack holds `id` already.
-    pub fn contains(&self, id: &ObjectId) -> bool {
-        self.seen.contains(id)
     }
 
     /// Objects written so far.
@@ -141,8 +136,8 @@ impl PackWriter {
         self.entries.len()
     }
 
-    /// Adds one object (skipped when the pack holds it already) to the
-    /// block being gathered, cutting the block once it is full.
+    /// Adds one object (skipped when it was pushed already) to the block
+    /// being gathered, cutting the block once it is full.
     pub fn push(&mut self, id: ObjectId, kind: ObjectKind, payload: &[u8]) -> Result<()> {
         if !self.seen.insert(id) {
             return Ok(());
@@ -181,17 +176,17 @@ impl PackWriter {
     }
 
     /// Copies block `n` of `pack` into this pack as it is: its compressed
-    /// bytes verbatim, its block-table entry (at the new offset), and the
-    /// index entries of `records` (its objects: id, offset in the
-    /// decompressed block and length, as `pack`'s index has them) under the
-    /// new block number. Nothing is inflated or compressed. The caller has
-    /// checked `pack`'s checksum (so these are the bytes its writer wrote)
-    /// and that this pack holds none of `records` yet.
+    /// bytes verbatim and its block-table entry (at the new offset); returns
+    /// its number here. Nothing is inflated or compressed. The caller then
+    /// names the block's objects with [`PackWriter::copied_object`] (their
+    /// offsets and lengths as `pack`'s index has them), and has checked
+    /// `pack`'s checksum (so these are the bytes its writer wrote) and that
+    /// no other copy of them is in this pack.
     ///
     /// This is the one place a block moves between packs: a block's
     /// compression context (its zstd frame, and whatever else a later pack
     /// version has a block refer to) travels with it from here.
-    pub fn copy_block(&mut self, pack: &Pack, n: u32, records: &[BlockRecord]) -> Result<()> {
+    pub fn copy_block(&mut self, pack: &Pack, n: u32) -> Result<u32> {
         let corrupt = |reason: String| Error::CorruptFile {
             path: pack.paths()[0].to_path_buf(),
             offset: 0,
@@ -201,20 +196,19 @@ impl PackWriter {
         let rlen = u32::try_from(rlen).map_err(|_| corrupt(format!("block {n} is too large")))?;
         self.cut()?;
         let block = self.blocks.len() as u32;
-        for r in records {
-            if !self.seen.insert(r.id) {
-                return Err(Error::Invalid(format!(
-                    "pack writer: {} copied twice into one pack",
-                    r.id
-                )));
-            }
-            self.entries.push((r.id, block, r.offset, r.len));
-        }
         self.out.write_all(bytes).at(&self.tmp_pack)?;
         self.blocks.push((self.offset, bytes.len() as u32, rlen));
         self.offset += bytes.len() as u64;
         self.copied += 1;
-        Ok(())
+        Ok(block)
+    }
+
+    /// Names an object of a block copied here as `block`
+    /// ([`PackWriter::copy_block`]): its record at `record.offset`, of
+    /// `record.len` bytes, as the source's index said.
+    pub fn copied_object(&mut self, block: u32, record: &BlockRecord) {
+        self.entries
+            .push((record.id, block, record.offset, record.len));
     }
 
     /// Writes the last block, the checksum and the index; makes both files
@@ -243,6 +237,13 @@ impl PackWriter {
             .map_err(|e| Error::io(&tmp_pack, e.into_error()))?;
 
         entries.sort_unstable_by_key(|e| e.0);
+        if let Some(w) = entries.windows(2).find(|w| w[0].0 == w[1].0) {
+            // The caller's to prevent: an index names each id once.
+            return Err(Error::Invalid(format!(
+                "pack writer: {} written twice into one pack",
+                w[0].0
+            )));
+        }
         let mut idx = Vec::with_capacity(
             INDEX_HEADER_LEN
                 + FANOUT_LEN
