@@ -198,7 +198,7 @@ impl Census {
             .reserve(stats.pack_objects + stats.journal_objects);
         let census = std::sync::Mutex::new(census);
         let wanted = |k: ObjectKind| k == ObjectKind::Session;
-        odb.backend().scan(&wanted, &|items| {
+        odb.backend().scan(&wanted, &|_, items| {
             // Decoded on this thread, outside the lock.
             let mut decoded: Vec<(ObjectId, ObjectId, Vec<ObjectId>, usize)> = Vec::new();
             let mut broken = Vec::new();

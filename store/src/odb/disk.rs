@@ -863,7 +863,7 @@ impl ObjectBackend for DiskBackend {
             let Some((p, n, records)) = work.get(i) else {
                 return;
             };
-            p.read_block(*n, records, wanted, &mut |items| f(items));
+            p.read_block(*n, records, wanted, &mut |items| f(i, items));
         };
         let threads = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
@@ -879,31 +879,32 @@ impl ObjectBackend for DiskBackend {
                 run();
             });
         }
-        for (p, id) in strays {
-            let item = match p.read(&id) {
-                Ok(Some(o)) => {
-                    let payload = wanted(o.kind()).then_some(o.payload());
-                    f(&[(id, Ok((o.kind(), o.payload().len(), payload)))]);
-                    continue;
-                }
-                Ok(None) => Err(Error::NotFound { id }),
-                Err(e) => Err(e),
-            };
-            f(&[(id, item)]);
-        }
-        let mut journal = self.journal.ids_with_segments();
+        let mut journal: Vec<(ObjectId, u64)> = self.journal.ids_with_segments();
         journal.sort_unstable_by_key(|e| e.1);
-        for (id, _) in journal {
-            let item = match self.journal.read(&id) {
+        let mut once = IdSet::default();
+        let rest = strays
+            .into_iter()
+            .map(|(p, id)| (Some(p), id))
+            .chain(journal.into_iter().map(|(id, _)| (None, id)))
+            .filter(|(_, id)| once.insert(*id));
+        for (k, (pack, id)) in rest.enumerate() {
+            let read = match pack {
+                Some(p) => p.read(&id),
+                None => self.journal.read(&id),
+            };
+            let item = match read {
                 Ok(Some(o)) => {
                     let payload = wanted(o.kind()).then_some(o.payload());
-                    f(&[(id, Ok((o.kind(), o.payload().len(), payload)))]);
+                    f(
+                        work.len() + k,
+                        &[(id, Ok((o.kind(), o.payload().len(), payload)))],
+                    );
                     continue;
                 }
                 Ok(None) => Err(Error::NotFound { id }),
                 Err(e) => Err(e),
             };
-            f(&[(id, item)]);
+            f(work.len() + k, &[(id, item)]);
         }
         Ok(())
     }

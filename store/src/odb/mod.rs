@@ -82,8 +82,9 @@ pub type Rescue<'a> = dyn Fn() -> Result<Vec<ObjectId>> + 'a;
 /// One object of a [`ObjectBackend::scan`]: its id, and its kind with its
 /// payload (when wanted), or why it does not read.
 pub use pack::ScanItem;
-/// What [`ObjectBackend::scan`] calls with each batch.
-pub type ScanFn<'a> = dyn Fn(&[ScanItem<'_>]) + Sync + 'a;
+/// What [`ObjectBackend::scan`] calls with each batch, and the batch's
+/// place in storage order (batches may come out of order).
+pub type ScanFn<'a> = dyn Fn(usize, &[ScanItem<'_>]) + Sync + 'a;
 
 /// Where objects and operations are kept. Implementations verify every
 /// object they return.
@@ -185,17 +186,17 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
     /// would return). `f` may be called from several threads at once; each
     /// pack block is inflated once.
     fn scan(&self, wanted: &(dyn Fn(ObjectKind) -> bool + Sync), f: &ScanFn<'_>) -> Result<()> {
-        for id in self.ids_in_storage_order()? {
+        for (n, id) in self.ids_in_storage_order()?.into_iter().enumerate() {
             let item = match self.read(&id) {
                 Ok(Some(o)) => {
                     let payload = wanted(o.kind()).then_some(o.payload());
-                    f(&[(id, Ok((o.kind(), o.payload().len(), payload)))]);
+                    f(n, &[(id, Ok((o.kind(), o.payload().len(), payload)))]);
                     continue;
                 }
                 Ok(None) => Err(Error::NotFound { id }),
                 Err(e) => Err(e),
             };
-            f(&[(id, item)]);
+            f(n, &[(id, item)]);
         }
         Ok(())
     }

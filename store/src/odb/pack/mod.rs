@@ -367,16 +367,45 @@ impl Pack {
                 self.index_path.display()
             ));
         }
-        // Pack order: each block is inflated once.
-        let ids = match self.ids_in_pack_order() {
-            Ok(ids) => ids,
+        // Pack order, each block inflated once, blocks on every core.
+        let dir = match self.directory() {
+            Ok(d) => d,
             Err(e) => {
                 problems.push(e.to_string());
                 return problems;
             }
         };
-        for id in ids {
-            if let Err(e) = self.read(&id) {
+        let found = Mutex::new(Vec::new());
+        let next = std::sync::atomic::AtomicU32::new(0);
+        let run = || loop {
+            let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if n >= dir.blocks() {
+                return;
+            }
+            self.read_block(n, dir.records(n), &|_| true, &mut |items| {
+                let mut f = found.lock().expect("problem list lock");
+                for (k, (_, read)) in items.iter().enumerate() {
+                    if let Err(e) = read {
+                        f.push((n, k, e.to_string()));
+                    }
+                }
+            });
+        };
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 8)
+            .min(dir.blocks() as usize);
+        std::thread::scope(|s| {
+            for _ in 1..threads {
+                s.spawn(run);
+            }
+            run();
+        });
+        let mut found = found.into_inner().expect("problem list lock");
+        found.sort_unstable_by_key(|p| (p.0, p.1));
+        problems.extend(found.into_iter().map(|p| p.2));
+        for r in dir.strays() {
+            if let Err(e) = self.read(&r.id) {
                 problems.push(e.to_string());
             }
         }
