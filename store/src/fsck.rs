@@ -12,7 +12,7 @@ use petgraph::graphmap::DiGraphMap;
 use petgraph::visit::Dfs;
 
 use crate::error::Result;
-use crate::hash::ObjectId;
+use crate::hash::{IdMap, IdSet, ObjectId};
 use crate::object::{Blob, ObjectKind, Session};
 use crate::refs::{Hash, Operation, RefName, RefTarget};
 use crate::store::Store;
@@ -132,7 +132,8 @@ impl Store {
         }
 
         // History lengths: a session keeps no more than its parent has.
-        let mut lengths: HashMap<ObjectId, (u64, u64)> = HashMap::new();
+        let mut lengths: IdMap<(u64, u64)> = IdMap::default();
+        lengths.reserve(sessions.len());
         for id in sessions.keys() {
             let mut chain = vec![*id];
             while let Some(&top) = chain.last() {
@@ -251,7 +252,7 @@ impl Store {
         }
 
         // Dangling sessions: unreachable from every ref.
-        let mut reachable: HashSet<ObjectId> = HashSet::new();
+        let mut reachable = IdSet::default();
         for (_, t) in &refs {
             if let RefTarget::Session(id) = t {
                 if graph.contains_node(*id) {
@@ -264,12 +265,12 @@ impl Store {
                 }
             }
         }
-        let unreachable: HashSet<ObjectId> = sessions
+        let unreachable: IdSet = sessions
             .keys()
             .filter(|id| !reachable.contains(id))
             .copied()
             .collect();
-        let named_by_unreachable: HashSet<ObjectId> = unreachable
+        let named_by_unreachable: IdSet = unreachable
             .iter()
             .flat_map(|id| sessions[id].parents.iter().copied())
             .collect();
@@ -314,7 +315,7 @@ fn check_objects(
     odb: &crate::odb::Odb,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<(
-    HashMap<ObjectId, ObjectKind>,
+    IdMap<ObjectKind>,
     BTreeMap<ObjectId, Session>,
     Vec<String>,
     usize,
@@ -323,7 +324,7 @@ fn check_objects(
     use std::sync::Mutex;
     #[derive(Default)]
     struct Found {
-        kinds: HashMap<ObjectId, ObjectKind>,
+        kinds: IdMap<ObjectKind>,
         sessions: BTreeMap<ObjectId, Session>,
         /// (batch, place in it, problem): sorted into storage order at the end.
         problems: Vec<(usize, usize, String)>,
@@ -331,7 +332,9 @@ fn check_objects(
     }
     let stats = odb.stats()?;
     let total = stats.pack_objects + stats.journal_objects;
-    let found = Mutex::new(Found::default());
+    let mut found = Found::default();
+    found.kinds.reserve(total);
+    let found = Mutex::new(found);
     let done = AtomicUsize::new(0);
     let finished = AtomicBool::new(false);
     let check = |batch: usize, items: &[crate::odb::ScanItem<'_>]| {

@@ -209,20 +209,17 @@ impl Census {
                     }
                     continue;
                 };
-                match Session::decode(payload) {
-                    Ok(s) => {
-                        let mut names: Vec<ObjectId> = s.sessions().collect();
-                        let n = names.len();
-                        // Display messages mostly repeat the messages.
-                        let mut blobs: Vec<ObjectId> = s.blobs().collect();
-                        blobs.sort_unstable();
-                        blobs.dedup();
-                        names.extend(blobs);
-                        decoded.push((*id, s.conversation_id(*id), names, n));
-                    }
-                    // Read, but undecodable: a session marking cannot
-                    // enter (fatal if reachable, see `closure`).
-                    Err(_) => {}
+                // Read, but undecodable: a session marking cannot enter
+                // (fatal if reachable, see `closure`).
+                if let Ok(s) = Session::decode(payload) {
+                    let mut names: Vec<ObjectId> = s.sessions().collect();
+                    let n = names.len();
+                    // Display messages mostly repeat the messages.
+                    let mut blobs: Vec<ObjectId> = s.blobs().collect();
+                    blobs.sort_unstable();
+                    blobs.dedup();
+                    names.extend(blobs);
+                    decoded.push((*id, s.conversation_id(*id), names, n));
                 }
             }
             let mut c = census.lock().unwrap_or_else(|p| p.into_inner());

@@ -239,7 +239,7 @@ impl Default for IdBuildHasher {
         let (k0, k1) = *KEYS.get_or_init(|| {
             use std::hash::BuildHasher;
             let s = std::collections::hash_map::RandomState::new();
-            (s.hash_one(0x5e55_c71u64), s.hash_one(0x1d5u64) | 1)
+            (s.hash_one(0x05e5_5c71_u64), s.hash_one(0x01d5_u64) | 1)
         });
         IdBuildHasher { k0, k1 }
     }

@@ -25,6 +25,9 @@ pub const TABLE_EVERY: u64 = 256;
 /// See [`TABLE_EVERY`]: an import's operation may touch thousands of keys.
 pub const TABLE_KEYS: usize = 2048;
 
+/// Which entries (key, value or tombstone) a rewrite leaves out.
+pub(super) type DoomedEntry<'a> = dyn Fn(&[u8], Option<&[u8]>) -> bool + 'a;
+
 /// One mapped table and where it lives.
 #[derive(Debug)]
 pub(super) struct Loaded {
@@ -263,11 +266,7 @@ impl Stack {
     /// they are. Returns how many were written. Readers that map a table
     /// keep the old file; the caller holds the index lock and loads the
     /// stack again after.
-    pub(super) fn rewrite_without(
-        &self,
-        dir: &Path,
-        doomed: &dyn Fn(&[u8], Option<&[u8]>) -> bool,
-    ) -> Result<usize> {
+    pub(super) fn rewrite_without(&self, dir: &Path, doomed: &DoomedEntry<'_>) -> Result<usize> {
         let mut written = 0;
         for t in &self.tables {
             let mut kept: Vec<(&[u8], Option<&[u8]>)> = Vec::with_capacity(t.table.len());
