@@ -12,7 +12,7 @@ use petgraph::graphmap::DiGraphMap;
 use petgraph::visit::Dfs;
 
 use crate::error::Result;
-use crate::hash::ObjectId;
+use crate::hash::{IdMap, IdSet, ObjectId};
 use crate::object::{Blob, ObjectKind, Raw, Session};
 use crate::refs::{Hash, Operation, RefName, RefTarget};
 use crate::store::Store;
@@ -73,48 +73,15 @@ impl Store {
     ) -> Result<FsckReport> {
         let odb = self.odb();
         let mut report = FsckReport::default();
-        // Storage order: each pack block is inflated once, not once per object.
-        let ids = odb.backend().ids_in_storage_order()?;
-        report.objects = ids.len();
-        let mut kinds: HashMap<ObjectId, ObjectKind> = HashMap::with_capacity(ids.len());
-        let mut sessions: BTreeMap<ObjectId, Session> = BTreeMap::new();
-        for (n, id) in ids.iter().enumerate() {
-            if n % 1024 == 0 {
-                progress(n, ids.len());
-            }
-            let obj = match odb.read(id) {
-                Ok(o) => o,
-                Err(e) => {
-                    report.problems.push(e.to_string());
-                    continue;
-                }
-            };
-            kinds.insert(*id, obj.kind());
-            match obj.kind() {
-                ObjectKind::Blob => {
-                    report.blobs += 1;
-                    if let Err(e) = Blob::decode(obj.payload()) {
-                        report.problems.push(format!("blob {id}: {e}"));
-                    }
-                }
-                ObjectKind::Raw => {
-                    report.raws += 1;
-                    if let Err(e) = Raw::decode(obj.payload()) {
-                        report.problems.push(format!("raw {id}: {e}"));
-                    }
-                }
-                ObjectKind::Session => {
-                    report.sessions += 1;
-                    match Session::decode(obj.payload()) {
-                        Ok(s) => {
-                            sessions.insert(*id, s);
-                        }
-                        Err(e) => report.problems.push(format!("session {id}: {e}")),
-                    }
-                }
-            }
-        }
-        progress(ids.len(), ids.len());
+        let (kinds, sessions, problems, objects) = check_objects(odb, progress)?;
+        report.objects = objects;
+        report.problems = problems;
+        report.blobs = kinds.values().filter(|k| **k == ObjectKind::Blob).count();
+        report.raws = kinds.values().filter(|k| **k == ObjectKind::Raw).count();
+        report.sessions = kinds
+            .values()
+            .filter(|k| **k == ObjectKind::Session)
+            .count();
 
         // Every session's references, and the session graph.
         let mut graph: DiGraphMap<ObjectId, ()> = DiGraphMap::new();
@@ -172,7 +139,8 @@ impl Store {
         }
 
         // History lengths: a session keeps no more than its parent has.
-        let mut lengths: HashMap<ObjectId, (u64, u64)> = HashMap::new();
+        let mut lengths: IdMap<(u64, u64)> = IdMap::default();
+        lengths.reserve(sessions.len());
         for id in sessions.keys() {
             let mut chain = vec![*id];
             while let Some(&top) = chain.last() {
@@ -291,7 +259,7 @@ impl Store {
         }
 
         // Dangling sessions: unreachable from every ref.
-        let mut reachable: HashSet<ObjectId> = HashSet::new();
+        let mut reachable = IdSet::default();
         for (_, t) in &refs {
             if let RefTarget::Session(id) = t {
                 if graph.contains_node(*id) {
@@ -304,12 +272,12 @@ impl Store {
                 }
             }
         }
-        let unreachable: HashSet<ObjectId> = sessions
+        let unreachable: IdSet = sessions
             .keys()
             .filter(|id| !reachable.contains(id))
             .copied()
             .collect();
-        let named_by_unreachable: HashSet<ObjectId> = unreachable
+        let named_by_unreachable: IdSet = unreachable
             .iter()
             .flat_map(|id| sessions[id].parents.iter().copied())
             .collect();
@@ -342,6 +310,96 @@ impl Store {
         }
         Ok(report)
     }
+}
+
+/// Every object's kind, the sessions decoded, the problems found (in
+/// storage order, each as a read or a decode gives it) and the number of
+/// objects: every object read, re-hashed and decoded strictly, the blocks
+/// of the packs on as many threads as there are cores (each block inflated
+/// once). `progress(done, total)` is told from this thread as they go.
+#[allow(clippy::type_complexity)]
+fn check_objects(
+    odb: &crate::odb::Odb,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<(
+    IdMap<ObjectKind>,
+    BTreeMap<ObjectId, Session>,
+    Vec<String>,
+    usize,
+)> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    #[derive(Default)]
+    struct Found {
+        kinds: IdMap<ObjectKind>,
+        sessions: BTreeMap<ObjectId, Session>,
+        /// (batch, place in it, problem): sorted into storage order at the end.
+        problems: Vec<(usize, usize, String)>,
+        objects: usize,
+    }
+    let stats = odb.stats()?;
+    let total = stats.pack_objects + stats.journal_objects;
+    let mut found = Found::default();
+    found.kinds.reserve(total);
+    let found = Mutex::new(found);
+    let done = AtomicUsize::new(0);
+    let finished = AtomicBool::new(false);
+    let check = |batch: usize, items: &[crate::odb::ScanItem<'_>]| {
+        let mut problems = Vec::new();
+        let mut decoded = Vec::new();
+        for (k, (id, read)) in items.iter().enumerate() {
+            match read {
+                Err(e) => problems.push((batch, k, e.to_string())),
+                Ok((ObjectKind::Blob, _, Some(payload))) => {
+                    if let Err(e) = Blob::decode(payload) {
+                        problems.push((batch, k, format!("blob {id}: {e}")));
+                    }
+                }
+                Ok((ObjectKind::Raw, _, Some(payload))) => {
+                    if let Err(e) = Raw::decode(payload) {
+                        problems.push((batch, k, format!("raw {id}: {e}")));
+                    }
+                }
+                Ok((ObjectKind::Session, _, Some(payload))) => match Session::decode(payload) {
+                    Ok(s) => decoded.push((*id, s)),
+                    Err(e) => problems.push((batch, k, format!("session {id}: {e}"))),
+                },
+                Ok((_, _, None)) => {}
+            }
+        }
+        let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
+        f.objects += items.len();
+        for (id, read) in items {
+            if let Ok((kind, _, _)) = read {
+                f.kinds.insert(*id, *kind);
+            }
+        }
+        f.sessions.extend(decoded);
+        f.problems.extend(problems);
+        done.fetch_add(items.len(), Ordering::Relaxed);
+    };
+    progress(0, total);
+    let scanned = std::thread::scope(|s| {
+        let scan = s.spawn(|| {
+            let r = odb.backend().scan(&|_| true, &check);
+            finished.store(true, Ordering::Release);
+            r
+        });
+        while !finished.load(Ordering::Acquire) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            progress(done.load(Ordering::Relaxed).min(total), total);
+        }
+        scan.join()
+    });
+    match scanned {
+        Ok(r) => r?,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+    let mut f = found.into_inner().unwrap_or_else(|p| p.into_inner());
+    progress(f.objects, f.objects);
+    f.problems.sort_unstable_by_key(|p| (p.0, p.1));
+    let problems = f.problems.into_iter().map(|p| p.2).collect();
+    Ok((f.kinds, f.sessions, problems, f.objects))
 }
 
 impl Store {

@@ -1,9 +1,10 @@
 //! Garbage collection: keep what refs, recent ref-log entries and open runs
 //! can reach; drop what nothing reaches once it is past the grace period;
-//! repack what is kept (objects-format.md, "Garbage collection").
+//! sweep the packs that held what goes, copying the blocks that lose
+//! nothing (objects-format.md, "Garbage collection").
 //!
 //! Marking reads sessions only, never a blob's content: a session names its
-//! blobs. Writers, in this process and others, go on while gc runs. What
+//! blobs, and a blob is known by its kind byte and size. Writers, in this process and others, go on while gc runs. What
 //! they could come to use of the objects gc drops is caught at the end:
 //! gc replaces its files under the write lock, and just before, it walks
 //! what was written since it marked (new ref targets, new sessions) and
@@ -12,17 +13,16 @@
 //! `--prune=now` and for content a writer stored again, deduplicated
 //! against an object gc had found unreachable).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::hash::ObjectId;
+use crate::hash::{IdMap, IdSet, ObjectId};
 use crate::object::{ObjectKind, Session};
 use crate::odb::atomic_file::AtomicFile;
 use crate::odb::pack::PackOptions;
 use crate::odb::{Durability, RepackOptions};
-use crate::reach;
 use crate::refs::{large_fields, RefName, RefTarget};
 use crate::store::Store;
 use crate::time::now_ms;
@@ -164,6 +164,124 @@ fn write_ledger(path: &Path, entries: &HashMap<ObjectId, i64>) -> Result<()> {
     AtomicFile::replace(path, &bytes, Durability::Sync)
 }
 
+/// What one pass over every stored object found (gc's marking): each
+/// object's kind and payload size, and what each session names. Sessions
+/// are hashed and decoded; blobs are known by their kind byte and size
+/// alone, never hashed or decoded.
+#[derive(Default)]
+struct Census {
+    objects: IdMap<(ObjectKind, u64)>,
+    sessions: IdMap<Named>,
+    /// The ids sessions name, `Named` ranges into it.
+    names: Vec<ObjectId>,
+    /// Objects that did not read or decode.
+    broken: IdSet,
+}
+
+/// What a session names: `names[at..at + sessions]` its parents and
+/// compaction source, then `blobs` blob ids.
+#[derive(Clone, Copy)]
+struct Named {
+    conversation: ObjectId,
+    at: usize,
+    sessions: u32,
+    blobs: u32,
+}
+
+impl Census {
+    fn take(odb: &crate::odb::Odb) -> Result<Census> {
+        let stats = odb.stats()?;
+        let mut census = Census::default();
+        // Grown once, not doubled a dozen times over fresh pages.
+        census
+            .objects
+            .reserve(stats.pack_objects + stats.journal_objects);
+        let census = std::sync::Mutex::new(census);
+        let wanted = |k: ObjectKind| k == ObjectKind::Session;
+        odb.backend().scan(&wanted, &|_, items| {
+            // Decoded on this thread, outside the lock.
+            let mut decoded: Vec<(ObjectId, ObjectId, Vec<ObjectId>, usize)> = Vec::new();
+            let mut broken = Vec::new();
+            for (id, read) in items {
+                let Ok((ObjectKind::Session, _, Some(payload))) = read else {
+                    if read.is_err() {
+                        broken.push(*id);
+                    }
+                    continue;
+                };
+                // Read, but undecodable: a session marking cannot enter
+                // (fatal if reachable, see `closure`).
+                if let Ok(s) = Session::decode(payload) {
+                    let mut names: Vec<ObjectId> = s.sessions().collect();
+                    let n = names.len();
+                    // Display messages mostly repeat the messages.
+                    let mut blobs: Vec<ObjectId> = s.blobs().collect();
+                    blobs.sort_unstable();
+                    blobs.dedup();
+                    names.extend(blobs);
+                    decoded.push((*id, s.conversation_id(*id), names, n));
+                }
+            }
+            let mut c = census.lock().unwrap_or_else(|p| p.into_inner());
+            for (id, read) in items {
+                if let Ok((kind, size, _)) = read {
+                    c.objects.insert(*id, (*kind, *size as u64));
+                }
+            }
+            c.broken.extend(broken);
+            for (id, conversation, names, n) in decoded {
+                let named = Named {
+                    conversation,
+                    at: c.names.len(),
+                    sessions: n as u32,
+                    blobs: (names.len() - n) as u32,
+                };
+                c.names.extend(names);
+                c.sessions.insert(id, named);
+            }
+        })?;
+        Ok(census.into_inner().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn parents(&self, n: &Named) -> &[ObjectId] {
+        &self.names[n.at..n.at + n.sessions as usize]
+    }
+
+    fn blobs(&self, n: &Named) -> &[ObjectId] {
+        let start = n.at + n.sessions as usize;
+        &self.names[start..start + n.blobs as usize]
+    }
+
+    /// Everything reachable from `roots`: sessions through their parents
+    /// and compaction sources, and the blobs they name. A reachable session
+    /// that does not read is an error, not a gap: it hides what it reaches,
+    /// and a sweep of what was not reached would drop live history.
+    fn closure(&self, odb: &crate::odb::Odb, roots: &[ObjectId]) -> Result<IdSet> {
+        let mut live = IdSet::default();
+        live.reserve(self.objects.len());
+        let mut stack: Vec<ObjectId> = roots.to_vec();
+        while let Some(id) = stack.pop() {
+            if !live.insert(id) {
+                continue;
+            }
+            if let Some(n) = self.sessions.get(&id) {
+                live.extend(self.blobs(n).iter().copied());
+                stack.extend(self.parents(n).iter().copied());
+                continue;
+            }
+            // Not a session the pass read: what reading it says (written
+            // since the pass, or damaged, missing, or not a session).
+            let s = odb.session(&id).map_err(|e| Error::UnreadableReachable {
+                id,
+                source: Box::new(e),
+            })?;
+            live.extend(s.blobs());
+            stack.extend(s.sessions());
+        }
+        Ok(live)
+    }
+}
+
 /// The dropped objects that what was written since gc marked (operation
 /// `marked_at`; `known` the objects then) reaches: from every session a ref
 /// moved to and every session stored since, through parents, compaction
@@ -173,9 +291,9 @@ fn write_ledger(path: &Path, entries: &HashMap<ObjectId, i64>) -> Result<()> {
 fn rescued(
     store: &Store,
     marked_at: u64,
-    known: &HashSet<ObjectId>,
-    live: &HashSet<ObjectId>,
-    doomed: &HashSet<ObjectId>,
+    known: &dyn Fn(&ObjectId) -> bool,
+    live: &IdSet,
+    doomed: &IdSet,
 ) -> Result<Vec<ObjectId>> {
     let backend = store.odb().backend();
     backend.refresh()?;
@@ -196,12 +314,13 @@ fn rescued(
             }
         }
     }
-    for id in backend.ids()? {
-        if !known.contains(&id) {
+    // gc holds `pack.lock`: what was stored since it marked is in the journal.
+    for id in backend.unpacked_ids()? {
+        if !known(&id) {
             stack.push(id);
         }
     }
-    let mut seen: HashSet<ObjectId> = HashSet::new();
+    let mut seen = IdSet::default();
     let mut out = Vec::new();
     while let Some(id) = stack.pop() {
         if !seen.insert(id) || live.contains(&id) {
@@ -238,39 +357,46 @@ impl Store {
         progress: &dyn crate::progress::Progress,
     ) -> Result<GcReport> {
         self.catch_up()?;
+        // A rebuild an earlier gc left due: done in full at the end, as
+        // what that gc dropped is not known here.
+        let rebuild_due = self.index().rebuild_pending();
         let marked_at = self.index().applied()?.map_or(0, |a| a.0);
         let odb = self.odb();
         let before = odb.stats()?;
-        let all = odb.backend().ids()?;
         let roots = roots(self, Some(opts.reflog_expiry_ms))?;
         progress.phase("marking reachable objects", None);
-        let (mut live, _) = reach::closure(self.odb(), &roots)?;
+        let census = Census::take(odb)?;
+        let mut live = census.closure(odb, &roots)?;
         // The blobs conversation records keep their large fields in.
         for c in self.conversations(None)? {
             live.extend(large_fields::metadata_blobs(&c.record.metadata));
         }
         progress.advance(live.len() as u64);
         let now = now_ms();
-        let stored = odb.backend().stored_at()?;
+        let all = census.objects.len() + census.broken.len();
+        let unreachable: Vec<ObjectId> = census
+            .objects
+            .keys()
+            .chain(&census.broken)
+            .filter(|id| !live.contains(*id))
+            .copied()
+            .collect();
+        let stored = odb.backend().stored_at_of(&unreachable)?;
         let root_dir = self.root().map(Path::to_path_buf);
         let mut ledger = root_dir
             .as_deref()
             .map(|r| read_ledger(&ledger_path(r)))
             .unwrap_or_default();
         let mut report = GcReport {
-            objects: all.len(),
+            objects: all,
+            reachable: all - unreachable.len(),
             bytes_before: before.disk_bytes(),
             ..GcReport::default()
         };
-        let mut doomed: HashSet<ObjectId> = HashSet::new();
+        let mut doomed = IdSet::default();
         let mut next_ledger = HashMap::new();
-        progress.phase("sweeping", Some(all.len() as u64));
-        for id in &all {
-            progress.advance(1);
-            if live.contains(id) {
-                report.reachable += 1;
-                continue;
-            }
+        progress.phase("sweeping", Some(all as u64));
+        for id in &unreachable {
             report.unreachable += 1;
             let seen = stored.get(id).copied().unwrap_or(now);
             let first = ledger.remove(id).map_or(seen, |l| l.min(seen));
@@ -286,17 +412,19 @@ impl Store {
                 next_ledger.insert(*id, first);
             }
         }
+        let is_session =
+            |id: &ObjectId| matches!(census.objects.get(id), Some((ObjectKind::Session, _)));
         // A young unreachable session is kept, and so must be everything it
         // names, however old: keeping the session alone would leave it
         // broken.
         let young_sessions: Vec<ObjectId> = next_ledger
             .keys()
-            .filter(|id| matches!(odb.read(id), Ok(o) if o.kind() == ObjectKind::Session))
+            .filter(|id| is_session(id))
             .copied()
             .collect();
         if !young_sessions.is_empty() {
             let mut stack = young_sessions;
-            let mut seen: HashSet<ObjectId> = HashSet::new();
+            let mut seen = IdSet::default();
             while let Some(id) = stack.pop() {
                 if !seen.insert(id) || live.contains(&id) {
                     continue;
@@ -305,61 +433,78 @@ impl Store {
                     report.kept_young += 1;
                     next_ledger.insert(id, now);
                 }
-                let Ok(s) = odb.session(&id) else { continue };
-                for b in s.blobs() {
-                    if doomed.remove(&b) {
+                let Some(n) = census.sessions.get(&id) else {
+                    continue;
+                };
+                for b in census.blobs(n) {
+                    if doomed.remove(b) {
                         report.kept_young += 1;
-                        next_ledger.insert(b, now);
+                        next_ledger.insert(*b, now);
                     }
                 }
-                stack.extend(s.sessions());
+                stack.extend(census.parents(n).iter().copied());
             }
         }
+        progress.advance(all as u64);
         report.pruned = doomed.len();
-        self.attribute(&doomed, &mut report)?;
+        self.attribute(&census, &doomed, &mut report)?;
         if opts.dry_run {
             report.bytes_after = report.bytes_before;
             return Ok(report);
         }
-        let prunes_sessions = doomed
-            .iter()
-            .any(|id| matches!(odb.read(id), Ok(o) if o.kind() == ObjectKind::Session));
-        if prunes_sessions {
-            // Before the sweep: until the index is rebuilt, its tables may
-            // hold text of what is dropped. A gc killed before its rebuild,
-            // or whose rebuild fails, leaves the mark for the next gc.
+        let dropped_sessions: IdSet = doomed.iter().filter(|id| is_session(id)).copied().collect();
+        if !dropped_sessions.is_empty() {
+            // Before the sweep: until the index is rid of them, its tables
+            // may hold text of what is dropped. A gc killed before that, or
+            // that fails at it, leaves the mark for the next gc.
             self.index().mark_rebuild()?;
         }
-        let keep = |id: &ObjectId| !doomed.contains(id);
-        let known: HashSet<ObjectId> = all.iter().copied().collect();
+        let known = |id: &ObjectId| census.objects.contains_key(id) || census.broken.contains(id);
         let rescue = || rescued(self, marked_at, &known, &live, &doomed);
-        progress.phase("repacking", Some((all.len() - doomed.len()) as u64));
-        let repacked = odb.backend().repack_filtered(
+        progress.phase("repacking", Some((all - doomed.len()) as u64));
+        let swept = odb.backend().sweep(
             &RepackOptions { pack: opts.pack },
-            if doomed.is_empty() { None } else { Some(&keep) },
+            &doomed,
             if doomed.is_empty() {
                 None
             } else {
                 Some(&rescue)
             },
         )?;
-        progress.advance((all.len() - doomed.len()) as u64);
+        progress.advance((all - doomed.len()) as u64);
         if let Some(r) = &root_dir {
             write_ledger(&ledger_path(r), &next_ledger)?;
         }
         progress.phase("writing indexes", None);
-        self.refresh_lineage_from(repacked.sessions)?;
+        // The lineage index: the sessions the store keeps, its records of
+        // them reused (sessions stored since marking join it later).
+        let rescued: IdSet = swept.rescued.iter().copied().collect();
+        let sessions: IdSet = census
+            .sessions
+            .keys()
+            .filter(|id| !doomed.contains(*id) || rescued.contains(*id))
+            .copied()
+            .collect();
+        self.refresh_lineage_kept(&sessions)?;
         self.catch_up()?;
-        if prunes_sessions || self.index().rebuild_pending() {
+        let dropped_sessions: IdSet = dropped_sessions
+            .into_iter()
+            .filter(|id| !rescued.contains(id))
+            .collect();
+        if rebuild_due || !dropped_sessions.is_empty() {
             // The index tables hold each session's title and preview (text
-            // of its first user message): rebuilt without the dropped
-            // sessions, so that no table keeps what gc removed
-            // (objects-format.md, "Garbage collection"), this gc's or an
-            // earlier one's that did not get to it.
-            let rebuild = || -> Result<usize> {
+            // of its first user message): none may keep those of a dropped
+            // session (objects-format.md, "Garbage collection"). An earlier
+            // gc's that did not get to it: rebuilt whole.
+            let rebuild = || -> Result<()> {
                 #[cfg(test)]
                 tests::before_rebuild()?;
-                self.index().rebuild(self.odb())
+                if rebuild_due {
+                    self.index().rebuild(self.odb())?;
+                } else {
+                    self.index().drop_sessions(self.odb(), &dropped_sessions)?;
+                }
+                Ok(())
             };
             rebuild().map_err(|e| Error::IndexRebuildPending {
                 pruned: report.pruned,
@@ -374,48 +519,42 @@ impl Store {
 
     /// Sizes the doomed objects and names the conversations they belonged
     /// to: a session's own, a blob's through the doomed session naming it.
-    fn attribute(&self, doomed: &HashSet<ObjectId>, report: &mut GcReport) -> Result<()> {
-        let odb = self.odb();
-        let mut owner: HashMap<ObjectId, String> = HashMap::new();
-        let mut sizes: HashMap<ObjectId, u64> = HashMap::new();
-        // In storage order: each pack block is inflated once, not once per
-        // object (a set's order would inflate a block for every object).
-        let in_order: Vec<ObjectId> = odb
-            .backend()
-            .ids_in_storage_order()?
-            .into_iter()
-            .filter(|id| doomed.contains(id))
+    fn attribute(&self, census: &Census, doomed: &IdSet, report: &mut GcReport) -> Result<()> {
+        let mut owner: IdMap<String> = IdMap::default();
+        let mut names: IdMap<String> = IdMap::default();
+        // Sessions in id order, so that a blob two of them name goes to
+        // the same one every time.
+        let mut sessions: Vec<(&ObjectId, &Named)> = doomed
+            .iter()
+            .filter_map(|id| Some((id, census.sessions.get(id)?)))
             .collect();
-        for id in &in_order {
-            let obj = match odb.read(id) {
-                Ok(o) => o,
-                Err(e) if e.is_corruption() => {
-                    owner.insert(*id, "(corrupt)".into());
-                    continue;
+        sessions.sort_unstable_by_key(|s| *s.0);
+        for (id, n) in sessions {
+            let name = match names.get(&n.conversation) {
+                Some(name) => name.clone(),
+                None => {
+                    let name = self
+                        .index()
+                        .conversation_name(&n.conversation)?
+                        .unwrap_or_else(|| {
+                            format!("(deleted) {}", n.conversation.to_hex_prefix(12))
+                        });
+                    names.insert(n.conversation, name.clone());
+                    name
                 }
-                Err(e) => return Err(e),
             };
-            sizes.insert(*id, obj.payload().len() as u64);
-            if obj.kind() != ObjectKind::Session {
-                continue;
-            }
-            let Ok(s) = Session::decode(obj.payload()) else {
-                continue;
-            };
-            let conv = s.conversation_id(*id);
-            let name = self
-                .index()
-                .conversation_name(&conv)?
-                .unwrap_or_else(|| format!("(deleted) {}", conv.to_hex_prefix(12)));
-            for b in s.blobs() {
-                if doomed.contains(&b) {
-                    owner.entry(b).or_insert_with(|| name.clone());
+            for b in census.blobs(n) {
+                if doomed.contains(b) {
+                    owner.entry(*b).or_insert_with(|| name.clone());
                 }
             }
             owner.insert(*id, name);
         }
         for id in doomed {
-            let bytes = sizes.get(id).copied().unwrap_or(0);
+            if census.broken.contains(id) {
+                owner.insert(*id, "(corrupt)".into());
+            }
+            let bytes = census.objects.get(id).map_or(0, |o| o.1);
             report.pruned_bytes += bytes;
             let name = owner
                 .get(id)

@@ -221,6 +221,83 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// Hashes [`ObjectId`]s for the sets and maps that hold a whole store's ids
+/// (gc, fsck): an id is a blake3 digest already, so two of its words folded
+/// through one keyed 128-bit multiply spread it, where SipHash would hash
+/// all 32 bytes again. The keys are random per process, so ids chosen to
+/// collide in a table's low bits (cheap to grind for a few bits) collide in
+/// no one's table but the grinder's guess.
+#[derive(Clone, Copy, Debug)]
+pub struct IdBuildHasher {
+    k0: u64,
+    k1: u64,
+}
+
+impl Default for IdBuildHasher {
+    fn default() -> Self {
+        static KEYS: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::new();
+        let (k0, k1) = *KEYS.get_or_init(|| {
+            use std::hash::BuildHasher;
+            let s = std::collections::hash_map::RandomState::new();
+            (s.hash_one(0x05e5_5c71_u64), s.hash_one(0x01d5_u64) | 1)
+        });
+        IdBuildHasher { k0, k1 }
+    }
+}
+
+impl std::hash::BuildHasher for IdBuildHasher {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher {
+            k0: self.k0,
+            k1: self.k1,
+            acc: 0,
+        }
+    }
+}
+
+/// The hasher of [`IdBuildHasher`].
+#[derive(Clone, Copy, Debug)]
+pub struct IdHasher {
+    k0: u64,
+    k1: u64,
+    acc: u64,
+}
+
+impl IdHasher {
+    fn fold(&mut self, a: u64, b: u64) {
+        let p = u128::from((a ^ self.k0) ^ self.acc).wrapping_mul(u128::from(b ^ self.k1));
+        self.acc = (p as u64) ^ ((p >> 64) as u64);
+    }
+}
+
+impl std::hash::Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        // An id: its first 16 bytes. Anything else, 16 bytes at a time.
+        let mut chunks = bytes.chunks(16);
+        for c in chunks.by_ref() {
+            let mut w = [0u8; 16];
+            w[..c.len()].copy_from_slice(c);
+            let a = u64::from_le_bytes(w[..8].try_into().expect("8 bytes"));
+            let b = u64::from_le_bytes(w[8..].try_into().expect("8 bytes"));
+            self.fold(a, b);
+            if bytes.len() == ID_LEN {
+                return;
+            }
+        }
+    }
+    // The slice's length prefix: every id has the same.
+    fn write_usize(&mut self, _: usize) {}
+    fn finish(&self) -> u64 {
+        self.acc
+    }
+}
+
+/// A set of ids hashed with [`IdBuildHasher`].
+pub type IdSet = std::collections::HashSet<ObjectId, IdBuildHasher>;
+/// A map from ids hashed with [`IdBuildHasher`].
+pub type IdMap<V> = std::collections::HashMap<ObjectId, V, IdBuildHasher>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -149,6 +149,47 @@ fn a_version_1_store_reads_back() {
     );
 }
 
+/// gc's sweep on a store version 1 wrote: its pack's blocks are copied or
+/// written again, the journal packed, and every object kept reads back.
+#[test]
+fn a_version_1_store_is_swept() {
+    let fixture = root().join("tests/fixtures/store-v1");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    copy_dir(&fixture, &path);
+    let odb = Odb::open(&path, &OpenOptions::default()).unwrap();
+    let e = examples();
+    let (_, x, y) = second_batch();
+    let all = odb.backend().ids().unwrap();
+    assert_eq!(all.len(), 6);
+    // One object of the pack and one of the journal go.
+    let doomed: sessctl_store::hash::IdSet = [e.reply.id(), y].into_iter().collect();
+    let stats = odb
+        .backend()
+        .sweep(&Default::default(), &doomed, None)
+        .unwrap();
+    assert_eq!(stats.segments_packed, 1);
+    let after = odb.stats().unwrap();
+    assert_eq!(
+        (after.packs, after.pack_objects, after.journal_objects),
+        (1, 4, 0)
+    );
+    for o in [&e.hello, &e.root, &e.cont] {
+        assert_eq!(&odb.read(&o.id()).unwrap(), o);
+    }
+    assert!(odb.blob(&x).is_ok());
+    for id in doomed {
+        assert!(matches!(
+            odb.read(&id),
+            Err(sessctl_store::Error::NotFound { .. })
+        ));
+    }
+    drop(odb);
+    let odb = Odb::open(&path, &OpenOptions::default()).unwrap();
+    assert_eq!(odb.backend().ids().unwrap().len(), 4);
+    assert!(odb.backend().verify_storage().is_empty());
+}
+
 #[test]
 fn the_journal_writes_the_fixture_bytes() {
     let fixture = root().join("tests/fixtures/journal-v3/0000000000000001.journal");

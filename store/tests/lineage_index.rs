@@ -208,6 +208,51 @@ fn an_incremental_rewrite_equals_a_fresh_one_byte_for_byte() {
 }
 
 #[test]
+fn a_file_filtered_by_gc_equals_one_built_from_the_sessions_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("s");
+    let store = Store::init(&root).unwrap();
+    let mut rng = Rng::new(44);
+    let (mut ids, mut lens) = (Vec::new(), Vec::new());
+    grow(&store, &mut rng, &mut ids, &mut lens, 200);
+    store.refresh_lineage().unwrap().unwrap();
+    let ix = store.lineage_index().unwrap();
+    let (facts, _) = lineage::collect(store.odb(), None).unwrap();
+    // Drop the sessions whose ancestry holds an early one, and with them
+    // (so that what is kept keeps its parents) their descendants.
+    let mut dropped: BTreeSet<ObjectId> = BTreeSet::new();
+    for id in facts.keys() {
+        let mut stack = vec![*id];
+        let mut hit = false;
+        while let Some(s) = stack.pop() {
+            if ids[5..9].contains(&s) {
+                hit = true;
+                break;
+            }
+            stack.extend(facts[&s].parents.iter().copied());
+        }
+        if hit {
+            dropped.insert(*id);
+        }
+    }
+    assert!(!dropped.is_empty() && dropped.len() < facts.len());
+    let kept: std::collections::BTreeMap<ObjectId, lineage::SessionFacts> = facts
+        .iter()
+        .filter(|(id, _)| !dropped.contains(id))
+        .map(|(id, f)| (*id, f.clone()))
+        .collect();
+    let filtered = lineage::filtered(&ix, &|id| !dropped.contains(id)).unwrap();
+    assert_eq!(filtered, lineage::build(&kept).unwrap());
+    // A kept session whose parent goes: not a filter's to decide.
+    let orphan = facts
+        .iter()
+        .find(|(_, f)| f.parents.first().is_some_and(|p| dropped.contains(p)))
+        .map(|(id, _)| *id)
+        .unwrap();
+    assert!(lineage::filtered(&ix, &|id| !dropped.contains(id) || *id == orphan).is_none());
+}
+
+#[test]
 fn a_repack_writes_the_file_from_the_sessions_it_packed_reading_no_blob() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("s");

@@ -291,3 +291,250 @@ fn a_kept_young_session_keeps_the_old_blobs_it_names() {
     assert!(store.odb().contains(&old_blob).unwrap(), "{report:?}");
     assert!(fsck(&store, false).problems.is_empty());
 }
+
+/// The blocks of every pack in `store/packs`: (pack file, compressed bytes,
+/// decompressed bytes), read by the layout of objects-format.md ("Pack
+/// index"), not through the library.
+fn pack_blocks(store: &Path) -> Vec<(PathBuf, Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(store.join("packs")).unwrap() {
+        let idx_path = e.unwrap().path();
+        if idx_path.extension().is_none_or(|e| e != "idx") {
+            continue;
+        }
+        let pack_path = idx_path.with_extension("pack");
+        let (idx, pack) = (
+            std::fs::read(&idx_path).unwrap(),
+            std::fs::read(&pack_path).unwrap(),
+        );
+        let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+        let (n, k) = (u32_at(&idx, 8) as usize, u32_at(&idx, 12) as usize);
+        for b in 0..k {
+            let at = 1040 + 44 * n + 16 * b;
+            let offset = u64::from_le_bytes(idx[at..at + 8].try_into().unwrap()) as usize;
+            let (clen, rlen) = (
+                u32_at(&idx, at + 8) as usize,
+                u32_at(&idx, at + 12) as usize,
+            );
+            let compressed = pack[offset..offset + clen].to_vec();
+            let raw = zstd::bulk::decompress(&compressed, rlen).unwrap();
+            out.push((pack_path.clone(), compressed, raw));
+        }
+    }
+    out
+}
+
+fn holds(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Many conversations packed in small blocks; some deleted. gc keeps
+/// exactly what the others reach, copies the blocks that lose nothing as
+/// they were (their compressed bytes, byte for byte), and no pack block,
+/// inflated, holds a byte of a dropped message.
+#[test]
+fn gc_copies_clean_blocks_and_keeps_exactly_what_is_reachable() {
+    use sessctl_store::odb::pack::PackOptions;
+    let (_d, path) = new_store();
+    let store = open(&path);
+    let small = PackOptions {
+        block_target: 2048,
+        ..PackOptions::default()
+    };
+    let text = |c: usize, t: usize| {
+        let tag = if c % 4 == 1 { "DROPPEDTEXT" } else { "kept" };
+        format!("{tag} c{c} t{t} {}", "lorem ipsum ".repeat(8))
+    };
+    for c in 0..24 {
+        let name = format!("c{c:02}");
+        store
+            .create(Some(&name), turn(&text(c, 0)), Durability::NoSync)
+            .unwrap();
+        for t in 1..12 {
+            store
+                .commit(&name, None, turn(&text(c, t)), Durability::NoSync)
+                .unwrap();
+        }
+    }
+    store
+        .repack(&sessctl_store::RepackOptions { pack: small })
+        .unwrap();
+    let before: std::collections::BTreeSet<ObjectId> =
+        store.odb().backend().ids().unwrap().into_iter().collect();
+    let old_blocks = pack_blocks(&path);
+    // What the deleted conversations alone hold: their sessions and blobs.
+    let mut doomed = std::collections::BTreeSet::new();
+    for c in (0..24).filter(|c| c % 4 == 1) {
+        let name = format!("c{c:02}");
+        let mut at = Some(store.conversation(&name).unwrap().unwrap().head.unwrap());
+        while let Some(id) = at {
+            doomed.insert(id);
+            let s = store.odb().session(&id).unwrap();
+            doomed.extend(s.blobs());
+            at = s.first_parent();
+        }
+        store.delete(&name, Durability::NoSync).unwrap();
+    }
+    let r = store
+        .gc(&GcOptions {
+            prune: Prune::Now,
+            reflog_expiry_ms: 0,
+            pack: small,
+            ..GcOptions::default()
+        })
+        .unwrap();
+    assert_eq!(r.pruned, doomed.len());
+    let after: std::collections::BTreeSet<ObjectId> =
+        store.odb().backend().ids().unwrap().into_iter().collect();
+    let want: std::collections::BTreeSet<ObjectId> = before.difference(&doomed).copied().collect();
+    assert_eq!(after, want);
+    for id in &after {
+        store.odb().read(id).unwrap();
+    }
+    let report = fsck(&store, true);
+    assert!(report.is_clean(), "{:?}", report.problems);
+    // Blocks copied as they were, and blocks written again.
+    let new_blocks = pack_blocks(&path);
+    let copied = old_blocks
+        .iter()
+        .filter(|(_, c, _)| new_blocks.iter().any(|(_, n, _)| n == c))
+        .count();
+    assert!(
+        copied > 0 && copied < old_blocks.len(),
+        "{copied} of {}",
+        old_blocks.len()
+    );
+    assert!(old_blocks
+        .iter()
+        .any(|(_, _, raw)| holds(raw, b"DROPPEDTEXT")));
+    for (pack, _, raw) in &new_blocks {
+        assert!(
+            !holds(raw, b"DROPPEDTEXT"),
+            "{} keeps dropped text",
+            pack.display()
+        );
+    }
+    for dir in ["index", "lineage", "packs", "oplog"] {
+        for e in std::fs::read_dir(path.join(dir)).into_iter().flatten() {
+            let p = e.unwrap().path();
+            if p.is_file() {
+                assert!(
+                    !holds(&std::fs::read(&p).unwrap(), b"DROPPEDTEXT"),
+                    "{}",
+                    p.display()
+                );
+            }
+        }
+    }
+}
+
+/// A gc that drops nothing leaves a pack much larger than what is new
+/// alone, and packs the new objects (geometric, as packing as writes go);
+/// a second gc with nothing to do writes nothing.
+#[test]
+fn gc_leaves_a_large_pack_alone_when_it_drops_nothing_from_it() {
+    let (_d, path) = new_store();
+    let store = open(&path);
+    store
+        .create(Some("big"), turn("start"), Durability::NoSync)
+        .unwrap();
+    for t in 0..300 {
+        store
+            .commit("big", None, turn(&format!("turn {t}")), Durability::NoSync)
+            .unwrap();
+    }
+    store.repack(&Default::default()).unwrap();
+    let packs = |p: &Path| -> std::collections::BTreeSet<String> {
+        std::fs::read_dir(p.join("packs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".pack"))
+            .collect()
+    };
+    let big = packs(&path);
+    assert_eq!(big.len(), 1);
+    store
+        .commit("big", None, turn("one more"), Durability::NoSync)
+        .unwrap();
+    let opts = GcOptions {
+        prune: Prune::Now,
+        ..GcOptions::default()
+    };
+    let r = store.gc(&opts).unwrap();
+    assert_eq!(r.pruned, 0);
+    let now = packs(&path);
+    assert_eq!(now.len(), 2, "{now:?}");
+    assert!(big.is_subset(&now));
+    let r = store.gc(&opts).unwrap();
+    assert_eq!((r.pruned, r.bytes_after), (0, r.bytes_before));
+    assert_eq!(packs(&path), now);
+    assert!(fsck(&store, true).is_clean());
+}
+
+/// fsck reads blocks in parallel and still names each damaged object as a
+/// read of it would, in two different blocks.
+#[test]
+fn fsck_names_damage_in_two_blocks_as_reads_do() {
+    use sessctl_store::odb::pack::PackOptions;
+    let (_d, path) = new_store();
+    let store = open(&path);
+    for t in 0..4 {
+        let name = format!("c{t}");
+        store
+            .create(Some(&name), turn(&"words ".repeat(300)), Durability::NoSync)
+            .unwrap();
+        for k in 0..20 {
+            store
+                .commit(
+                    &name,
+                    None,
+                    turn(&format!("{k} {}", "more ".repeat(200))),
+                    Durability::NoSync,
+                )
+                .unwrap();
+        }
+    }
+    store
+        .repack(&sessctl_store::RepackOptions {
+            pack: PackOptions {
+                block_target: 4096,
+                ..PackOptions::default()
+            },
+        })
+        .unwrap();
+    drop(store);
+    let blocks = pack_blocks(&path);
+    assert!(blocks.len() >= 4);
+    let pack = blocks[0].0.clone();
+    let mut bytes = std::fs::read(&pack).unwrap();
+    // A byte in the middle of the second block and of the second to last.
+    for (_, c, _) in [&blocks[1], &blocks[blocks.len() - 2]] {
+        let at = bytes.windows(c.len()).position(|w| w == &c[..]).unwrap();
+        bytes[at + c.len() / 2] ^= 0x10;
+    }
+    std::fs::write(&pack, bytes).unwrap();
+    let store = open(&path);
+    let report = fsck(&store, false);
+    // Each problem a read of the object gives, word for word.
+    let mut expected: Vec<String> = Vec::new();
+    for id in store.odb().backend().ids_in_storage_order().unwrap() {
+        if let Err(e) = store.odb().read(&id) {
+            expected.push(e.to_string());
+        }
+    }
+    assert!(expected.len() >= 2, "{expected:?}");
+    let found: Vec<&String> = report
+        .problems
+        .iter()
+        .filter(|p| p.contains("is corrupt"))
+        .collect();
+    let mut a: Vec<&String> = expected.iter().collect();
+    let mut b = found.clone();
+    a.sort();
+    b.sort();
+    assert_eq!(a, b);
+    assert!(report
+        .problems
+        .iter()
+        .any(|p| p.contains("block 1:") || p.contains("block 1 ")));
+}

@@ -530,6 +530,67 @@ impl Index {
         Ok(n)
     }
 
+    /// After gc dropped the sessions `dropped`: removes from every table
+    /// (and from this handle's overlay) each key that holds text of one of
+    /// them: its `s:` entry (title, preview), and every `c:` value written
+    /// while one of them was the conversation's head (its preview), which
+    /// only older tables keep once the head moved on. Tables that hold none
+    /// are left alone, the others are written again under their names;
+    /// then `index/REBUILD` is removed (see [`Index::mark_rebuild`]).
+    /// Conversation figures are left as they are: a dropped session stays
+    /// counted, as it was before the gc.
+    pub fn drop_sessions(&self, odb: &Odb, dropped: &crate::hash::IdSet) -> Result<usize> {
+        let doomed = |k: &[u8], v: Option<&[u8]>| -> bool {
+            if let Some(id) = k.strip_prefix(b"s:") {
+                return crate::hash::ObjectId::from_slice(id)
+                    .is_some_and(|id| dropped.contains(&id));
+            }
+            if let (Some(name), Some(v)) = (k.strip_prefix(b"c:"), v) {
+                let name = String::from_utf8_lossy(name);
+                return ConversationInfo::from_index_bytes(&name, v)
+                    .and_then(|c| c.head)
+                    .is_some_and(|h| dropped.contains(&h));
+            }
+            false
+        };
+        {
+            let _one_at_a_time = self.applying();
+            let mut v = self.view_mut();
+            v.overlay.retain(|k, val| !doomed(k, val.as_deref()));
+        }
+        let (Some(dir), Some(lock)) = (&self.dir, &self.lock) else {
+            return Ok(0);
+        };
+        // The overlay into a table first, so that the stack holds all there is.
+        self.write_tables(odb, true)?;
+        let _one_writer = lock.lock(Some(REBUILD_WAIT))?;
+        // Tables another process wrote meanwhile are in the stack as stored.
+        let stack = Stack::load(dir)?;
+        let written = stack.rewrite_without(dir, &doomed)?;
+        let stack = Stack::load(dir)?;
+        {
+            let _one_at_a_time = self.applying();
+            let mut v = self.view_mut();
+            if v.stack.covered() == stack.covered() {
+                v.stack = stack.clone();
+            } else {
+                // Another process's tables: take them up as any writer does.
+                drop(v);
+                drop(_one_at_a_time);
+                self.adopt_newer_tables(dir, odb)?;
+            }
+        }
+        // Files outside the chain are never read again, but may hold text.
+        stack::clear_leftovers(dir, &stack, true);
+        let marker = dir.join(REBUILD_MARKER);
+        match std::fs::remove_file(&marker) {
+            Ok(()) => crate::odb::atomic_file::sync_dir(dir)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(&marker, e)),
+        }
+        Ok(written)
+    }
+
     /// Writes `index/REBUILD` (durably): the tables may hold text of
     /// objects about to be dropped, and must be rebuilt (by gc, or
     /// `reindex`) before it goes. gc writes it before its sweep and

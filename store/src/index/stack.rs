@@ -25,6 +25,9 @@ pub const TABLE_EVERY: u64 = 256;
 /// See [`TABLE_EVERY`]: an import's operation may touch thousands of keys.
 pub const TABLE_KEYS: usize = 2048;
 
+/// Which entries (key, value or tombstone) a rewrite leaves out.
+pub(super) type DoomedEntry<'a> = dyn Fn(&[u8], Option<&[u8]>) -> bool + 'a;
+
 /// One mapped table and where it lives.
 #[derive(Debug)]
 pub(super) struct Loaded {
@@ -276,6 +279,32 @@ impl Stack {
             tables.splice(0..2, [m]);
         }
         Ok(Stack { tables })
+    }
+
+    /// Writes again, under the same names, the tables that hold an entry
+    /// `doomed` accepts, without those entries; the others are left as
+    /// they are. Returns how many were written. Readers that map a table
+    /// keep the old file; the caller holds the index lock and loads the
+    /// stack again after.
+    pub(super) fn rewrite_without(&self, dir: &Path, doomed: &DoomedEntry<'_>) -> Result<usize> {
+        let mut written = 0;
+        for t in &self.tables {
+            let mut kept: Vec<(&[u8], Option<&[u8]>)> = Vec::with_capacity(t.table.len());
+            let mut dropped = 0;
+            for i in 0..t.table.len() {
+                let (k, v) = t.table.entry(i).map_err(|e| t.corrupt(e))?;
+                if doomed(k, v) {
+                    dropped += 1;
+                } else {
+                    kept.push((k, v));
+                }
+            }
+            if dropped > 0 {
+                write(dir, t.meta(), kept.into_iter())?;
+                written += 1;
+            }
+        }
+        Ok(written)
     }
 
     /// Every table file in `dir` checked in full, the stack's and any

@@ -71,7 +71,8 @@ pub fn path_in(store_root: &Path) -> PathBuf {
 }
 
 pub use write::{
-    build, collect, collect_from, rebuild, write_file, write_for, write_from, WriteStats,
+    build, collect, collect_from, filtered, rebuild, write_file, write_for, write_from, write_kept,
+    WriteStats,
 };
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {

@@ -6,7 +6,7 @@ use std::fs;
 use std::path::Path;
 
 use crate::error::{Error, IoResultExt, Result};
-use crate::hash::ObjectId;
+use crate::hash::{IdSet, ObjectId};
 use crate::object::{ObjectKind, Session};
 use crate::odb::atomic_file::AtomicFile;
 use crate::odb::{Durability, Odb};
@@ -149,6 +149,146 @@ pub fn build(sessions: &BTreeMap<ObjectId, SessionFacts>) -> Result<Vec<u8>> {
     let sum = blake3::hash(&out);
     out.extend_from_slice(sum.as_bytes());
     Ok(out)
+}
+
+/// The bytes [`build`] gives for the sessions of `previous` that `keep`
+/// accepts, made from `previous` alone: records copied with their positions
+/// renumbered, nothing decoded, no id looked up (gc, which drops sessions
+/// and keeps the rest). `None` when a kept session's parent is not kept:
+/// then [`build`] would leave it out, and the caller builds.
+pub fn filtered(previous: &LineageIndex, keep: &dyn Fn(&ObjectId) -> bool) -> Option<Vec<u8>> {
+    // Records are copied, not re-derived: the whole file is checked first
+    // (readers check only the records a walk touches).
+    previous.check().ok()?;
+    let n_old = previous.len();
+    let mut new_pos: Vec<u32> = vec![NO_PARENT; n_old];
+    let mut kept: Vec<u32> = Vec::new();
+    for pos in 0..n_old as u32 {
+        if keep(&previous.id(pos)?) {
+            new_pos[pos as usize] = kept.len() as u32;
+            kept.push(pos);
+        }
+    }
+    let mut conv_used = vec![false; previous.conversations];
+    for &pos in &kept {
+        if previous
+            .parents(pos)
+            .ok()?
+            .any(|p| new_pos.get(p as usize) == Some(&NO_PARENT))
+        {
+            return None;
+        }
+        conv_used[previous.field(pos, 3)? as usize] = true;
+    }
+    let mut conv_new: Vec<u32> = vec![u32::MAX; conv_used.len()];
+    let mut conversations = 0u32;
+    for (k, used) in conv_used.iter().enumerate() {
+        if *used {
+            conv_new[k] = conversations;
+            conversations += 1;
+        }
+    }
+    let n = kept.len();
+    let mut records = Vec::with_capacity(n * RECORD_LEN);
+    let mut extra: Vec<u32> = Vec::new();
+    for &pos in &kept {
+        let parents: Vec<u32> = previous
+            .parents(pos)
+            .ok()?
+            .map(|p| new_pos[p as usize])
+            .collect();
+        let first = parents.first().copied().unwrap_or(NO_PARENT);
+        let second = match parents.len() {
+            0 | 1 => NO_PARENT,
+            2 => parents[1],
+            _ => {
+                let start = extra.len() as u32 | EXTRA_FLAG;
+                let rest = &parents[1..];
+                for (k, p) in rest.iter().enumerate() {
+                    let last = if k + 1 == rest.len() { EXTRA_FLAG } else { 0 };
+                    extra.push(p | last);
+                }
+                start
+            }
+        };
+        records.extend_from_slice(&first.to_le_bytes());
+        records.extend_from_slice(&second.to_le_bytes());
+        records.extend_from_slice(&previous.generation(pos).to_le_bytes());
+        records.extend_from_slice(&conv_new[previous.field(pos, 3)? as usize].to_le_bytes());
+        records.extend_from_slice(&previous.created_at(pos).to_le_bytes());
+        records.extend_from_slice(&previous.messages(pos).to_le_bytes());
+    }
+    let mut out = Vec::with_capacity(
+        HEADER_LEN
+            + FANOUT_LEN
+            + n * (ID_LEN + RECORD_LEN)
+            + conversations as usize * ID_LEN
+            + extra.len() * 4
+            + CHECKSUM_LEN,
+    );
+    out.extend_from_slice(&LINEAGE_MAGIC);
+    for v in [
+        LINEAGE_FORMAT_VERSION,
+        n as u32,
+        conversations,
+        extra.len() as u32,
+        0,
+    ] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    let mut fanout = [0u32; 256];
+    for &pos in &kept {
+        fanout[previous.id_bytes(pos)?[0] as usize] += 1;
+    }
+    let mut total = 0u32;
+    for f in fanout {
+        total += f;
+        out.extend_from_slice(&total.to_le_bytes());
+    }
+    for &pos in &kept {
+        out.extend_from_slice(previous.id_bytes(pos)?);
+    }
+    out.extend_from_slice(&records);
+    for (k, used) in conv_used.iter().enumerate() {
+        if *used {
+            out.extend_from_slice(previous.conversation_bytes(k as u32)?);
+        }
+    }
+    for e in &extra {
+        out.extend_from_slice(&e.to_le_bytes());
+    }
+    let sum = blake3::hash(&out);
+    out.extend_from_slice(sum.as_bytes());
+    Some(out)
+}
+
+/// Rewrites `<store_root>/lineage/graph.lgi` to hold the sessions `kept`
+/// (gc's: what it keeps of the sessions it found): filtered from the
+/// previous file when that holds every one of them ([`filtered`]), else
+/// built as [`write_from`] does.
+pub fn write_kept(odb: &Odb, store_root: &Path, kept: &IdSet) -> Result<WriteStats> {
+    if let Some(previous) = LineageIndex::open(store_root).ok().flatten() {
+        let held = (0..previous.len() as u32)
+            .filter_map(|p| previous.id(p))
+            .filter(|id| kept.contains(id))
+            .count();
+        if held == kept.len() {
+            if let Some(bytes) = filtered(&previous, &|id| kept.contains(id)) {
+                let mut stats = WriteStats {
+                    sessions: u32_at(&bytes, 8).unwrap_or(0) as usize,
+                    reused: held,
+                    ..WriteStats::default()
+                };
+                if previous.bytes() != &bytes[..] {
+                    drop(previous);
+                    write_file(store_root, &bytes)?;
+                    stats.written = true;
+                }
+                return Ok(stats);
+            }
+        }
+    }
+    write_from(odb, store_root, Some(kept.iter().copied().collect()))
 }
 
 /// What a rewrite did.

@@ -20,7 +20,7 @@ use super::{
     ObjectBackend, OdbStats, OpenOptions, RawOp, RepackOptions, RepackStats, SyncTicket, WriteLock,
 };
 use crate::error::{Error, IoResultExt, OdbError, Result};
-use crate::hash::{ObjectId, Prefix};
+use crate::hash::{IdSet, ObjectId, Prefix};
 use crate::object::{EncodedObject, ObjectKind, Session};
 
 /// Journal and packs on disk, shared by every process that opens the store.
@@ -236,9 +236,29 @@ impl DiskBackend {
         } else {
             Some(pack::write_pack(&packs_dir, &ordered, opts.pack)?)
         };
+        let mut stats = self.publish(written, &old, &keep_packs, &sealed, rescue, before)?;
+        stats.corrupt = corrupt;
+        stats.sessions = Some(sessions);
+        Ok(stats)
+    }
+
+    /// The end of every repack: moves the operations of `sealed` segments
+    /// to the op log, then, under the write lock, writes back what `rescue`
+    /// names, puts the `written` pack in the place of the `old` packs (but
+    /// `keep_packs`, which hold damage) and the segments, and deletes those.
+    fn publish(
+        &self,
+        written: Option<pack::WrittenPack>,
+        old: &[Arc<Pack>],
+        keep_packs: &HashSet<String>,
+        sealed: &[u64],
+        rescue: Option<&super::Rescue<'_>>,
+        before: OdbStats,
+    ) -> Result<RepackStats> {
+        let packs_dir = self.root.join("packs");
         // Operations are history: they move to the op-log archive before
         // their segments go (readers skip sequence numbers seen twice).
-        let ops = self.journal.ops_in(&sealed)?;
+        let ops = self.journal.ops_in(sealed)?;
         if !ops.is_empty() {
             write_oplog_file(&self.root.join("oplog"), &ops)?;
         }
@@ -247,11 +267,12 @@ impl DiskBackend {
             None => None,
         };
         let guard = self.lock_write()?;
+        let mut rescued = Vec::new();
         if let Some(rescue) = rescue {
-            let back = rescue()?;
-            if !back.is_empty() {
-                let mut objects = Vec::with_capacity(back.len());
-                for id in &back {
+            rescued = rescue()?;
+            if !rescued.is_empty() {
+                let mut objects = Vec::with_capacity(rescued.len());
+                for id in &rescued {
                     objects.push(self.read(id)?.ok_or(Error::NotFound { id: *id })?);
                 }
                 let (_, end) = self.append_frame(&guard, &objects, &[], false)?;
@@ -269,10 +290,10 @@ impl DiskBackend {
                 }
             }
         }
-        self.journal.retire(&sealed)?;
+        self.journal.retire(sealed)?;
         // Every writer re-reads the pack directory before its next write.
         guard.bump_counter()?;
-        for p in &old {
+        for p in old {
             if written.as_ref().is_some_and(|w| w.name == p.name()) || keep_packs.contains(p.name())
             {
                 continue;
@@ -295,10 +316,171 @@ impl DiskBackend {
             segments_packed: sealed.len(),
             bytes_before: before.disk_bytes(),
             bytes_after: after.disk_bytes(),
+            copied_blocks: written.as_ref().map_or(0, |w| w.copied_blocks),
             pack_name: written.map(|w| w.name),
-            corrupt,
-            sessions: Some(sessions),
+            rescued,
+            ..RepackStats::default()
         })
+    }
+
+    /// gc's sweep (objects-format.md, "Garbage collection"): writes one
+    /// new pack from the packs that hold a doomed object, the sealed
+    /// segments, and the small packs a geometric merge takes along; every
+    /// other pack stays as it is. A block whose objects all survive is
+    /// copied as it is (its compressed bytes and table entry); a block with
+    /// a doomed object is inflated and its survivors written again. The
+    /// caller holds the pack lock.
+    fn sweep_these(
+        &self,
+        opts: &RepackOptions,
+        doomed: &IdSet,
+        rescue: Option<&super::Rescue<'_>>,
+        before: OdbStats,
+        sealed: Vec<u64>,
+    ) -> Result<RepackStats> {
+        let packs = self.packs();
+        let (mut chosen, mut untouched) = (Vec::new(), Vec::new());
+        let mut new_objects = 0;
+        for p in packs {
+            let gone = p.count_in(doomed)?;
+            if gone > 0 {
+                new_objects += p.object_count() - gone;
+                chosen.push(p);
+            } else {
+                untouched.push(p);
+            }
+        }
+        let segment_ids: Vec<ObjectId> = self
+            .journal
+            .ids_in(&sealed)
+            .into_iter()
+            .filter(|id| !doomed.contains(id))
+            .collect();
+        new_objects += segment_ids.len();
+        chosen.extend(geometric_merge(new_objects, untouched));
+        // Nothing dropped, nothing sealed, and at most one small pack to
+        // "merge": writing it again would change nothing.
+        if new_objects == 0 && chosen.len() <= 1 {
+            return Ok(RepackStats {
+                objects: 0,
+                packs_before: before.packs,
+                bytes_before: before.disk_bytes(),
+                bytes_after: before.disk_bytes(),
+                ..RepackStats::default()
+            });
+        }
+        // The largest first: its blocks keep their place at the front.
+        chosen.sort_by_key(|p| std::cmp::Reverse(p.object_count()));
+        let packs_dir = self.root.join("packs");
+        let mut w = pack::PackWriter::create(&packs_dir, opts.pack)?;
+        w.reserve(chosen.iter().map(|p| p.object_count()).sum::<usize>() + segment_ids.len());
+        let mut corrupt = Vec::new();
+        let mut keep_packs: HashSet<String> = HashSet::new();
+        let mut rewritten = 0;
+        for (i, p) in chosen.iter().enumerate() {
+            // An object another chosen pack holds too (a packer that died
+            // between its rename and its deletions) goes in once, the
+            // larger pack's copy: here it counts as dropped.
+            let earlier = &chosen[..i];
+            let skip = |id: &ObjectId| -> Result<bool> {
+                if doomed.contains(id) {
+                    return Ok(true);
+                }
+                for e in earlier {
+                    if e.contains(id)? {
+                        return Ok(true);
+                    }
+                }
+                Ok(false)
+            };
+            // Blocks are copied unread only from a pack whose bytes are the
+            // ones its writer wrote; any other is read object by object,
+            // and what fails is left behind with its pack.
+            let verbatim = p.checksum_holds();
+            let plan = p.sweep_plan(&skip, !verbatim)?;
+            let mut new_block = vec![u32::MAX; plan.blocks()];
+            for n in 0..plan.blocks() as u32 {
+                if !plan.used(n) {
+                    continue;
+                }
+                if !plan.is_dirty(n) {
+                    new_block[n as usize] = w.copy_block(p, n)?;
+                    continue;
+                }
+                rewritten += 1;
+                let mut failed = None;
+                let records = plan.records(n);
+                p.read_block(n, records, &|_| true, &mut |items| {
+                    for (id, read) in items {
+                        if failed.is_some() {
+                            continue;
+                        }
+                        match read {
+                            Ok((kind, _, Some(payload))) => {
+                                if let Err(e) = w.push(*id, *kind, payload) {
+                                    failed = Some(e);
+                                }
+                            }
+                            Ok((_, _, None)) => {}
+                            Err(e) if e.is_corruption() => {
+                                corrupt.push(e.to_string());
+                                keep_packs.insert(p.name().to_owned());
+                            }
+                            Err(e) => failed = Some(Error::Invalid(e.to_string())),
+                        }
+                    }
+                });
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+            }
+            for (block, r) in plan.clean_records() {
+                let nb = new_block[block as usize];
+                if nb != u32::MAX {
+                    w.copied_object(nb, r);
+                }
+            }
+            for r in plan.strays() {
+                match p.read(&r.id) {
+                    Ok(Some(o)) => w.push(o.id(), o.kind(), o.payload())?,
+                    Ok(None) => return Err(Error::NotFound { id: r.id }),
+                    Err(e) if e.is_corruption() => {
+                        corrupt.push(e.to_string());
+                        keep_packs.insert(p.name().to_owned());
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let mut objects = Vec::with_capacity(segment_ids.len());
+        for id in segment_ids {
+            let mut packed = false;
+            for p in &chosen {
+                packed |= p.contains(&id)?;
+            }
+            if packed {
+                continue;
+            }
+            match self.journal.read(&id) {
+                Ok(Some(o)) => objects.push(o),
+                Ok(None) => return Err(Error::NotFound { id }),
+                // Its segment holds damage, and damaged segments stay.
+                Err(e) if e.is_corruption() => corrupt.push(e.to_string()),
+                Err(e) => return Err(e),
+            }
+        }
+        for o in Self::pack_order(objects) {
+            w.push(o.id(), o.kind(), o.payload())?;
+        }
+        let written = if w.objects() == 0 {
+            None
+        } else {
+            Some(w.finish()?)
+        };
+        let mut stats = self.publish(written, &chosen, &keep_packs, &sealed, rescue, before)?;
+        stats.corrupt = corrupt;
+        stats.rewritten_blocks = rewritten;
+        Ok(stats)
     }
 
     /// Objects in the order a new pack should hold them: each conversation's
@@ -666,11 +848,114 @@ impl ObjectBackend for DiskBackend {
                 bytes_before: before.disk_bytes(),
                 bytes_after: before.disk_bytes(),
                 pack_name: old.first().map(|p| p.name().to_owned()),
-                corrupt: Vec::new(),
-                sessions: None,
+                ..RepackStats::default()
             });
         }
         self.repack_these(opts, keep, rescue, before, sealed, old)
+    }
+
+    fn sweep(
+        &self,
+        opts: &RepackOptions,
+        doomed: &IdSet,
+        rescue: Option<&super::Rescue<'_>>,
+    ) -> Result<RepackStats> {
+        let pack_lock = self.pack_lock.as_ref().ok_or(Error::ReadOnly)?;
+        let _one_at_a_time = pack_lock.lock(self.wait)?;
+        self.clear_leftovers();
+        self.refresh()?;
+        self.refresh_packs()?;
+        self.journal.forget_missing()?;
+        let before = self.stats()?;
+        let sealed = {
+            let guard = self.lock_write()?;
+            self.journal.seal(&guard)?
+        };
+        self.sweep_these(opts, doomed, rescue, before, sealed)
+    }
+
+    fn scan(
+        &self,
+        wanted: &(dyn Fn(ObjectKind) -> bool + Sync),
+        f: &super::ScanFn<'_>,
+    ) -> Result<()> {
+        let packs = self.packs();
+        // Each object once, the copy `read` returns: the journal's, else
+        // that of the first pack listed that holds it.
+        let mut seen = IdSet::default();
+        let mut work: Vec<(&Arc<Pack>, u32, Vec<pack::BlockRecord>)> = Vec::new();
+        let mut strays: Vec<(&Arc<Pack>, ObjectId)> = Vec::new();
+        for p in &packs {
+            let dir = p.directory()?;
+            let mut skip =
+                |id: &ObjectId| self.journal.contains(id) || (packs.len() > 1 && !seen.insert(*id));
+            for n in 0..dir.blocks() {
+                let records: Vec<pack::BlockRecord> = dir
+                    .records(n)
+                    .iter()
+                    .filter(|r| !skip(&r.id))
+                    .copied()
+                    .collect();
+                if !records.is_empty() {
+                    work.push((p, n, records));
+                }
+            }
+            for r in dir.strays() {
+                if !skip(&r.id) {
+                    strays.push((p, r.id));
+                }
+            }
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let run = || loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some((p, n, records)) = work.get(i) else {
+                return;
+            };
+            p.read_block(*n, records, wanted, &mut |items| f(i, items));
+        };
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 8)
+            .min(work.len());
+        if threads <= 1 {
+            run();
+        } else {
+            std::thread::scope(|s| {
+                for _ in 1..threads {
+                    s.spawn(run);
+                }
+                run();
+            });
+        }
+        let mut journal: Vec<(ObjectId, u64)> = self.journal.ids_with_segments();
+        journal.sort_unstable_by_key(|e| e.1);
+        let mut once = IdSet::default();
+        let rest = strays
+            .into_iter()
+            .map(|(p, id)| (Some(p), id))
+            .chain(journal.into_iter().map(|(id, _)| (None, id)))
+            .filter(|(_, id)| once.insert(*id));
+        for (k, (pack, id)) in rest.enumerate() {
+            let read = match pack {
+                Some(p) => p.read(&id),
+                None => self.journal.read(&id),
+            };
+            let item = match read {
+                Ok(Some(o)) => {
+                    let payload = wanted(o.kind()).then_some(o.payload());
+                    f(
+                        work.len() + k,
+                        &[(id, Ok((o.kind(), o.payload().len(), payload)))],
+                    );
+                    continue;
+                }
+                Ok(None) => Err(Error::NotFound { id }),
+                Err(e) => Err(e),
+            };
+            f(work.len() + k, &[(id, item)]);
+        }
+        Ok(())
     }
 
     fn maintain(&self) -> Result<Option<RepackStats>> {
@@ -722,6 +1007,52 @@ impl ObjectBackend for DiskBackend {
             *e = (*e).max(t);
         }
         Ok(out)
+    }
+
+    fn stored_at_of(&self, ids: &[ObjectId]) -> Result<crate::hash::IdMap<i64>> {
+        let mtime = |path: &Path| -> i64 {
+            fs::metadata(path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(i64::MAX, |d| d.as_millis() as i64)
+        };
+        let packs: Vec<(Arc<Pack>, i64)> = self
+            .packs()
+            .into_iter()
+            .map(|p| {
+                let t = mtime(p.paths()[0]);
+                (p, t)
+            })
+            .collect();
+        let mut segments: HashMap<u64, i64> = HashMap::new();
+        let journal: crate::hash::IdMap<u64> =
+            self.journal.ids_with_segments().into_iter().collect();
+        let mut out = crate::hash::IdMap::default();
+        for id in ids {
+            let mut t = None;
+            for (p, pt) in &packs {
+                if p.contains(id)? {
+                    t = Some(*pt);
+                    break;
+                }
+            }
+            if let Some(seq) = journal.get(id) {
+                let st = *segments.entry(*seq).or_insert_with(|| {
+                    mtime(&self.root.join("journal").join(journal::segment_name(*seq)))
+                });
+                // An object in both: the later time is the safe one.
+                t = Some(t.map_or(st, |t: i64| t.max(st)));
+            }
+            if let Some(t) = t {
+                out.insert(*id, t);
+            }
+        }
+        Ok(out)
+    }
+
+    fn unpacked_ids(&self) -> Result<Vec<ObjectId>> {
+        Ok(self.journal.ids())
     }
 
     fn stats(&self) -> Result<OdbStats> {

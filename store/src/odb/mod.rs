@@ -26,7 +26,7 @@ use serde_json::Value;
 use pack::PackOptions;
 
 use crate::error::{Error, OdbError, Result};
-use crate::hash::{ObjectId, Prefix};
+use crate::hash::{IdMap, IdSet, ObjectId, Prefix};
 use crate::object::{blob, Blob, EncodedObject, Object, ObjectKind, Raw, Session};
 
 pub use disk::DiskBackend;
@@ -85,6 +85,13 @@ pub type Visit<'a> = dyn FnMut(usize, ObjectKind, &[u8]) -> Result<()> + 'a;
 /// that writers have come to use since the objects to keep were chosen.
 /// They are written back to the journal.
 pub type Rescue<'a> = dyn Fn() -> Result<Vec<ObjectId>> + 'a;
+
+/// One object of a [`ObjectBackend::scan`]: its id, and its kind with its
+/// payload (when wanted), or why it does not read.
+pub use pack::ScanItem;
+/// What [`ObjectBackend::scan`] calls with each batch, and the batch's
+/// place in storage order (batches may come out of order).
+pub type ScanFn<'a> = dyn Fn(usize, &[ScanItem<'_>]) + Sync + 'a;
 
 /// Where objects and operations are kept. Implementations verify every
 /// object they return.
@@ -178,6 +185,41 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
         keep: Option<&dyn Fn(&ObjectId) -> bool>,
         rescue: Option<&Rescue<'_>>,
     ) -> Result<RepackStats>;
+    /// gc's sweep: stores the objects but those in `doomed` (and those
+    /// `rescue` names back at the last moment), costing in proportion to
+    /// what changes, not to the store (see [`DiskBackend`]'s, which copies
+    /// whole blocks and leaves large packs without dropped objects alone).
+    /// Objects written while it runs are kept; writers are not held off.
+    fn sweep(
+        &self,
+        opts: &RepackOptions,
+        doomed: &IdSet,
+        rescue: Option<&Rescue<'_>>,
+    ) -> Result<RepackStats> {
+        let keep = |id: &ObjectId| !doomed.contains(id);
+        self.repack_filtered(opts, Some(&keep), rescue)
+    }
+    /// Hands every stored object to `f`, a batch at a time, in storage
+    /// order: its id and, read as [`ObjectBackend::read`] reads it, its
+    /// kind and (for the kinds `wanted` accepts, verified) its payload, or
+    /// the error `read` gives for it. Each object once (the copy `read`
+    /// would return). `f` may be called from several threads at once; each
+    /// pack block is inflated once.
+    fn scan(&self, wanted: &(dyn Fn(ObjectKind) -> bool + Sync), f: &ScanFn<'_>) -> Result<()> {
+        for (n, id) in self.ids_in_storage_order()?.into_iter().enumerate() {
+            let item = match self.read(&id) {
+                Ok(Some(o)) => {
+                    let payload = wanted(o.kind()).then_some(o.payload());
+                    f(n, &[(id, Ok((o.kind(), o.payload().len(), payload)))]);
+                    continue;
+                }
+                Ok(None) => Err(Error::NotFound { id }),
+                Err(e) => Err(e),
+            };
+            f(n, &[(id, item)]);
+        }
+        Ok(())
+    }
     /// Incremental upkeep after a write: packs journal segments sealed by
     /// rotation into a new pack (merging the packs that are not much bigger,
     /// so that their number stays logarithmic), so that opening the store
@@ -190,6 +232,19 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
     /// the epoch): the modification time of the file that holds it, which
     /// is never earlier than the write.
     fn stored_at(&self) -> Result<HashMap<ObjectId, i64>>;
+    /// [`ObjectBackend::stored_at`] of `ids` only (those stored).
+    fn stored_at_of(&self, ids: &[ObjectId]) -> Result<IdMap<i64>> {
+        let all = self.stored_at()?;
+        Ok(ids
+            .iter()
+            .filter_map(|id| Some((*id, *all.get(id)?)))
+            .collect())
+    }
+    /// Ids of the objects not in a pack (the journal's): where everything
+    /// written since a packer took `pack.lock` is.
+    fn unpacked_ids(&self) -> Result<Vec<ObjectId>> {
+        self.ids()
+    }
     fn stats(&self) -> Result<OdbStats>;
     /// What opening the backend had to repair or could not read.
     fn take_recovery_notes(&self) -> Vec<String> {
@@ -245,6 +300,13 @@ pub struct RepackStats {
     /// Objects that failed verification: left where they were (their pack
     /// or segment is kept), one line each.
     pub corrupt: Vec<String>,
+    /// Dropped objects that writers had come to use, written back to the
+    /// journal at the last moment (gc's sweep).
+    pub rescued: Vec<ObjectId>,
+    /// Blocks copied into the new pack as they were (gc's sweep).
+    pub copied_blocks: usize,
+    /// Blocks inflated and written again (gc's sweep).
+    pub rewritten_blocks: usize,
     /// After a full repack that wrote a pack: the sessions in it, which are
     /// then every session the store holds but those written since the
     /// repack began (and any left in place as damaged). `None` otherwise.

@@ -329,6 +329,24 @@ impl Store {
         Ok(Some(stats))
     }
 
+    /// Rewrites the lineage index to hold the sessions `kept` (gc's), from
+    /// the previous file where it can ([`crate::lineage_index::write_kept`]).
+    pub(crate) fn refresh_lineage_kept(
+        &self,
+        kept: &crate::hash::IdSet,
+    ) -> Result<Option<WriteStats>> {
+        let Some(root) = self.root() else {
+            return Ok(None);
+        };
+        let stats = crate::lineage_index::write_kept(self.odb(), root, kept)?;
+        let mut slot = match self.lineage.0.lock() {
+            Ok(s) => s,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *slot = None;
+        Ok(Some(stats))
+    }
+
     /// Repacks the object database, then rewrites the lineage index and
     /// folds the index's overlay into a table. Writers in this and other
     /// processes go on meanwhile: only the final replacement of files takes

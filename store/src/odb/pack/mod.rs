@@ -9,9 +9,10 @@
 //!
 //! Here: the format's constants, the reader ([`Pack`]) and the listing of a
 //! directory's packs; the writer is in `write.rs`, the index's parser and
-//! lookups in `index.rs`.
+//! lookups in `index.rs`, block-at-a-time reading in `scan.rs`.
 
 mod index;
+mod scan;
 mod write;
 
 use std::fs::{self, OpenOptions};
@@ -27,7 +28,8 @@ use crate::object::{EncodedObject, ObjectKind};
 use crate::odb::journal::STREAM_VERIFY_ABOVE;
 
 pub use index::{parse_index, verify_index, IndexLayout, IndexView};
-pub use write::{write_pack, PackOptions, WrittenPack};
+pub use scan::{BlockDirectory, BlockRecord, Record, ScanItem, SweepPlan};
+pub use write::{write_pack, PackOptions, PackWriter, WrittenPack};
 
 /// First 4 bytes of a `.pack` file (objects-format.md, "Packs").
 pub const PACK_MAGIC: [u8; 4] = *b"SPAK";
@@ -482,16 +484,45 @@ impl Pack {
                 self.index_path.display()
             ));
         }
-        // Pack order: each block is inflated once.
-        let ids = match self.ids_in_pack_order() {
-            Ok(ids) => ids,
+        // Pack order, each block inflated once, blocks on every core.
+        let dir = match self.directory() {
+            Ok(d) => d,
             Err(e) => {
                 problems.push(e.to_string());
                 return problems;
             }
         };
-        for id in ids {
-            if let Err(e) = self.read(&id) {
+        let found = Mutex::new(Vec::new());
+        let next = std::sync::atomic::AtomicU32::new(0);
+        let run = || loop {
+            let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if n >= dir.blocks() {
+                return;
+            }
+            self.read_block(n, dir.records(n), &|_| true, &mut |items| {
+                let mut f = found.lock().expect("problem list lock");
+                for (k, (_, read)) in items.iter().enumerate() {
+                    if let Err(e) = read {
+                        f.push((n, k, e.to_string()));
+                    }
+                }
+            });
+        };
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 8)
+            .min(dir.blocks() as usize);
+        std::thread::scope(|s| {
+            for _ in 1..threads {
+                s.spawn(run);
+            }
+            run();
+        });
+        let mut found = found.into_inner().expect("problem list lock");
+        found.sort_unstable_by_key(|p| (p.0, p.1));
+        problems.extend(found.into_iter().map(|p| p.2));
+        for r in dir.strays() {
+            if let Err(e) = self.read(&r.id) {
                 problems.push(e.to_string());
             }
         }

@@ -1,19 +1,20 @@
 //! Writing a pack: objects gathered into blocks in the order given, each
-//! block zstd-compressed, then the index of sorted ids; both files durable
-//! before the index makes the pack visible.
+//! block zstd-compressed, or whole blocks of another pack copied as they
+//! are (gc), then the index of sorted ids; both files durable before the
+//! index makes the pack visible.
 
-use std::collections::HashSet;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use super::{BlockRecord, Pack};
 use super::{
     BLOCK_ENTRY_LEN, CHECKSUM_LEN, DEFAULT_BLOCK_TARGET, DEFAULT_ZSTD_LEVEL, FANOUT_LEN,
     INDEX_ENTRY_LEN, INDEX_HEADER_LEN, INDEX_MAGIC, PACK_FORMAT_VERSION, PACK_HEADER_LEN,
     PACK_MAGIC,
 };
 use crate::error::{Error, IoResultExt, OdbError, Result};
-use crate::hash::{hex, ObjectId, ID_LEN};
-use crate::object::EncodedObject;
+use crate::hash::{hex, IdSet, ObjectId, ID_LEN};
+use crate::object::{EncodedObject, ObjectKind};
 use crate::odb::atomic_file::AtomicFile;
 
 /// How packs are written.
@@ -40,136 +41,265 @@ pub struct WrittenPack {
     pub index_path: PathBuf,
     pub objects: usize,
     pub blocks: usize,
+    /// Of those, how many were copied from other packs as they were.
+    pub copied_blocks: usize,
     pub bytes: u64,
 }
 
 /// Writes `objects` (in the given order; duplicates skipped) as a new pack in
 /// `dir`. The pack is durable and visible under its final name on return.
 pub fn write_pack(dir: &Path, objects: &[EncodedObject], opts: PackOptions) -> Result<WrittenPack> {
-    // Both files are named after the pack's checksum, known once it is
-    // written; should anything fail, dropping them deletes them.
-    let mut pack_file = AtomicFile::create(&dir.join("new.pack"))?;
-    let mut index_file = AtomicFile::create(&dir.join("new.idx"))?;
-    let tmp_pack_path = pack_file.path().to_path_buf();
-    let tmp_pack = tmp_pack_path.as_path();
-    let mut seen = HashSet::with_capacity(objects.len());
-    // (id, block, offset, len) per object; (pack offset, compressed, raw) per block.
-    let mut entries: Vec<(ObjectId, u32, u32, u32)> = Vec::with_capacity(objects.len());
-    let mut blocks: Vec<(u64, u32, u32)> = Vec::new();
-    let mut compressor = zstd::bulk::Compressor::new(opts.zstd_level)
-        .map_err(|e| OdbError::Compression(e.to_string()))?;
-    compressor
-        .include_checksum(true)
-        .map_err(|e| OdbError::Compression(e.to_string()))?;
+    let mut w = PackWriter::create(dir, opts)?;
+    for obj in objects {
+        w.push(obj.id(), obj.kind(), obj.payload())?;
+    }
+    w.finish()
+}
 
-    let mut out = HashingWriter::new(BufWriter::with_capacity(1 << 20, &mut pack_file));
-    let mut header = [0u8; PACK_HEADER_LEN];
-    header[..4].copy_from_slice(&PACK_MAGIC);
-    header[4..8].copy_from_slice(&PACK_FORMAT_VERSION.to_le_bytes());
-    // The block count is not known yet; it lives in the index, and the
-    // header keeps it zero so that the pack can be streamed.
-    out.write_all(&header).at(tmp_pack)?;
-    let mut offset = PACK_HEADER_LEN as u64;
+/// A pack being written: objects go into blocks in the order pushed, and
+/// whole blocks of other packs can be copied in as they are
+/// ([`PackWriter::copy_block`]). Nothing is visible until
+/// [`PackWriter::finish`]; dropping the writer deletes its files.
+pub struct PackWriter {
+    opts: PackOptions,
+    dir: PathBuf,
+    tmp_pack: PathBuf,
+    out: HashingWriter<BufWriter<AtomicFile>>,
+    index_file: AtomicFile,
+    compressor: zstd::bulk::Compressor<'static>,
+    /// The objects pushed (not those of copied blocks).
+    seen: IdSet,
+    /// (id, block, offset, len) per object.
+    entries: Vec<(ObjectId, u32, u32, u32)>,
+    /// (pack offset, compressed length, raw length) per block.
+    blocks: Vec<(u64, u32, u32)>,
+    /// The block being gathered, not compressed yet.
+    block: Vec<u8>,
+    offset: u64,
+    /// Blocks copied as they were, for the caller's report.
+    copied: usize,
+}
 
-    let mut block: Vec<u8> = Vec::with_capacity(opts.block_target * 2);
-    let mut flush = |block: &mut Vec<u8>,
-                     out: &mut HashingWriter<BufWriter<&mut AtomicFile>>,
-                     offset: &mut u64,
-                     blocks: &mut Vec<(u64, u32, u32)>|
-     -> Result<()> {
-        if block.is_empty() {
+impl std::fmt::Debug for PackWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackWriter")
+            .field("tmp_pack", &self.tmp_pack)
+            .field("objects", &self.entries.len())
+            .field("blocks", &self.blocks.len())
+            .finish()
+    }
+}
+
+impl PackWriter {
+    /// Starts a pack in `dir` (under a `.tmp-` name).
+    pub fn create(dir: &Path, opts: PackOptions) -> Result<PackWriter> {
+        // Both files are named after the pack's checksum, known once it is
+        // written; should anything fail, dropping them deletes them.
+        let pack_file = AtomicFile::create(&dir.join("new.pack"))?;
+        let index_file = AtomicFile::create(&dir.join("new.idx"))?;
+        let tmp_pack = pack_file.path().to_path_buf();
+        let mut compressor = zstd::bulk::Compressor::new(opts.zstd_level)
+            .map_err(|e| OdbError::Compression(e.to_string()))?;
+        compressor
+            .include_checksum(true)
+            .map_err(|e| OdbError::Compression(e.to_string()))?;
+        let mut out = HashingWriter::new(BufWriter::with_capacity(1 << 20, pack_file));
+        let mut header = [0u8; PACK_HEADER_LEN];
+        header[..4].copy_from_slice(&PACK_MAGIC);
+        header[4..8].copy_from_slice(&PACK_FORMAT_VERSION.to_le_bytes());
+        // The block count is not known yet; it lives in the index, and the
+        // header keeps it zero so that the pack can be streamed.
+        out.write_all(&header).at(&tmp_pack)?;
+        Ok(PackWriter {
+            opts,
+            dir: dir.to_path_buf(),
+            tmp_pack,
+            out,
+            index_file,
+            compressor,
+            seen: IdSet::default(),
+            entries: Vec::new(),
+            blocks: Vec::new(),
+            block: Vec::with_capacity(opts.block_target * 2),
+            offset: PACK_HEADER_LEN as u64,
+            copied: 0,
+        })
+    }
+
+    /// Makes room for `objects` more objects at once.
+    pub fn reserve(&mut self, objects: usize) {
+        self.entries.reserve(objects);
+    }
+
+    /// Objects written so far.
+    pub fn objects(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Adds one object (skipped when it was pushed already) to the block
+    /// being gathered, cutting the block once it is full.
+    pub fn push(&mut self, id: ObjectId, kind: ObjectKind, payload: &[u8]) -> Result<()> {
+        if !self.seen.insert(id) {
             return Ok(());
         }
-        let c = compressor
-            .compress(block)
-            .map_err(|e| OdbError::Compression(e.to_string()))?;
-        out.write_all(&c).at(tmp_pack)?;
-        blocks.push((*offset, c.len() as u32, block.len() as u32));
-        *offset += c.len() as u64;
-        block.clear();
-        Ok(())
-    };
-    for obj in objects {
-        if !seen.insert(obj.id()) {
-            continue;
-        }
-        let record_len = 1 + obj.payload().len();
-        if !block.is_empty() && block.len() + record_len > opts.block_target {
-            flush(&mut block, &mut out, &mut offset, &mut blocks)?;
+        let record_len = 1 + payload.len();
+        if !self.block.is_empty() && self.block.len() + record_len > self.opts.block_target {
+            self.cut()?;
         }
         let len = u32::try_from(record_len).map_err(|_| OdbError::ObjectTooLarge {
-            id: obj.id(),
-            size: obj.payload().len() as u64,
+            id,
+            size: payload.len() as u64,
             limit: u64::from(u32::MAX),
         })?;
-        entries.push((obj.id(), blocks.len() as u32, block.len() as u32, len));
-        block.push(obj.kind().code());
-        block.extend_from_slice(obj.payload());
+        self.entries
+            .push((id, self.blocks.len() as u32, self.block.len() as u32, len));
+        self.block.push(kind.code());
+        self.block.extend_from_slice(payload);
+        Ok(())
     }
-    flush(&mut block, &mut out, &mut offset, &mut blocks)?;
-    let pack_sum = out.hasher.finalize();
-    out.write_all(pack_sum.as_bytes()).at(tmp_pack)?;
-    let bytes = offset + CHECKSUM_LEN as u64;
-    // Flushes the buffer; the pack file is synced when committed.
-    out.into_inner()
-        .into_inner()
-        .map_err(|e| Error::io(tmp_pack, e.into_error()))?;
 
-    entries.sort_unstable_by_key(|e| e.0);
-    let mut idx = Vec::with_capacity(
-        INDEX_HEADER_LEN
-            + FANOUT_LEN
-            + entries.len() * (ID_LEN + INDEX_ENTRY_LEN)
-            + blocks.len() * BLOCK_ENTRY_LEN
-            + 2 * CHECKSUM_LEN,
-    );
-    idx.extend_from_slice(&INDEX_MAGIC);
-    idx.extend_from_slice(&PACK_FORMAT_VERSION.to_le_bytes());
-    idx.extend_from_slice(&(entries.len() as u32).to_le_bytes());
-    idx.extend_from_slice(&(blocks.len() as u32).to_le_bytes());
-    let mut fanout = [0u32; 256];
-    for e in &entries {
-        fanout[e.0.as_bytes()[0] as usize] += 1;
+    /// Compresses the block being gathered and writes it.
+    fn cut(&mut self) -> Result<()> {
+        if self.block.is_empty() {
+            return Ok(());
+        }
+        let c = self
+            .compressor
+            .compress(&self.block)
+            .map_err(|e| OdbError::Compression(e.to_string()))?;
+        self.out.write_all(&c).at(&self.tmp_pack)?;
+        self.blocks
+            .push((self.offset, c.len() as u32, self.block.len() as u32));
+        self.offset += c.len() as u64;
+        self.block.clear();
+        Ok(())
     }
-    let mut total = 0u32;
-    for f in fanout {
-        total += f;
-        idx.extend_from_slice(&total.to_le_bytes());
-    }
-    for e in &entries {
-        idx.extend_from_slice(e.0.as_bytes());
-    }
-    for e in &entries {
-        idx.extend_from_slice(&e.1.to_le_bytes());
-        idx.extend_from_slice(&e.2.to_le_bytes());
-        idx.extend_from_slice(&e.3.to_le_bytes());
-    }
-    for b in &blocks {
-        idx.extend_from_slice(&b.0.to_le_bytes());
-        idx.extend_from_slice(&b.1.to_le_bytes());
-        idx.extend_from_slice(&b.2.to_le_bytes());
-    }
-    idx.extend_from_slice(pack_sum.as_bytes());
-    let idx_sum = blake3::hash(&idx);
-    idx.extend_from_slice(idx_sum.as_bytes());
-    index_file.write_all(&idx).at(index_file.path())?;
 
-    let name = format!("pack-{}", hex(pack_sum.as_bytes()));
-    let pack_path = dir.join(format!("{name}.pack"));
-    let index_path = dir.join(format!("{name}.idx"));
-    pack_file.set_file_name(&format!("{name}.pack"));
-    index_file.set_file_name(&format!("{name}.idx"));
-    // Both are durable before either is renamed, and the index is renamed
-    // last: a pack is visible once its index exists.
-    AtomicFile::commit_all([pack_file, index_file])?;
-    Ok(WrittenPack {
-        name,
-        pack_path,
-        index_path,
-        objects: entries.len(),
-        blocks: blocks.len(),
-        bytes,
-    })
+    /// Copies block `n` of `pack` into this pack as it is: its compressed
+    /// bytes verbatim and its block-table entry (at the new offset); returns
+    /// its number here. Nothing is inflated or compressed. The caller then
+    /// names the block's objects with [`PackWriter::copied_object`] (their
+    /// offsets and lengths as `pack`'s index has them), and has checked
+    /// `pack`'s checksum (so these are the bytes its writer wrote) and that
+    /// no other copy of them is in this pack.
+    ///
+    /// This is the one place a block moves between packs: a block's
+    /// compression context (its zstd frame, and whatever else a later pack
+    /// version has a block refer to) travels with it from here.
+    pub fn copy_block(&mut self, pack: &Pack, n: u32) -> Result<u32> {
+        let corrupt = |reason: String| Error::CorruptFile {
+            path: pack.paths()[0].to_path_buf(),
+            offset: 0,
+            reason,
+        };
+        let (bytes, rlen) = pack.compressed_block(n).map_err(corrupt)?;
+        let rlen = u32::try_from(rlen).map_err(|_| corrupt(format!("block {n} is too large")))?;
+        self.cut()?;
+        let block = self.blocks.len() as u32;
+        self.out.write_all(bytes).at(&self.tmp_pack)?;
+        self.blocks.push((self.offset, bytes.len() as u32, rlen));
+        self.offset += bytes.len() as u64;
+        self.copied += 1;
+        Ok(block)
+    }
+
+    /// Names an object of a block copied here as `block`
+    /// ([`PackWriter::copy_block`]): its record at `record.offset`, of
+    /// `record.len` bytes, as the source's index said.
+    pub fn copied_object(&mut self, block: u32, record: &BlockRecord) {
+        self.entries
+            .push((record.id, block, record.offset, record.len));
+    }
+
+    /// Writes the last block, the checksum and the index; makes both files
+    /// durable and renames them into place (the index last: a pack is
+    /// visible once its index exists).
+    pub fn finish(mut self) -> Result<WrittenPack> {
+        self.cut()?;
+        let PackWriter {
+            dir,
+            tmp_pack,
+            mut out,
+            mut index_file,
+            mut entries,
+            blocks,
+            offset,
+            copied,
+            ..
+        } = self;
+        let pack_sum = out.hasher.finalize();
+        out.write_all(pack_sum.as_bytes()).at(&tmp_pack)?;
+        let bytes = offset + CHECKSUM_LEN as u64;
+        // Flushes the buffer; the pack file is synced when committed.
+        let mut pack_file = out
+            .into_inner()
+            .into_inner()
+            .map_err(|e| Error::io(&tmp_pack, e.into_error()))?;
+
+        entries.sort_unstable_by_key(|e| e.0);
+        if let Some(w) = entries.windows(2).find(|w| w[0].0 == w[1].0) {
+            // The caller's to prevent: an index names each id once.
+            return Err(Error::Invalid(format!(
+                "pack writer: {} written twice into one pack",
+                w[0].0
+            )));
+        }
+        let mut idx = Vec::with_capacity(
+            INDEX_HEADER_LEN
+                + FANOUT_LEN
+                + entries.len() * (ID_LEN + INDEX_ENTRY_LEN)
+                + blocks.len() * BLOCK_ENTRY_LEN
+                + 2 * CHECKSUM_LEN,
+        );
+        idx.extend_from_slice(&INDEX_MAGIC);
+        idx.extend_from_slice(&PACK_FORMAT_VERSION.to_le_bytes());
+        idx.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+        idx.extend_from_slice(&(blocks.len() as u32).to_le_bytes());
+        let mut fanout = [0u32; 256];
+        for e in &entries {
+            fanout[e.0.as_bytes()[0] as usize] += 1;
+        }
+        let mut total = 0u32;
+        for f in fanout {
+            total += f;
+            idx.extend_from_slice(&total.to_le_bytes());
+        }
+        for e in &entries {
+            idx.extend_from_slice(e.0.as_bytes());
+        }
+        for e in &entries {
+            idx.extend_from_slice(&e.1.to_le_bytes());
+            idx.extend_from_slice(&e.2.to_le_bytes());
+            idx.extend_from_slice(&e.3.to_le_bytes());
+        }
+        for b in &blocks {
+            idx.extend_from_slice(&b.0.to_le_bytes());
+            idx.extend_from_slice(&b.1.to_le_bytes());
+            idx.extend_from_slice(&b.2.to_le_bytes());
+        }
+        idx.extend_from_slice(pack_sum.as_bytes());
+        let idx_sum = blake3::hash(&idx);
+        idx.extend_from_slice(idx_sum.as_bytes());
+        index_file.write_all(&idx).at(index_file.path())?;
+
+        let name = format!("pack-{}", hex(pack_sum.as_bytes()));
+        let pack_path = dir.join(format!("{name}.pack"));
+        let index_path = dir.join(format!("{name}.idx"));
+        pack_file.set_file_name(&format!("{name}.pack"));
+        index_file.set_file_name(&format!("{name}.idx"));
+        // Both are durable before either is renamed, and the index is renamed
+        // last: a pack is visible once its index exists.
+        AtomicFile::commit_all([pack_file, index_file])?;
+        Ok(WrittenPack {
+            name,
+            pack_path,
+            index_path,
+            objects: entries.len(),
+            blocks: blocks.len(),
+            copied_blocks: copied,
+            bytes,
+        })
+    }
 }
 
 struct HashingWriter<W> {
