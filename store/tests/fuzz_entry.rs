@@ -83,7 +83,14 @@ fn build_seeds() -> Seeds {
     let journals = segment_files(&path)
         .iter()
         .map(|p| {
-            let bytes = fs::read(p).unwrap()[SEGMENT_HEADER_LEN as usize..].to_vec();
+            let mut bytes = fs::read(p).unwrap()[SEGMENT_HEADER_LEN as usize..].to_vec();
+            // The frames: the zeros written ahead after them are no seed.
+            let mut end = 0;
+            while let Ok(frame) = parse_frame(&bytes[end..]) {
+                end += frame.total_len();
+            }
+            assert!(bytes[end..].iter().all(|b| *b == 0));
+            bytes.truncate(end);
             let length_fields = journal_length_fields(&bytes);
             Seed {
                 bytes,
