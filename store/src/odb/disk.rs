@@ -341,9 +341,11 @@ impl DiskBackend {
         let packs = self.packs();
         let (mut chosen, mut untouched) = (Vec::new(), Vec::new());
         let mut new_objects = 0;
+        let mut dropping = false;
         for p in packs {
             let gone = p.count_in(doomed)?;
             if gone > 0 {
+                dropping = true;
                 new_objects += p.object_count() - gone;
                 chosen.push(p);
             } else {
@@ -358,9 +360,9 @@ impl DiskBackend {
             .collect();
         new_objects += segment_ids.len();
         chosen.extend(geometric_merge(new_objects, untouched));
-        // Nothing dropped, nothing sealed, and at most one small pack to
-        // "merge": writing it again would change nothing.
-        if new_objects == 0 && chosen.len() <= 1 {
+        // Nothing dropped from a pack, no segment to pack, and at most one
+        // small pack to "merge": writing it again would change nothing.
+        if !dropping && sealed.is_empty() && chosen.len() <= 1 {
             return Ok(RepackStats {
                 objects: 0,
                 packs_before: before.packs,
