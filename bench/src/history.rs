@@ -250,11 +250,36 @@ pub fn disk(ctx: &Ctx, out: &mut Vec<Row>) -> R<()> {
         }
         None => 0,
     };
-    g.add(
-        "sessctl (whole dir)",
-        per(dir_size(&dir.join("sessctl"))?, turns),
-    );
+    let whole = dir_size(&dir.join("sessctl"))?;
+    g.add("sessctl (whole dir)", per(whole, turns));
     crate::report::emit(out, g);
+
+    // The issue's two targets, each as its own ratio.
+    let mut g = Group::new(
+        "5 objects per turn vs a git pack",
+        "bytes/turn",
+        Better::Lower,
+    );
+    g.add("sessctl (objects alone)", per(sessctl_before, turns));
+    if git_repo.is_some() {
+        g.add("git pack (repack -adf)", per(git_before, turns));
+    }
+    crate::report::emit(out, g);
+    let mut g = Group::new(
+        "5 whole store dir per turn vs JSONL",
+        "bytes/turn",
+        Better::Lower,
+    );
+    g.add("sessctl (whole store dir)", per(whole, turns));
+    g.add("jsonl", per(std::fs::metadata(&l.jsonl)?.len(), turns));
+    crate::report::emit(out, g);
+    breakdown(
+        out,
+        "5 whole dir breakdown",
+        "bytes/turn",
+        &dir.join("sessctl"),
+        turns,
+    )?;
 
     // A fork at the middle that adds 10 messages.
     let mid = n / 2;
@@ -354,6 +379,79 @@ pub fn disk(ctx: &Ctx, out: &mut Vec<Row>) -> R<()> {
     );
     g.add("jsonl (source files)", per_msg(real.bytes));
     g.add("sessctl (whole dir)", per_msg(dir_size(&real.path)?));
+    crate::report::emit(out, g);
+    let mut g = Group::new(
+        "5 real: whole store dir per message vs JSONL",
+        "bytes/message",
+        Better::Lower,
+    );
+    g.add("sessctl (whole store dir)", per_msg(dir_size(&real.path)?));
+    g.add("jsonl (source files)", per_msg(real.bytes));
+    crate::report::emit(out, g);
+    breakdown(
+        out,
+        "5 real: whole dir breakdown",
+        "bytes/message",
+        &real.path,
+        real.report_messages.max(1),
+    )?;
+    Ok(())
+}
+
+/// What each part of a store directory takes, per unit (turn or message):
+/// pack files, pack indexes, the journal, index tables, the lineage index,
+/// the op log and the rest. Rows only, no ratio (every row is sessctl's).
+fn breakdown(
+    out: &mut Vec<Row>,
+    scenario: &str,
+    unit: &'static str,
+    store: &Path,
+    units: usize,
+) -> R<()> {
+    let mut parts: Vec<(&str, u64)> = vec![
+        ("packs/*.pack", 0),
+        ("packs/*.idx", 0),
+        ("journal/", 0),
+        ("index/", 0),
+        ("lineage/", 0),
+        ("oplog/", 0),
+        ("other", 0),
+    ];
+    let mut add = |part: &str, b: u64| {
+        let i = parts
+            .iter()
+            .position(|p| p.0 == part)
+            .unwrap_or(parts.len() - 1);
+        parts[i].1 += b;
+    };
+    for e in std::fs::read_dir(store)? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if e.metadata()?.is_dir() {
+            if name == "packs" {
+                for f in std::fs::read_dir(e.path())? {
+                    let f = f?;
+                    let fname = f.file_name().to_string_lossy().into_owned();
+                    let part = if fname.ends_with(".pack") {
+                        "packs/*.pack"
+                    } else if fname.ends_with(".idx") {
+                        "packs/*.idx"
+                    } else {
+                        "other"
+                    };
+                    add(part, f.metadata()?.len());
+                }
+            } else {
+                add(&format!("{name}/"), dir_size(&e.path())?);
+            }
+        } else {
+            add("other", e.metadata()?.len());
+        }
+    }
+    let mut g = Group::new(scenario, unit, Better::Lower);
+    for (part, b) in parts {
+        g.add(format!("sessctl: {part}"), vec![b as f64 / units as f64]);
+    }
     crate::report::emit(out, g);
     Ok(())
 }
