@@ -458,18 +458,7 @@ impl Odb {
     /// read as: objects-format.md, "raw").
     pub fn blob(&self, id: &ObjectId) -> Result<Value> {
         let obj = self.read(id)?;
-        match obj.kind() {
-            ObjectKind::Blob => Blob::decode(obj.payload()).map(Blob::into_value),
-            ObjectKind::Raw => Raw::decode(obj.payload()).and_then(Raw::into_value),
-            actual => {
-                return Err(Error::WrongKind {
-                    id: *id,
-                    expected: ObjectKind::Blob,
-                    actual,
-                })
-            }
-        }
-        .map_err(|e| Error::decode(*id, e))
+        message_value(id, obj.kind(), obj.payload())
     }
 
     /// A message's value and, when the store keeps it as its source wrote
