@@ -681,6 +681,51 @@ fn appends_write_into_the_zeros_written_ahead_without_growing_the_file() {
     assert_eq!(frame_starts(&fs::read(&seg).unwrap()).len(), 21);
 }
 
+/// A frame can end fewer bytes before the end of the space written ahead
+/// than a frame header takes: those zeros end the frames too, and the next
+/// writer cuts nothing and sets nothing aside.
+#[test]
+fn fewer_zeros_than_a_header_after_the_last_frame_are_no_torn_write() {
+    let (_d, path) = new_store();
+    let odb = open(&path);
+    let kept: Vec<ObjectId> = (0..3)
+        .map(|i| odb.put_blob(&json!({"kept": i}), Durability::Sync).unwrap())
+        .collect();
+    drop(odb);
+    let seg = only_segment(&path);
+    let bytes = fs::read(&seg).unwrap();
+    let end = frames_only(&bytes).len();
+    for zeros in [1, 23] {
+        fs::write(&seg, &bytes[..end + zeros]).unwrap();
+        let odb = open_and_repair(&path);
+        assert_eq!(
+            odb.take_recovery_notes(),
+            Vec::<String>::new(),
+            "{zeros} zeros"
+        );
+        for id in &kept {
+            odb.read(id).unwrap();
+        }
+        assert!(
+            !fs::read_dir(path.join("journal")).unwrap().any(|e| e
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("torn-")),
+            "{zeros} zeros: nothing set aside"
+        );
+        let after = odb
+            .put_blob(&json!({"after": zeros}), Durability::Sync)
+            .unwrap();
+        drop(odb);
+        let odb = open(&path);
+        odb.read(&after).unwrap();
+        for id in &kept {
+            odb.read(id).unwrap();
+        }
+    }
+}
+
 #[test]
 fn bytes_past_a_header_of_zeros_are_a_torn_write_cut_by_the_next_writer() {
     let (_d, path) = new_store();

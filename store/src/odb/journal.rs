@@ -956,7 +956,11 @@ impl Journal {
                 }
                 Err(err) => err,
             };
-            if zero_tail_at(&buf, pos) {
+            // Fewer zeros than a frame header, up to the end of the file,
+            // are zeros written ahead too: a frame can end a few bytes
+            // before the space written ahead does. (In a window, what
+            // follows is judged against the rest of the file, below.)
+            if zero_tail_at(&buf, pos) || (!windowed && buf[pos..].iter().all(|b| *b == 0)) {
                 // The zeros written ahead: the end of the frames.
                 zero_tail = true;
                 break;
