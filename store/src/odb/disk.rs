@@ -149,6 +149,25 @@ impl DiskBackend {
         Ok(None)
     }
 
+    /// What every repack and sweep starts with: the pack lock (one packer
+    /// at a time), leftovers of a dead packer cleared, this handle caught
+    /// up, the storage's sizes before, and the journal's newest segments
+    /// sealed (under the write lock, for a moment) so they can be packed.
+    fn start_packing(&self) -> Result<(LockGuard<'_>, super::OdbStats, Vec<u64>)> {
+        let pack_lock = self.pack_lock.as_ref().ok_or(Error::ReadOnly)?;
+        let one_at_a_time = pack_lock.lock(self.wait)?;
+        self.clear_leftovers();
+        self.refresh()?;
+        self.refresh_packs()?;
+        self.journal.forget_missing()?;
+        let before = self.stats()?;
+        let sealed = {
+            let guard = self.lock_write()?;
+            self.journal.seal(&guard)?
+        };
+        Ok((one_at_a_time, before, sealed))
+    }
+
     /// Removes what a packer that died left behind (`packs/.tmp-*`,
     /// `oplog/.tmp-*`). The caller holds the pack lock, so no one is writing
     /// one now.
@@ -830,17 +849,7 @@ impl ObjectBackend for DiskBackend {
         keep: Option<&dyn Fn(&ObjectId) -> bool>,
         rescue: Option<&super::Rescue<'_>>,
     ) -> Result<RepackStats> {
-        let pack_lock = self.pack_lock.as_ref().ok_or(Error::ReadOnly)?;
-        let _one_at_a_time = pack_lock.lock(self.wait)?;
-        self.clear_leftovers();
-        self.refresh()?;
-        self.refresh_packs()?;
-        self.journal.forget_missing()?;
-        let before = self.stats()?;
-        let sealed = {
-            let guard = self.lock_write()?;
-            self.journal.seal(&guard)?
-        };
+        let (_one_at_a_time, before, sealed) = self.start_packing()?;
         let old = self.packs();
         if keep.is_none() && old.len() <= 1 && sealed.is_empty() {
             return Ok(RepackStats {
@@ -862,17 +871,7 @@ impl ObjectBackend for DiskBackend {
         doomed: &IdSet,
         rescue: Option<&super::Rescue<'_>>,
     ) -> Result<RepackStats> {
-        let pack_lock = self.pack_lock.as_ref().ok_or(Error::ReadOnly)?;
-        let _one_at_a_time = pack_lock.lock(self.wait)?;
-        self.clear_leftovers();
-        self.refresh()?;
-        self.refresh_packs()?;
-        self.journal.forget_missing()?;
-        let before = self.stats()?;
-        let sealed = {
-            let guard = self.lock_write()?;
-            self.journal.seal(&guard)?
-        };
+        let (_one_at_a_time, before, sealed) = self.start_packing()?;
         self.sweep_these(opts, doomed, rescue, before, sealed)
     }
 

@@ -466,17 +466,11 @@ impl Odb {
     pub fn message(&self, id: &ObjectId) -> Result<(Value, Option<Raw>)> {
         let obj = self.read(id)?;
         match obj.kind() {
-            ObjectKind::Blob => Blob::decode(obj.payload()).map(|b| (b.into_value(), None)),
-            ObjectKind::Raw => Raw::decode(obj.payload()).and_then(|r| Ok((r.value()?, Some(r)))),
-            actual => {
-                return Err(Error::WrongKind {
-                    id: *id,
-                    expected: ObjectKind::Blob,
-                    actual,
-                })
-            }
+            ObjectKind::Raw => Raw::decode(obj.payload())
+                .and_then(|r| Ok((r.value()?, Some(r))))
+                .map_err(|e| Error::decode(*id, e)),
+            kind => message_value(id, kind, obj.payload()).map(|v| (v, None)),
         }
-        .map_err(|e| Error::decode(*id, e))
     }
 
     /// A message as its source wrote it, when the store keeps it so (a raw
