@@ -43,13 +43,17 @@ pub fn interrupted() -> bool {
 }
 
 /// From now on SIGINT and SIGQUIT only set [`INTERRUPTED`].
-fn catch_interrupts() {
+/// Returns what to unregister should the pager not start after all.
+fn catch_interrupts() -> Vec<signal_hook::SigId> {
     let flag = INTERRUPTED.get_or_init(|| Arc::new(AtomicBool::new(false)));
+    let mut ids = Vec::new();
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGQUIT] {
-        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(flag)) {
-            eprintln!("sessctl: warning: cannot catch signal {sig}: {e}");
+        match signal_hook::flag::register(sig, Arc::clone(flag)) {
+            Ok(id) => ids.push(id),
+            Err(e) => eprintln!("sessctl: warning: cannot catch signal {sig}: {e}"),
         }
     }
+    ids
 }
 
 /// The pager command to run, or None for none: `SESSCTL_PAGER`, `PAGER`,
@@ -117,12 +121,15 @@ impl Write for Sink {
             .lock()
             .map_err(|_| io::Error::other("the pager's state is poisoned"))?;
         if let State::Wanted(cmd) = &*state {
+            // Caught before the pager starts: it may send the terminal's
+            // foreground (sessctl too) an interrupt as soon as it runs.
+            let caught = catch_interrupts();
             *state = match spawn(cmd) {
-                Ok((stdin, child)) => {
-                    catch_interrupts();
-                    State::Running(stdin, child)
-                }
+                Ok((stdin, child)) => State::Running(stdin, child),
                 Err(e) => {
+                    for id in caught {
+                        signal_hook::low_level::unregister(id);
+                    }
                     eprintln!("sessctl: warning: cannot run the pager '{cmd}': {e}");
                     State::Done
                 }
