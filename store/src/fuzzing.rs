@@ -190,6 +190,16 @@ pub fn pack_index(data: &[u8]) {
     assert_eq!(view.id(n), None);
     assert_eq!(view.entry(n), None);
     assert_eq!(view.block_entry(u32::MAX), None);
+    assert_eq!(view.block_dictionary(u32::MAX), None);
+    // The dictionary table: every entry in bounds or absent, none past D;
+    // a verified index's blocks name only dictionaries the table has.
+    let dictionaries = view.dictionary_count();
+    assert_eq!(view.dictionary_entry(dictionaries), None);
+    for d in 0..dictionaries.min(1 << 16) {
+        if let Some((_, _, sum)) = view.dictionary_entry(d) {
+            assert_eq!(sum.len(), CHECKSUM_LEN);
+        }
+    }
     if let Ok(blocks) = u32::try_from(view.block_count()) {
         assert_eq!(view.block_entry(blocks), None);
         for b in 0..blocks {
@@ -197,6 +207,15 @@ pub fn pack_index(data: &[u8]) {
                 view.block_entry(b).is_some(),
                 "block {b} of {blocks} is missing"
             );
+            let d = view
+                .block_dictionary(b)
+                .unwrap_or_else(|| panic!("block {b} of {blocks} names no dictionary field"));
+            if verified.is_ok() {
+                assert!(
+                    d as usize <= dictionaries,
+                    "a verified index names dictionary {d}"
+                );
+            }
         }
     }
     for (i, id) in view.ids().enumerate() {

@@ -123,6 +123,20 @@ fn build_seeds() -> Seeds {
     write_pack(&extra, &objects, small_blocks).unwrap();
     write_pack(&extra, &objects[..1], PackOptions::default()).unwrap();
     write_pack(&extra, &[], PackOptions::default()).unwrap();
+    // Enough messages to train a dictionary: a dictionary table, and
+    // blocks that name it.
+    let mut rng = Rng::new(12);
+    let messages: Vec<_> = (0..64)
+        .map(|i| Blob::new(message(&mut rng, i)).unwrap().encode())
+        .collect();
+    let with_dictionary = PackOptions {
+        block_target: 4096,
+        zstd_level: 1,
+        dictionary_size: 2048,
+    };
+    let w = write_pack(&extra, &messages, with_dictionary).unwrap();
+    let idx = fs::read(&w.index_path).unwrap();
+    assert_eq!(IndexView::parse(&idx).unwrap().dictionary_count(), 1);
     let mut indexes = Vec::new();
     for packs in [path.join("packs"), extra] {
         for entry in fs::read_dir(&packs).unwrap() {
@@ -137,7 +151,7 @@ fn build_seeds() -> Seeds {
             }
         }
     }
-    assert_eq!(indexes.len(), 4);
+    assert_eq!(indexes.len(), 5);
     blobs.sort();
     Seeds {
         blobs,
@@ -268,7 +282,10 @@ fn journal_length_fields(frames: &[u8]) -> Vec<usize> {
 fn index_length_fields(idx: &[u8]) -> Vec<usize> {
     let view = IndexView::parse(idx).unwrap();
     view.verify().unwrap();
-    let mut fields = vec![8, 12];
+    // Version 2 (all the seeds): a 24-byte header with the dictionary
+    // count, 20-byte block entries naming a dictionary, the dictionary table.
+    assert_eq!(view.layout().version, 2);
+    let mut fields = vec![8, 12, 16];
     fields.extend((0..256).map(|b| INDEX_HEADER_LEN + 4 * b));
     let n = view.object_count();
     let entries_at = INDEX_HEADER_LEN + 1024 + 32 * n;
@@ -276,11 +293,16 @@ fn index_length_fields(idx: &[u8]) -> Vec<usize> {
     let blocks_at = entries_at + 12 * n;
     fields.extend((0..view.block_count()).flat_map(|k| {
         [
-            blocks_at + 16 * k,
-            blocks_at + 16 * k + 8,
-            blocks_at + 16 * k + 12,
+            blocks_at + 20 * k,
+            blocks_at + 20 * k + 8,
+            blocks_at + 20 * k + 12,
+            blocks_at + 20 * k + 16,
         ]
     }));
+    let dicts_at = blocks_at + 20 * view.block_count();
+    fields.extend(
+        (0..view.dictionary_count()).flat_map(|d| [dicts_at + 48 * d, dicts_at + 48 * d + 8]),
+    );
     fields
 }
 

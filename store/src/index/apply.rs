@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::conversations::activity_key;
+use super::encoding::{read_session, PreviewAt};
 use super::refs::{target_bytes, target_from};
 use super::runs::claim_bytes;
 use super::summary::{ConversationInfo, RunClaim, SessionInfo};
@@ -280,23 +281,27 @@ fn index_sessions(
         for (sid, s) in chain.into_iter().rev() {
             let info = match &s {
                 Some(s) => session_info(o, odb, sid, s)?,
-                None => SessionInfo {
-                    id: sid,
-                    conversation: sid,
-                    parents: Vec::new(),
-                    status: SessionStatus::Failed,
-                    created_at: 0,
-                    messages: 0,
-                    display_messages: 0,
-                    usage: Usage::default(),
-                    duration_ms: 0,
-                    preview: "(unreadable session)".into(),
-                    preview_at: None,
-                    title: None,
-                    session_type: SessionType::Agent,
-                },
+                None => (
+                    SessionInfo {
+                        id: sid,
+                        conversation: sid,
+                        parents: Vec::new(),
+                        status: SessionStatus::Failed,
+                        created_at: 0,
+                        messages: 0,
+                        display_messages: 0,
+                        usage: Usage::default(),
+                        duration_ms: 0,
+                        preview: "(unreadable session)".into(),
+                        preview_at: None,
+                        title: None,
+                        session_type: SessionType::Agent,
+                    },
+                    PreviewAt::Here,
+                ),
             };
-            o.put(key("s:", sid.as_bytes()), info.to_index_bytes());
+            let (info, shared) = info;
+            o.put(key("s:", sid.as_bytes()), info.to_index_value(&shared));
             // A redaction's rewrite of a session counted already is the
             // same session to the conversation's figures: not counted
             // again (it counts once the old one is pruned).
@@ -391,37 +396,41 @@ fn replacements(
     map
 }
 
-fn session_info(o: &Overlay<'_>, odb: &Odb, id: ObjectId, s: &Session) -> Result<SessionInfo> {
+/// A session's summary, and where its value keeps its preview: kept from a
+/// parent or a compacted session, the preview is named by the session
+/// holding its text (stored once per run of sessions sharing it).
+fn session_info(
+    o: &Overlay<'_>,
+    odb: &Odb,
+    id: ObjectId,
+    s: &Session,
+) -> Result<(SessionInfo, PreviewAt)> {
     let parent = match s.first_parent() {
-        Some(p) => o
-            .get(&key("s:", p.as_bytes()))?
-            .and_then(|b| SessionInfo::from_index_bytes(p, &b)),
+        Some(p) => read_session(p, &mut |k| o.get(k))?,
         None => None,
     };
+    let mut shared = PreviewAt::Here;
     // The preview is the history's first prompt (a user message a person
     // wrote: meta lines and agent-injected context skipped, see
     // `message::user_text`): kept from the parent when the kept prefix
     // holds it, else found among the added.
     let (mut preview, mut preview_at) = (String::new(), None);
-    if let Some(at) = parent.as_ref().and_then(|p| p.preview_at) {
-        if at < s.messages.base {
-            preview = parent
-                .as_ref()
-                .map(|p| p.preview.clone())
-                .unwrap_or_default();
+    if let Some((p, origin)) = &parent {
+        if let Some(at) = p.preview_at.filter(|at| *at < s.messages.base) {
+            preview = p.preview.clone();
             preview_at = Some(at);
+            shared = PreviewAt::In(*origin);
         }
     }
     // A compaction's history opens with the summary; the conversation is
     // still about what the compacted session's preview says.
     if let Some(c) = &s.compaction {
-        if let Some(before) = o
-            .get(&key("s:", c.session.as_bytes()))?
-            .and_then(|b| SessionInfo::from_index_bytes(c.session, &b))
-            .filter(|i| i.preview_at.is_some())
+        if let Some((before, origin)) =
+            read_session(c.session, &mut |k| o.get(k))?.filter(|(i, _)| i.preview_at.is_some())
         {
             preview = before.preview;
             preview_at = Some(0);
+            shared = PreviewAt::In(origin);
         }
     }
     if preview_at.is_none() {
@@ -430,11 +439,12 @@ fn session_info(o: &Overlay<'_>, odb: &Odb, id: ObjectId, s: &Session) -> Result
             if let Some(text) = user_text(&v) {
                 preview = text.chars().take(PREVIEW_CHARS).collect();
                 preview_at = Some(s.messages.base + k as u64);
+                shared = PreviewAt::Here;
                 break;
             }
         }
     }
-    Ok(SessionInfo {
+    let info = SessionInfo {
         id,
         conversation: s.conversation_id(id),
         parents: s.parents.clone(),
@@ -448,7 +458,8 @@ fn session_info(o: &Overlay<'_>, odb: &Odb, id: ObjectId, s: &Session) -> Result
         preview_at,
         title: s.title.clone(),
         session_type: s.metadata.session_type,
-    })
+    };
+    Ok((info, shared))
 }
 
 /// Recomputes what a conversation's summary derives from its refs. `time`
@@ -482,10 +493,7 @@ fn summarize(o: &mut Overlay<'_>, name: &str, time: i64, op_time: i64) -> Result
         info.preview = String::new();
     }
     if let Some(h) = info.head {
-        if let Some(si) = o
-            .get(&key("s:", h.as_bytes()))?
-            .and_then(|b| SessionInfo::from_index_bytes(h, &b))
-        {
+        if let Some((si, _)) = read_session(h, &mut |k| o.get(k))? {
             info.messages = si.messages;
             info.preview = si.preview;
         }

@@ -15,9 +15,7 @@ pub(super) fn activity_key(time: i64, name: &str) -> Vec<u8> {
 
 impl Index {
     pub fn session(&self, id: &ObjectId) -> Result<Option<SessionInfo>> {
-        Ok(self
-            .get(&key("s:", id.as_bytes()))?
-            .and_then(|v| SessionInfo::from_index_bytes(*id, &v)))
+        Ok(super::encoding::read_session(*id, &mut |k| self.get(k))?.map(|(info, _)| info))
     }
 
     pub fn conversation(&self, name: &str) -> Result<Option<ConversationInfo>> {

@@ -11,7 +11,12 @@ use crate::hash::ObjectId;
 use crate::object::{SessionStatus, SessionType, Usage};
 use crate::refs::{ConversationRecord, ConversationStatus};
 
-const SESSION_TAG: u8 = 0xB1;
+/// A session's value as index format 1 wrote it: fixed-width integers,
+/// its preview always inline. Still read.
+const SESSION_TAG_V1: u8 = 0xB1;
+/// A session's value since index format 2: LEB128 integers, and its preview
+/// held once per run of sessions that share it (objects-format.md, "Index").
+const SESSION_TAG: u8 = 0xB2;
 const CONVERSATION_TAG: u8 = 0xC1;
 
 #[derive(Default)]
@@ -51,6 +56,7 @@ impl Bin {
             None => self.u8(0),
         }
     }
+    #[cfg(test)]
     fn opt_u64(&mut self, v: Option<u64>) -> &mut Self {
         match v {
             Some(v) => self.u8(1).u64(v),
@@ -62,6 +68,23 @@ impl Bin {
             .u64(u.prompt_tokens)
             .u64(u.completion_tokens)
             .u64(u.requests)
+    }
+    /// Unsigned LEB128.
+    fn var(&mut self, mut v: u64) -> &mut Self {
+        loop {
+            let byte = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                self.0.push(byte);
+                return self;
+            }
+            self.0.push(byte | 0x80);
+        }
+    }
+    fn var_str(&mut self, v: &str) -> &mut Self {
+        self.var(v.len() as u64);
+        self.0.extend_from_slice(v.as_bytes());
+        self
     }
 }
 
@@ -110,12 +133,195 @@ impl<'a> Unbin<'a> {
     fn end(&self) -> Option<()> {
         self.0.is_empty().then_some(())
     }
+    /// Unsigned LEB128, shortest form only (at most 10 bytes).
+    fn var(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for i in 0..10 {
+            let byte = self.u8()?;
+            let bits = u64::from(byte & 0x7f);
+            if i == 9 && bits > 1 {
+                return None;
+            }
+            v |= bits << (7 * i);
+            if byte & 0x80 == 0 {
+                // A zero last byte after the first would be a longer form.
+                return (i == 0 || byte != 0).then_some(v);
+            }
+        }
+        None
+    }
+    fn var_str(&mut self) -> Option<&'a str> {
+        let n = usize::try_from(self.var()?).ok()?;
+        std::str::from_utf8(self.take(n)?).ok()
+    }
+}
+
+/// The summary of session `id` from its `s:` value (`get` reads a key), its
+/// preview read from the session that holds it as text; and that session
+/// (`id` itself when its value holds the text).
+pub(super) fn read_session(
+    id: ObjectId,
+    get: &mut dyn FnMut(&[u8]) -> crate::error::Result<Option<Vec<u8>>>,
+) -> crate::error::Result<Option<(SessionInfo, ObjectId)>> {
+    let Some(v) = get(&super::key("s:", id.as_bytes()))? else {
+        return Ok(None);
+    };
+    let Some((mut info, at)) = SessionInfo::from_index_value(id, &v) else {
+        return Ok(None);
+    };
+    let origin = match at {
+        PreviewAt::Here => id,
+        PreviewAt::In(origin) => {
+            // Gone only with its text (gc drops a session's value when it
+            // drops the session, and an origin is an ancestor of every
+            // session naming it): then there is no preview to show.
+            if let Some(v) = get(&super::key("s:", origin.as_bytes()))? {
+                if let Some((o, PreviewAt::Here)) = SessionInfo::from_index_value(origin, &v) {
+                    info.preview = o.preview;
+                }
+            }
+            origin
+        }
+    };
+    Ok(Some((info, origin)))
+}
+
+/// Where a session value's preview is: its own text, or that of the
+/// session named (which holds it as text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum PreviewAt {
+    Here,
+    In(ObjectId),
+}
+
+fn status_code(s: SessionStatus) -> u8 {
+    match s {
+        SessionStatus::Created => 0,
+        SessionStatus::Committed => 1,
+        SessionStatus::AwaitingToolResults => 2,
+        SessionStatus::Failed => 3,
+        SessionStatus::Archived => 4,
+    }
+}
+
+fn status_of(code: u8) -> Option<SessionStatus> {
+    [
+        SessionStatus::Created,
+        SessionStatus::Committed,
+        SessionStatus::AwaitingToolResults,
+        SessionStatus::Failed,
+        SessionStatus::Archived,
+    ]
+    .into_iter()
+    .find(|s| status_code(*s) == code)
+}
+
+fn type_code(t: SessionType) -> u8 {
+    match t {
+        SessionType::Agent => 0,
+        SessionType::AsyncSubagent => 1,
+    }
+}
+
+fn type_of(code: u8) -> Option<SessionType> {
+    [SessionType::Agent, SessionType::AsyncSubagent]
+        .into_iter()
+        .find(|t| type_code(*t) == code)
 }
 
 impl SessionInfo {
-    pub(super) fn to_index_bytes(&self) -> Vec<u8> {
+    /// The value of its `s:` key: its preview held as text (`PreviewAt::Here`)
+    /// or as the id of the session whose value holds it as text, the one
+    /// where the history's first prompt was found.
+    pub(super) fn to_index_value(&self, preview: &PreviewAt) -> Vec<u8> {
         let mut b = Bin::default();
         b.u8(SESSION_TAG)
+            .id(&self.conversation)
+            .var(self.parents.len() as u64);
+        for p in &self.parents {
+            b.id(p);
+        }
+        b.u8(status_code(self.status))
+            .u8(type_code(self.session_type))
+            .i64(self.created_at)
+            .var(self.messages)
+            .var(self.display_messages)
+            .var(self.usage.total_tokens)
+            .var(self.usage.prompt_tokens)
+            .var(self.usage.completion_tokens)
+            .var(self.usage.requests)
+            .var(self.duration_ms);
+        match self.preview_at {
+            Some(at) => b.u8(1).var(at),
+            None => b.u8(0),
+        };
+        match self.title.as_deref() {
+            Some(t) => b.u8(1).var_str(t),
+            None => b.u8(0),
+        };
+        match preview {
+            PreviewAt::In(origin) => b.u8(1).id(origin),
+            PreviewAt::Here => b.u8(0).var_str(&self.preview),
+        };
+        b.0
+    }
+
+    /// A value of an `s:` key, of either tag, and where its preview is
+    /// (with `PreviewAt::In`, `preview` is left empty: the caller reads it
+    /// from the session named).
+    pub(super) fn from_index_value(id: ObjectId, b: &[u8]) -> Option<(SessionInfo, PreviewAt)> {
+        match b.first() {
+            Some(&SESSION_TAG_V1) => {
+                Self::from_index_bytes_v1(id, b).map(|info| (info, PreviewAt::Here))
+            }
+            Some(&SESSION_TAG) => {
+                let mut r = Unbin(&b[1..]);
+                let conversation = r.id()?;
+                let n = usize::try_from(r.var()?).ok()?;
+                let mut parents = Vec::with_capacity(n.min(64));
+                for _ in 0..n {
+                    parents.push(r.id()?);
+                }
+                let mut info = SessionInfo {
+                    id,
+                    conversation,
+                    parents,
+                    status: status_of(r.u8()?)?,
+                    session_type: type_of(r.u8()?)?,
+                    created_at: r.i64()?,
+                    messages: r.var()?,
+                    display_messages: r.var()?,
+                    usage: Usage {
+                        total_tokens: r.var()?,
+                        prompt_tokens: r.var()?,
+                        completion_tokens: r.var()?,
+                        requests: r.var()?,
+                    },
+                    duration_ms: r.var()?,
+                    preview_at: r.opt(Unbin::var)?,
+                    title: r.opt(|r| r.var_str().map(str::to_owned))?,
+                    preview: String::new(),
+                };
+                let at = match r.u8()? {
+                    0 => {
+                        info.preview = r.var_str()?.to_owned();
+                        PreviewAt::Here
+                    }
+                    1 => PreviewAt::In(r.id()?),
+                    _ => return None,
+                };
+                r.end()?;
+                Some((info, at))
+            }
+            _ => None,
+        }
+    }
+
+    /// Index format 1's encoding, kept for the tests that read its values.
+    #[cfg(test)]
+    fn to_index_bytes_v1(&self) -> Vec<u8> {
+        let mut b = Bin::default();
+        b.u8(SESSION_TAG_V1)
             .id(&self.conversation)
             .u64(self.parents.len() as u64);
         for p in &self.parents {
@@ -134,8 +340,8 @@ impl SessionInfo {
         b.0
     }
 
-    pub(super) fn from_index_bytes(id: ObjectId, b: &[u8]) -> Option<SessionInfo> {
-        if b.first() != Some(&SESSION_TAG) {
+    fn from_index_bytes_v1(id: ObjectId, b: &[u8]) -> Option<SessionInfo> {
+        if b.first() != Some(&SESSION_TAG_V1) {
             return None;
         }
         let mut r = Unbin(&b[1..]);
@@ -313,9 +519,26 @@ mod tests {
     fn index_values_round_trip() {
         let s = session();
         assert_eq!(
-            SessionInfo::from_index_bytes(s.id, &s.to_index_bytes()),
-            Some(s.clone())
+            SessionInfo::from_index_value(s.id, &s.to_index_value(&PreviewAt::Here)),
+            Some((s.clone(), PreviewAt::Here))
         );
+        let origin = PreviewAt::In(ObjectId::from_bytes([7; 32]));
+        let shared = s.to_index_value(&origin);
+        let without = SessionInfo {
+            preview: String::new(),
+            ..s.clone()
+        };
+        assert_eq!(
+            SessionInfo::from_index_value(s.id, &shared),
+            Some((without, origin))
+        );
+        // A value index format 1 wrote reads as it did.
+        assert_eq!(
+            SessionInfo::from_index_value(s.id, &s.to_index_bytes_v1()),
+            Some((s.clone(), PreviewAt::Here))
+        );
+        // The shared preview is what makes a session's value small.
+        assert!(shared.len() < 110, "{} bytes", shared.len());
         for running in [false, true] {
             let c = conversation(running);
             assert_eq!(
@@ -327,16 +550,21 @@ mod tests {
 
     #[test]
     fn cut_or_padded_index_values_do_not_decode() {
-        let s = session().to_index_bytes();
         let c = conversation(true).to_index_bytes();
-        for n in 0..s.len() {
-            assert!(SessionInfo::from_index_bytes(session().id, &s[..n]).is_none());
+        for s in [
+            session().to_index_value(&PreviewAt::Here),
+            session().to_index_value(&PreviewAt::In(ObjectId::from_bytes([7; 32]))),
+            session().to_index_bytes_v1(),
+        ] {
+            for n in 0..s.len() {
+                assert!(SessionInfo::from_index_value(session().id, &s[..n]).is_none());
+            }
+            let mut long = s.clone();
+            long.push(0);
+            assert!(SessionInfo::from_index_value(session().id, &long).is_none());
         }
         for n in 0..c.len() {
             assert!(ConversationInfo::from_index_bytes("fix", &c[..n]).is_none());
         }
-        let mut long = s.clone();
-        long.push(0);
-        assert!(SessionInfo::from_index_bytes(session().id, &long).is_none());
     }
 }

@@ -398,6 +398,40 @@ impl DiskBackend {
         let mut corrupt = Vec::new();
         let mut keep_packs: HashSet<String> = HashSet::new();
         let mut rewritten = 0;
+        // The segments' objects, read first: they train the new pack's
+        // dictionary when no chosen pack has one to give.
+        let mut objects = Vec::with_capacity(segment_ids.len());
+        for id in segment_ids {
+            let mut packed = false;
+            for p in &chosen {
+                packed |= p.contains(&id)?;
+            }
+            if packed {
+                continue;
+            }
+            match self.journal.read(&id) {
+                Ok(Some(o)) => objects.push(o),
+                Ok(None) => return Err(Error::NotFound { id }),
+                // Its segment holds damage, and damaged segments stay.
+                Err(e) if e.is_corruption() => corrupt.push(e.to_string()),
+                Err(e) => return Err(e),
+            }
+        }
+        // The largest pack's dictionary (its first, which its writer
+        // trained) serves the blocks written again and the new objects: its
+        // copied blocks name it already, so the new pack holds one
+        // dictionary where it can. A damaged one is not adopted.
+        let adopted = match chosen.first() {
+            Some(p) if p.dictionary_count() > 0 && p.dictionary_bytes(0).is_ok() => {
+                w.adopt_dictionary(p, 0)?;
+                true
+            }
+            _ => false,
+        };
+        if !adopted {
+            let records: Vec<&[u8]> = objects.iter().map(EncodedObject::payload).collect();
+            w.train_dictionary(&records)?;
+        }
         for (i, p) in chosen.iter().enumerate() {
             // An object another chosen pack holds too (a packer that died
             // between its rename and its deletions) goes in once, the
@@ -471,23 +505,6 @@ impl DiskBackend {
                     }
                     Err(e) => return Err(e),
                 }
-            }
-        }
-        let mut objects = Vec::with_capacity(segment_ids.len());
-        for id in segment_ids {
-            let mut packed = false;
-            for p in &chosen {
-                packed |= p.contains(&id)?;
-            }
-            if packed {
-                continue;
-            }
-            match self.journal.read(&id) {
-                Ok(Some(o)) => objects.push(o),
-                Ok(None) => return Err(Error::NotFound { id }),
-                // Its segment holds damage, and damaged segments stay.
-                Err(e) if e.is_corruption() => corrupt.push(e.to_string()),
-                Err(e) => return Err(e),
             }
         }
         for o in Self::pack_order(objects) {
@@ -980,7 +997,7 @@ impl ObjectBackend for DiskBackend {
         let before = self.stats()?;
         let merge = geometric_merge(self.journal.ids_in(&sealed).len(), self.packs());
         let mut stats =
-            self.repack_these(&RepackOptions::default(), None, None, before, sealed, merge)?;
+            self.repack_these(&RepackOptions::hot(), None, None, before, sealed, merge)?;
         // Only part of the store: not every session.
         stats.sessions = None;
         Ok(Some(stats))

@@ -42,8 +42,10 @@ pub const JOURNAL_FORMAT_VERSION: u32 = 3;
 /// to (without writing ahead).
 pub const JOURNAL_FORMAT_V2: u32 = 2;
 /// Version in an operation log file's header (objects-format.md,
-/// "Operation log"); its layout did not change with segment version 3.
-pub const OPLOG_FORMAT_VERSION: u32 = 2;
+/// "Operation log"): 3, its frames compressed as one zstd frame.
+pub const OPLOG_FORMAT_VERSION: u32 = 3;
+/// The previous op-log version, still read: the frames as they are.
+pub const OPLOG_FORMAT_V2: u32 = 2;
 /// Bytes before the first frame of a segment.
 pub const SEGMENT_HEADER_LEN: u64 = 16;
 /// Bytes of a frame header: body length, entry count, sync watermark, checksum.

@@ -282,10 +282,28 @@ impl OdbStats {
     }
 }
 
-/// How to repack.
-#[derive(Debug, Clone, Copy, Default)]
+/// How to repack. The default writes a cold pack ([`PackOptions::cold`]):
+/// a full repack gathers what will mostly stay as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RepackOptions {
     pub pack: PackOptions,
+}
+
+impl Default for RepackOptions {
+    fn default() -> Self {
+        RepackOptions {
+            pack: PackOptions::cold(),
+        }
+    }
+}
+
+impl RepackOptions {
+    /// Fast settings, for packing as writes go ([`PackOptions::hot`]).
+    pub fn hot() -> Self {
+        RepackOptions {
+            pack: PackOptions::hot(),
+        }
+    }
 }
 
 /// What a repack did.

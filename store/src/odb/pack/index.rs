@@ -4,37 +4,62 @@
 //! panics.
 
 use super::{
-    le_u32, le_u64, BLOCK_ENTRY_LEN, CHECKSUM_LEN, FANOUT_LEN, INDEX_ENTRY_LEN, INDEX_HEADER_LEN,
-    INDEX_MAGIC, PACK_FORMAT_VERSION,
+    le_u32, le_u64, BLOCK_ENTRY_LEN, BLOCK_ENTRY_LEN_V1, CHECKSUM_LEN, DICTIONARY_ENTRY_LEN,
+    FANOUT_LEN, INDEX_ENTRY_LEN, INDEX_HEADER_LEN, INDEX_HEADER_LEN_V1, INDEX_MAGIC,
+    PACK_FORMAT_V1, PACK_FORMAT_VERSION,
 };
 use crate::hash::{ObjectId, Prefix, ID_LEN};
 
 /// The layout of a parsed index, with offsets into its bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct IndexLayout {
+    /// The pack format version (1 or 2) of the index and its pack.
+    pub version: u32,
     pub objects: usize,
     pub blocks: usize,
+    /// Dictionaries in the pack (always 0 in version 1).
+    pub dictionaries: usize,
+    fanout_at: usize,
     ids_at: usize,
     entries_at: usize,
     blocks_at: usize,
+    block_entry_len: usize,
+    dictionaries_at: usize,
     trailer_at: usize,
 }
 
 impl IndexLayout {
-    /// The layout of an index of `objects` ids and `blocks` blocks, and the
-    /// index's total size; `None` when that does not fit in a `usize`.
-    fn of(objects: usize, blocks: usize) -> Option<(IndexLayout, usize)> {
-        let ids_at = INDEX_HEADER_LEN + FANOUT_LEN;
+    /// The layout of an index of format `version` with `objects` ids,
+    /// `blocks` blocks and `dictionaries` dictionaries, and the index's total
+    /// size; `None` when that does not fit in a `usize`.
+    fn of(
+        version: u32,
+        objects: usize,
+        blocks: usize,
+        dictionaries: usize,
+    ) -> Option<(IndexLayout, usize)> {
+        let (fanout_at, block_entry_len) = match version {
+            PACK_FORMAT_V1 => (INDEX_HEADER_LEN_V1, BLOCK_ENTRY_LEN_V1),
+            _ => (INDEX_HEADER_LEN, BLOCK_ENTRY_LEN),
+        };
+        let ids_at = fanout_at + FANOUT_LEN;
         let entries_at = ids_at.checked_add(objects.checked_mul(ID_LEN)?)?;
         let blocks_at = entries_at.checked_add(objects.checked_mul(INDEX_ENTRY_LEN)?)?;
-        let trailer_at = blocks_at.checked_add(blocks.checked_mul(BLOCK_ENTRY_LEN)?)?;
+        let dictionaries_at = blocks_at.checked_add(blocks.checked_mul(block_entry_len)?)?;
+        let trailer_at =
+            dictionaries_at.checked_add(dictionaries.checked_mul(DICTIONARY_ENTRY_LEN)?)?;
         let size = trailer_at.checked_add(2 * CHECKSUM_LEN)?;
         let layout = IndexLayout {
+            version,
             objects,
             blocks,
+            dictionaries,
+            fanout_at,
             ids_at,
             entries_at,
             blocks_at,
+            block_entry_len,
+            dictionaries_at,
             trailer_at,
         };
         Some((layout, size))
@@ -86,24 +111,34 @@ pub struct IndexView<'a> {
 impl<'a> IndexView<'a> {
     /// Checks an index's header, size and fan-out, without hashing it.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, String> {
-        if bytes.len() < INDEX_HEADER_LEN + FANOUT_LEN + 2 * CHECKSUM_LEN {
+        if bytes.len() < INDEX_HEADER_LEN_V1 + FANOUT_LEN + 2 * CHECKSUM_LEN {
             return Err(format!("{} bytes is too short for an index", bytes.len()));
         }
         if bytes[..4] != INDEX_MAGIC {
             return Err("not a pack index (bad magic)".into());
         }
-        let header = |at| le_u32(bytes, at).expect("the header is present");
-        let version = header(4);
-        if version != PACK_FORMAT_VERSION {
+        let header = |at| le_u32(bytes, at).ok_or("the index header is cut short");
+        let version = header(4)?;
+        if version != PACK_FORMAT_VERSION && version != PACK_FORMAT_V1 {
             return Err(format!(
-                "pack index version {version}, expected {PACK_FORMAT_VERSION}"
+                "pack index version {version}, expected {PACK_FORMAT_V1} or {PACK_FORMAT_VERSION}"
             ));
         }
-        let objects = header(8) as usize;
-        let blocks = header(12) as usize;
-        let (layout, size) = IndexLayout::of(objects, blocks).ok_or_else(|| {
-            format!("index of {objects} objects and {blocks} blocks is too large")
-        })?;
+        let objects = header(8)? as usize;
+        let blocks = header(12)? as usize;
+        let dictionaries = match version {
+            PACK_FORMAT_V1 => 0,
+            _ => {
+                if header(20)? != 0 {
+                    return Err("the index header's reserved bytes are not zero".into());
+                }
+                header(16)? as usize
+            }
+        };
+        let (layout, size) =
+            IndexLayout::of(version, objects, blocks, dictionaries).ok_or_else(|| {
+                format!("index of {objects} objects and {blocks} blocks is too large")
+            })?;
         if size != bytes.len() {
             return Err(format!(
                 "index of {} objects and {} blocks should be {} bytes, not {}",
@@ -144,10 +179,35 @@ impl<'a> IndexView<'a> {
         self.layout.blocks
     }
 
-    /// Checks what needs a full pass: the checksum, then the id order.
+    /// Number of entries in the dictionary table (0 in version 1).
+    pub fn dictionary_count(&self) -> usize {
+        self.layout.dictionaries
+    }
+
+    /// Checks what needs a full pass: the checksum, the id order, and that
+    /// every block names a dictionary the table has.
     pub fn verify(&self) -> Result<(), String> {
         self.verify_checksum()?;
-        self.verify_order()
+        self.verify_order()?;
+        self.verify_blocks()
+    }
+
+    /// Checks that every block's dictionary is 0 (none) or one of the table.
+    pub fn verify_blocks(&self) -> Result<(), String> {
+        for n in 0..self.layout.blocks {
+            let n = u32::try_from(n).map_err(|_| "too many blocks".to_owned())?;
+            match self.block_dictionary(n) {
+                Some(d) if (d as usize) <= self.layout.dictionaries => {}
+                Some(d) => {
+                    return Err(format!(
+                        "block {n} names dictionary {d}, the pack has {}",
+                        self.layout.dictionaries
+                    ))
+                }
+                None => return Err(format!("block {n} lies outside the index")),
+            }
+        }
+        Ok(())
     }
 
     /// Checks the index's own checksum, its last 32 bytes.
@@ -239,11 +299,44 @@ impl<'a> IndexView<'a> {
         let n = usize::try_from(n)
             .ok()
             .filter(|&n| n < self.layout.blocks)?;
-        let at = self.layout.blocks_at + n * BLOCK_ENTRY_LEN;
+        let at = self.layout.blocks_at + n * self.layout.block_entry_len;
         Some((
             le_u64(self.bytes, at)?,
             le_u32(self.bytes, at + 8)?,
             le_u32(self.bytes, at + 12)?,
+        ))
+    }
+
+    /// The dictionary block `n` was compressed with: 0 for none, `d` for
+    /// entry `d - 1` of the dictionary table (not checked against it here).
+    /// Always 0 in version 1.
+    pub fn block_dictionary(&self, n: u32) -> Option<u32> {
+        let n = usize::try_from(n)
+            .ok()
+            .filter(|&n| n < self.layout.blocks)?;
+        if self.layout.version == PACK_FORMAT_V1 {
+            return Some(0);
+        }
+        le_u32(
+            self.bytes,
+            self.layout.blocks_at + n * self.layout.block_entry_len + 16,
+        )
+    }
+
+    /// Entry `d` of the dictionary table: (offset in the pack, length, the
+    /// blake3 checksum of the dictionary's bytes).
+    pub fn dictionary_entry(&self, d: usize) -> Option<(u64, u32, &'a [u8])> {
+        if d >= self.layout.dictionaries {
+            return None;
+        }
+        let at = self.layout.dictionaries_at + d * DICTIONARY_ENTRY_LEN;
+        if le_u32(self.bytes, at + 12)? != 0 {
+            return None;
+        }
+        Some((
+            le_u64(self.bytes, at)?,
+            le_u32(self.bytes, at + 8)?,
+            self.bytes.get(at + 16..at + 16 + CHECKSUM_LEN)?,
         ))
     }
 
@@ -257,7 +350,7 @@ impl<'a> IndexView<'a> {
 
     /// Fan-out entry `b`: the number of ids whose first byte is <= `b`.
     fn fanout(&self, b: u8) -> usize {
-        le_u32(self.bytes, INDEX_HEADER_LEN + 4 * b as usize).map_or(0, |f| f as usize)
+        le_u32(self.bytes, self.layout.fanout_at + 4 * b as usize).map_or(0, |f| f as usize)
     }
 
     /// The positions of the ids whose first byte is `first`, clamped to the

@@ -11,6 +11,7 @@
 //! directory's packs; the writer is in `write.rs`, the index's parser and
 //! lookups in `index.rs`, block-at-a-time reading in `scan.rs`.
 
+mod dictionary;
 mod index;
 mod scan;
 mod write;
@@ -21,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use memmap2::Mmap;
+use zstd::dict::DecoderDictionary;
 
 use crate::error::{Error, IoResultExt, Result};
 use crate::hash::{ObjectId, Prefix};
@@ -35,19 +37,38 @@ pub use write::{write_pack, PackOptions, PackWriter, WrittenPack};
 pub const PACK_MAGIC: [u8; 4] = *b"SPAK";
 /// First 4 bytes of an `.idx` file (objects-format.md, "Pack index").
 pub const INDEX_MAGIC: [u8; 4] = *b"SIDX";
-/// Version of the pack and index layout (objects-format.md, "Versioning").
-pub const PACK_FORMAT_VERSION: u32 = 1;
+/// Version of the pack and index layout written (objects-format.md,
+/// "Packs", "Pack index" and "Versioning"): 2 adds zstd dictionaries.
+pub const PACK_FORMAT_VERSION: u32 = 2;
+/// The first pack version, still read: no dictionaries.
+pub const PACK_FORMAT_V1: u32 = 1;
 pub const PACK_HEADER_LEN: usize = 16;
-pub const INDEX_HEADER_LEN: usize = 16;
+/// Bytes of an index header (version 2): magic, version, objects, blocks,
+/// dictionaries, reserved.
+pub const INDEX_HEADER_LEN: usize = 24;
+/// Bytes of a version-1 index header: magic, version, objects, blocks.
+pub const INDEX_HEADER_LEN_V1: usize = 16;
 pub const FANOUT_LEN: usize = 256 * 4;
 /// Bytes of an index entry: block, offset within the block, length.
 pub const INDEX_ENTRY_LEN: usize = 12;
-/// Bytes of a block table entry: pack offset, compressed length, raw length.
-pub const BLOCK_ENTRY_LEN: usize = 16;
+/// Bytes of a block table entry (version 2): pack offset, compressed
+/// length, raw length, dictionary.
+pub const BLOCK_ENTRY_LEN: usize = 20;
+/// Bytes of a version-1 block table entry: no dictionary.
+pub const BLOCK_ENTRY_LEN_V1: usize = 16;
+/// Bytes of a dictionary table entry: pack offset, length, reserved, blake3.
+pub const DICTIONARY_ENTRY_LEN: usize = 48;
 pub const CHECKSUM_LEN: usize = 32;
-/// Uncompressed bytes gathered into one block before it is cut.
+/// Uncompressed bytes gathered into one block before it is cut (hot packs).
 pub const DEFAULT_BLOCK_TARGET: usize = 64 << 10;
 pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
+/// The largest dictionary a hot pack trains.
+pub const DEFAULT_DICTIONARY_SIZE: usize = 16 << 10;
+/// A cold pack's (a full repack's): larger blocks, a higher level, a
+/// larger dictionary (objects-format.md, "Packs").
+pub const COLD_BLOCK_TARGET: usize = 128 << 10;
+pub const COLD_ZSTD_LEVEL: i32 = 11;
+pub const COLD_DICTIONARY_SIZE: usize = 64 << 10;
 /// Decompressed blocks kept per pack for the next read.
 const BLOCK_CACHE: usize = 4;
 
@@ -83,6 +104,9 @@ pub struct Pack {
     /// reading one object costs the same however many the pack holds.
     index_verified: OnceLock<Result<(), String>>,
     cache: Mutex<Vec<(u32, Arc<Vec<u8>>)>>,
+    /// Each dictionary, checked against its checksum and prepared for
+    /// decompression once, when a block first names it.
+    dictionaries: Vec<OnceLock<Result<Arc<DecoderDictionary<'static>>, String>>>,
 }
 
 impl std::fmt::Debug for Pack {
@@ -126,15 +150,28 @@ impl Pack {
         })?;
         if pack.len() < PACK_HEADER_LEN + CHECKSUM_LEN
             || pack[..4] != PACK_MAGIC
-            || le_u32(&pack, 4) != Some(PACK_FORMAT_VERSION)
+            || !matches!(le_u32(&pack, 4), Some(PACK_FORMAT_V1 | PACK_FORMAT_VERSION))
             || pack[8..16] != [0u8; 8]
         {
             return Err(Error::CorruptFile {
                 path: pack_path,
                 offset: 0,
-                reason: format!("not a version-{PACK_FORMAT_VERSION} pack"),
+                reason: format!(
+                    "not a version-{PACK_FORMAT_V1} or version-{PACK_FORMAT_VERSION} pack"
+                ),
             });
         }
+        if le_u32(&pack, 4) != Some(layout.version) {
+            return Err(Error::CorruptFile {
+                path: index_path,
+                offset: 0,
+                reason: format!(
+                    "index of pack version {}, its pack is of another",
+                    layout.version
+                ),
+            });
+        }
+        let dictionaries = (0..layout.dictionaries).map(|_| OnceLock::new()).collect();
         Ok(Pack {
             name: name.to_owned(),
             pack_path,
@@ -144,7 +181,72 @@ impl Pack {
             layout,
             index_verified: OnceLock::new(),
             cache: Mutex::new(Vec::with_capacity(BLOCK_CACHE)),
+            dictionaries,
         })
+    }
+
+    /// The pack format version of this pack (1 or 2).
+    pub fn version(&self) -> u32 {
+        self.layout.version
+    }
+
+    /// Dictionaries this pack holds.
+    pub fn dictionary_count(&self) -> usize {
+        self.layout.dictionaries
+    }
+
+    /// Dictionary `d`'s bytes in the mapped pack, checked to lie inside the
+    /// pack and to hash to the checksum the index gives; and that checksum.
+    pub(crate) fn dictionary_bytes(&self, d: usize) -> Result<(&[u8], [u8; 32]), String> {
+        let Some((offset, len, sum)) = self.view().dictionary_entry(d) else {
+            return Err(format!("{}: dictionary {d} does not exist", self.name));
+        };
+        let body_end = self.pack.len() - CHECKSUM_LEN;
+        let bytes = usize::try_from(offset)
+            .ok()
+            .filter(|&o| o >= PACK_HEADER_LEN)
+            .and_then(|o| Some(o..o.checked_add(len as usize)?))
+            .filter(|r| r.end <= body_end)
+            .map(|r| &self.pack[r])
+            .ok_or_else(|| format!("{}: dictionary {d} lies outside the pack", self.name))?;
+        let sum: [u8; 32] = sum
+            .try_into()
+            .map_err(|_| format!("{}: dictionary {d} has no checksum", self.name))?;
+        if *blake3::hash(bytes).as_bytes() != sum {
+            return Err(format!(
+                "{}: dictionary {d} is damaged (its checksum does not match)",
+                self.name
+            ));
+        }
+        Ok((bytes, sum))
+    }
+
+    /// The dictionary block `n` was compressed with, prepared (once per
+    /// pack), or `None` for a block without one.
+    fn block_dictionary(&self, n: u32) -> Result<Option<Arc<DecoderDictionary<'static>>>, String> {
+        let d = match self.view().block_dictionary(n) {
+            None => return Err(format!("{}: block {n} does not exist", self.name)),
+            Some(0) => return Ok(None),
+            Some(d) => d as usize - 1,
+        };
+        let Some(slot) = self.dictionaries.get(d) else {
+            return Err(format!(
+                "{}: block {n} names dictionary {d}, which does not exist",
+                self.name
+            ));
+        };
+        slot.get_or_init(|| {
+            let (bytes, _) = self.dictionary_bytes(d)?;
+            Ok(Arc::new(DecoderDictionary::copy(bytes)))
+        })
+        .clone()
+        .map(Some)
+    }
+
+    /// The dictionary index (as the block table names it: 0 none, `d + 1`
+    /// dictionary `d`) of block `n`.
+    pub(crate) fn block_dictionary_ref(&self, n: u32) -> Option<u32> {
+        self.view().block_dictionary(n)
     }
 
     pub fn name(&self) -> &str {
@@ -383,7 +485,8 @@ impl Pack {
             }
             Ok(())
         };
-        let mut frame = super::journal::inflating(compressed, rlen)
+        let dict = self.block_dictionary(n)?;
+        let mut frame = dictionary::inflating(compressed, rlen, dict.as_deref())
             .map_err(|e| format!("{}: block {n}: {e}", self.name))?;
         skip(&mut frame)?;
         let mut code = [0u8; 1];
@@ -401,7 +504,7 @@ impl Pack {
                 len - 1
             ));
         }
-        let mut frame = super::journal::inflating(compressed, rlen)
+        let mut frame = dictionary::inflating(compressed, rlen, dict.as_deref())
             .map_err(|e| format!("{}: block {n}: {e}", self.name))?;
         skip(&mut frame)?;
         let mut record = vec![0u8; len];
@@ -458,7 +561,8 @@ impl Pack {
     /// a whole block goes through here.
     fn inflate_block(&self, n: u32, out: &mut Vec<u8>) -> Result<(), String> {
         let (compressed, rlen) = self.compressed_block(n)?;
-        super::journal::decompress_into(compressed, rlen, out)
+        let dict = self.block_dictionary(n)?;
+        dictionary::inflate_into(compressed, rlen, dict.as_deref(), out)
             .map_err(|e| format!("{}: block {n}: {e}", self.name))
     }
 
@@ -483,6 +587,11 @@ impl Pack {
                 "{}: index names a different pack checksum",
                 self.index_path.display()
             ));
+        }
+        for d in 0..self.layout.dictionaries {
+            if let Err(e) = self.dictionary_bytes(d) {
+                problems.push(e);
+            }
         }
         // Pack order, each block inflated once, blocks on every core.
         let dir = match self.directory() {

@@ -247,10 +247,9 @@ impl Pack {
     /// Block `n` inflated, bypassing the cache (a pass over every block
     /// would only churn it). The errors are [`Pack::read`]'s.
     fn inflate(&self, n: u32) -> Result<Vec<u8>, String> {
-        let (compressed, rlen) = self.compressed_block(n)?;
         let mut data = Vec::new();
-        crate::odb::journal::decompress_into(compressed, rlen, &mut data)
-            .map_err(|e| format!("{}: block {n}: {e}", self.name))?;
+        self.inflate_block(n, &mut data)?;
+        let rlen = self.compressed_block(n)?.1;
         if data.len() != rlen {
             return Err(format!(
                 "{}: block {n} decompressed to {} bytes, not {rlen}",

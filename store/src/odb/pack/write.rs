@@ -1,35 +1,58 @@
 //! Writing a pack: objects gathered into blocks in the order given, each
-//! block zstd-compressed, or whole blocks of another pack copied as they
-//! are (gc), then the index of sorted ids; both files durable before the
-//! index makes the pack visible.
+//! block zstd-compressed (with the pack's dictionary, when it has one), or
+//! whole blocks of another pack copied as they are (gc), with the
+//! dictionary they name; then the index of sorted ids; both files durable
+//! before the index makes the pack visible.
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use super::dictionary::{self, BlockCompressor};
 use super::{BlockRecord, Pack};
 use super::{
-    BLOCK_ENTRY_LEN, CHECKSUM_LEN, DEFAULT_BLOCK_TARGET, DEFAULT_ZSTD_LEVEL, FANOUT_LEN,
-    INDEX_ENTRY_LEN, INDEX_HEADER_LEN, INDEX_MAGIC, PACK_FORMAT_VERSION, PACK_HEADER_LEN,
-    PACK_MAGIC,
+    BLOCK_ENTRY_LEN, CHECKSUM_LEN, COLD_BLOCK_TARGET, COLD_DICTIONARY_SIZE, COLD_ZSTD_LEVEL,
+    DEFAULT_BLOCK_TARGET, DEFAULT_DICTIONARY_SIZE, DEFAULT_ZSTD_LEVEL, DICTIONARY_ENTRY_LEN,
+    FANOUT_LEN, INDEX_ENTRY_LEN, INDEX_HEADER_LEN, INDEX_MAGIC, PACK_FORMAT_VERSION,
+    PACK_HEADER_LEN, PACK_MAGIC,
 };
 use crate::error::{Error, IoResultExt, OdbError, Result};
 use crate::hash::{hex, IdSet, ObjectId, ID_LEN};
 use crate::object::{EncodedObject, ObjectKind};
 use crate::odb::atomic_file::AtomicFile;
 
-/// How packs are written.
-#[derive(Debug, Clone, Copy)]
+/// How packs are written (objects-format.md, "Packs").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PackOptions {
     pub block_target: usize,
     pub zstd_level: i32,
+    /// The largest dictionary a pack trains on its own records (0: none).
+    pub dictionary_size: usize,
+}
+
+impl PackOptions {
+    /// A hot pack's settings (auto-pack of sealed segments, gc): fast.
+    pub fn hot() -> Self {
+        PackOptions {
+            block_target: DEFAULT_BLOCK_TARGET,
+            zstd_level: DEFAULT_ZSTD_LEVEL,
+            dictionary_size: DEFAULT_DICTIONARY_SIZE,
+        }
+    }
+
+    /// A cold pack's (a full repack's): larger blocks, a higher level and a
+    /// larger dictionary, for bytes that will stay as they are.
+    pub fn cold() -> Self {
+        PackOptions {
+            block_target: COLD_BLOCK_TARGET,
+            zstd_level: COLD_ZSTD_LEVEL,
+            dictionary_size: COLD_DICTIONARY_SIZE,
+        }
+    }
 }
 
 impl Default for PackOptions {
     fn default() -> Self {
-        PackOptions {
-            block_target: DEFAULT_BLOCK_TARGET,
-            zstd_level: DEFAULT_ZSTD_LEVEL,
-        }
+        PackOptions::hot()
     }
 }
 
@@ -50,6 +73,8 @@ pub struct WrittenPack {
 /// `dir`. The pack is durable and visible under its final name on return.
 pub fn write_pack(dir: &Path, objects: &[EncodedObject], opts: PackOptions) -> Result<WrittenPack> {
     let mut w = PackWriter::create(dir, opts)?;
+    let records: Vec<&[u8]> = objects.iter().map(EncodedObject::payload).collect();
+    w.train_dictionary(&records)?;
     for obj in objects {
         w.push(obj.id(), obj.kind(), obj.payload())?;
     }
@@ -66,13 +91,21 @@ pub struct PackWriter {
     tmp_pack: PathBuf,
     out: HashingWriter<BufWriter<AtomicFile>>,
     index_file: AtomicFile,
-    compressor: zstd::bulk::Compressor<'static>,
+    /// Compresses pushed blocks, with the pack's own dictionary once set.
+    compressor: BlockCompressor,
+    /// The dictionary table entry of `compressor`'s dictionary, plus one
+    /// (0: none), as pushed blocks name it.
+    own_dictionary: u32,
+    /// (pack offset, length, blake3) per dictionary written.
+    dictionaries: Vec<(u64, u32, [u8; 32])>,
     /// The objects pushed (not those of copied blocks).
     seen: IdSet,
     /// (id, block, offset, len) per object.
     entries: Vec<(ObjectId, u32, u32, u32)>,
-    /// (pack offset, compressed length, raw length) per block.
-    blocks: Vec<(u64, u32, u32)>,
+    /// (pack offset, compressed length, raw length, dictionary) per block.
+    blocks: Vec<(u64, u32, u32, u32)>,
+    /// A compressed block, reused.
+    frame: Vec<u8>,
     /// The block being gathered, not compressed yet.
     block: Vec<u8>,
     offset: u64,
@@ -98,11 +131,8 @@ impl PackWriter {
         let pack_file = AtomicFile::create(&dir.join("new.pack"))?;
         let index_file = AtomicFile::create(&dir.join("new.idx"))?;
         let tmp_pack = pack_file.path().to_path_buf();
-        let mut compressor = zstd::bulk::Compressor::new(opts.zstd_level)
-            .map_err(|e| OdbError::Compression(e.to_string()))?;
-        compressor
-            .include_checksum(true)
-            .map_err(|e| OdbError::Compression(e.to_string()))?;
+        let compressor =
+            BlockCompressor::new(opts.zstd_level, None).map_err(OdbError::Compression)?;
         let mut out = HashingWriter::new(BufWriter::with_capacity(1 << 20, pack_file));
         let mut header = [0u8; PACK_HEADER_LEN];
         header[..4].copy_from_slice(&PACK_MAGIC);
@@ -117,13 +147,90 @@ impl PackWriter {
             out,
             index_file,
             compressor,
+            own_dictionary: 0,
+            dictionaries: Vec::new(),
             seen: IdSet::default(),
             entries: Vec::new(),
             blocks: Vec::new(),
+            frame: Vec::new(),
             block: Vec::with_capacity(opts.block_target * 2),
             offset: PACK_HEADER_LEN as u64,
             copied: 0,
         })
+    }
+
+    /// Trains the pack's own dictionary on `records` (payloads of the
+    /// objects about to be pushed; as many as the options' dictionary size
+    /// calls for are sampled) and compresses every block pushed from here on
+    /// with it. Returns whether one was trained: too few records, or a
+    /// dictionary size of 0, train none, and blocks go without.
+    pub fn train_dictionary(&mut self, records: &[&[u8]]) -> Result<bool> {
+        match dictionary::train(records, self.opts.dictionary_size) {
+            Some(dict) => {
+                let d = self.write_dictionary(&dict)?;
+                self.use_dictionary(d, &dict)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Takes dictionary `d` of `pack` as this pack's own: carried into this
+    /// pack (see [`PackWriter::copy_block`]) and used for every block pushed
+    /// from here on. gc takes the largest source pack's, which the blocks it
+    /// copies from there name already.
+    pub fn adopt_dictionary(&mut self, pack: &Pack, d: usize) -> Result<()> {
+        let here = self.carry_dictionary(pack, d)?;
+        let (bytes, _) = pack
+            .dictionary_bytes(d)
+            .map_err(|reason| Error::CorruptFile {
+                path: pack.paths()[0].to_path_buf(),
+                offset: 0,
+                reason,
+            })?;
+        self.use_dictionary(here, bytes)
+    }
+
+    /// Whether pushed blocks are compressed with a dictionary.
+    pub fn has_dictionary(&self) -> bool {
+        self.compressor.has_dictionary()
+    }
+
+    fn use_dictionary(&mut self, here: u32, bytes: &[u8]) -> Result<()> {
+        // The block gathered so far goes with the dictionary it began under.
+        self.cut()?;
+        self.compressor = BlockCompressor::new(self.opts.zstd_level, Some(bytes))
+            .map_err(OdbError::Compression)?;
+        self.own_dictionary = here + 1;
+        Ok(())
+    }
+
+    /// Writes `dict` into the pack as the next dictionary; its table index.
+    fn write_dictionary(&mut self, dict: &[u8]) -> Result<u32> {
+        self.cut()?;
+        let len = u32::try_from(dict.len())
+            .map_err(|_| OdbError::Compression("dictionary too large".into()))?;
+        self.out.write_all(dict).at(&self.tmp_pack)?;
+        self.dictionaries
+            .push((self.offset, len, *blake3::hash(dict).as_bytes()));
+        self.offset += dict.len() as u64;
+        Ok(self.dictionaries.len() as u32 - 1)
+    }
+
+    /// Dictionary `d` of `pack` in this pack: written here unless a copy of
+    /// it (the same checksum) is already; its table index here.
+    fn carry_dictionary(&mut self, pack: &Pack, d: usize) -> Result<u32> {
+        let (bytes, sum) = pack
+            .dictionary_bytes(d)
+            .map_err(|reason| Error::CorruptFile {
+                path: pack.paths()[0].to_path_buf(),
+                offset: 0,
+                reason,
+            })?;
+        if let Some(i) = self.dictionaries.iter().position(|e| e.2 == sum) {
+            return Ok(i as u32);
+        }
+        self.write_dictionary(bytes)
     }
 
     /// Makes room for `objects` more objects at once.
@@ -163,13 +270,23 @@ impl PackWriter {
         if self.block.is_empty() {
             return Ok(());
         }
-        let c = self
-            .compressor
-            .compress(&self.block)
-            .map_err(|e| OdbError::Compression(e.to_string()))?;
-        self.out.write_all(&c).at(&self.tmp_pack)?;
+        let mut dict = self.own_dictionary;
+        if self.block.len() > crate::odb::journal::STREAM_VERIFY_ABOVE && dict != 0 {
+            // A block read as a stream (one huge object) gains nothing from
+            // a dictionary: it goes without, as a version-1 pack's did.
+            BlockCompressor::new(self.opts.zstd_level, None)
+                .and_then(|mut plain| plain.compress(&self.block, &mut self.frame))
+                .map_err(OdbError::Compression)?;
+            dict = 0;
+        } else {
+            self.compressor
+                .compress(&self.block, &mut self.frame)
+                .map_err(OdbError::Compression)?;
+        }
+        let c = &self.frame;
+        self.out.write_all(c).at(&self.tmp_pack)?;
         self.blocks
-            .push((self.offset, c.len() as u32, self.block.len() as u32));
+            .push((self.offset, c.len() as u32, self.block.len() as u32, dict));
         self.offset += c.len() as u64;
         self.block.clear();
         Ok(())
@@ -195,9 +312,16 @@ impl PackWriter {
         let (bytes, rlen) = pack.compressed_block(n).map_err(corrupt)?;
         let rlen = u32::try_from(rlen).map_err(|_| corrupt(format!("block {n} is too large")))?;
         self.cut()?;
+        // Its dictionary comes along (once per pack it comes from).
+        let dict = match pack.block_dictionary_ref(n) {
+            None => return Err(corrupt(format!("block {n} does not exist"))),
+            Some(0) => 0,
+            Some(d) => self.carry_dictionary(pack, d as usize - 1)? + 1,
+        };
         let block = self.blocks.len() as u32;
         self.out.write_all(bytes).at(&self.tmp_pack)?;
-        self.blocks.push((self.offset, bytes.len() as u32, rlen));
+        self.blocks
+            .push((self.offset, bytes.len() as u32, rlen, dict));
         self.offset += bytes.len() as u64;
         self.copied += 1;
         Ok(block)
@@ -223,6 +347,7 @@ impl PackWriter {
             mut index_file,
             mut entries,
             blocks,
+            dictionaries,
             offset,
             copied,
             ..
@@ -249,12 +374,15 @@ impl PackWriter {
                 + FANOUT_LEN
                 + entries.len() * (ID_LEN + INDEX_ENTRY_LEN)
                 + blocks.len() * BLOCK_ENTRY_LEN
+                + dictionaries.len() * DICTIONARY_ENTRY_LEN
                 + 2 * CHECKSUM_LEN,
         );
         idx.extend_from_slice(&INDEX_MAGIC);
         idx.extend_from_slice(&PACK_FORMAT_VERSION.to_le_bytes());
         idx.extend_from_slice(&(entries.len() as u32).to_le_bytes());
         idx.extend_from_slice(&(blocks.len() as u32).to_le_bytes());
+        idx.extend_from_slice(&(dictionaries.len() as u32).to_le_bytes());
+        idx.extend_from_slice(&0u32.to_le_bytes());
         let mut fanout = [0u32; 256];
         for e in &entries {
             fanout[e.0.as_bytes()[0] as usize] += 1;
@@ -276,6 +404,13 @@ impl PackWriter {
             idx.extend_from_slice(&b.0.to_le_bytes());
             idx.extend_from_slice(&b.1.to_le_bytes());
             idx.extend_from_slice(&b.2.to_le_bytes());
+            idx.extend_from_slice(&b.3.to_le_bytes());
+        }
+        for d in &dictionaries {
+            idx.extend_from_slice(&d.0.to_le_bytes());
+            idx.extend_from_slice(&d.1.to_le_bytes());
+            idx.extend_from_slice(&0u32.to_le_bytes());
+            idx.extend_from_slice(&d.2);
         }
         idx.extend_from_slice(pack_sum.as_bytes());
         let idx_sum = blake3::hash(&idx);
