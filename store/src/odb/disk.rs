@@ -381,7 +381,10 @@ impl DiskBackend {
         chosen.extend(geometric_merge(new_objects, untouched));
         // Nothing dropped from a pack, no segment to pack, and at most one
         // small pack to "merge": writing it again would change nothing.
-        if !dropping && sealed.is_empty() && chosen.len() <= 1 {
+        let current = chosen
+            .iter()
+            .all(|p| p.version() == pack::PACK_FORMAT_VERSION);
+        if !dropping && sealed.is_empty() && chosen.len() <= 1 && current {
             return Ok(RepackStats {
                 objects: 0,
                 packs_before: before.packs,
@@ -868,7 +871,10 @@ impl ObjectBackend for DiskBackend {
     ) -> Result<RepackStats> {
         let (_one_at_a_time, before, sealed) = self.start_packing()?;
         let old = self.packs();
-        if keep.is_none() && old.len() <= 1 && sealed.is_empty() {
+        // One pack of the current version is as packed as it gets; one of
+        // an older version is written again (objects-format.md, "Versioning").
+        let current = old.iter().all(|p| p.version() == pack::PACK_FORMAT_VERSION);
+        if keep.is_none() && old.len() <= 1 && sealed.is_empty() && current {
             return Ok(RepackStats {
                 objects: before.pack_objects,
                 packs_before: old.len(),
