@@ -156,12 +156,15 @@ impl<'a> Unbin<'a> {
     }
 }
 
+/// Reads one key's value.
+pub(super) type KeyReader<'a> = dyn FnMut(&[u8]) -> crate::error::Result<Option<Vec<u8>>> + 'a;
+
 /// The summary of session `id` from its `s:` value (`get` reads a key), its
 /// preview read from the session that holds it as text; and that session
 /// (`id` itself when its value holds the text).
 pub(super) fn read_session(
     id: ObjectId,
-    get: &mut dyn FnMut(&[u8]) -> crate::error::Result<Option<Vec<u8>>>,
+    get: &mut KeyReader<'_>,
 ) -> crate::error::Result<Option<(SessionInfo, ObjectId)>> {
     let Some(v) = get(&super::key("s:", id.as_bytes()))? else {
         return Ok(None);
