@@ -687,6 +687,53 @@ mod tests {
     }
 
     #[test]
+    fn a_handle_that_mapped_tables_before_gc_never_writes_dropped_text_back() {
+        use crate::store::{Messages, Turn};
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("store");
+        drop(Store::init(&root).unwrap());
+        let open = || Store::open(&root, &crate::odb::OpenOptions::default()).unwrap();
+        let turn = |text: &str| Turn {
+            messages: Messages::Added(vec![serde_json::json!({"role": "user", "content": text})]),
+            ..Turn::default()
+        };
+        let gc = open();
+        gc.create(Some("a"), turn("PREVIEWSECRET here"), Durability::Sync)
+            .unwrap();
+        gc.create(Some("b"), turn("b"), Durability::Sync).unwrap();
+        gc.delete("a", Durability::Sync).unwrap();
+        gc.expire_reflog(None, i64::MAX, false, Durability::Sync)
+            .unwrap();
+        gc.index().write_tables(gc.odb(), true).unwrap();
+        let index = root.join("index");
+        assert!(!files_holding(&index, b"PREVIEWSECRET").is_empty());
+        // Another process maps those tables before the gc...
+        let other = open();
+        assert!(other.conversation("b").unwrap().is_some());
+        let opts = GcOptions {
+            prune: Prune::Now,
+            ..GcOptions::default()
+        };
+        assert!(gc.gc(&opts).unwrap().pruned >= 2);
+        assert_eq!(
+            files_holding(&index, b"PREVIEWSECRET"),
+            Vec::<PathBuf>::new()
+        );
+        // ... and writes its own table after it, merging with what it mapped.
+        for i in 0..3 {
+            other
+                .create(Some(&format!("c{i}")), turn("c"), Durability::Sync)
+                .unwrap();
+        }
+        other.index().write_tables(other.odb(), true).unwrap();
+        assert_eq!(
+            files_holding(&index, b"PREVIEWSECRET"),
+            Vec::<PathBuf>::new()
+        );
+        assert!(open().conversation("c2").unwrap().is_some());
+    }
+
+    #[test]
     fn prune_times_parse() {
         assert_eq!(parse_prune("now").unwrap(), Prune::Now);
         assert_eq!(

@@ -705,7 +705,11 @@ impl Index {
         let (Some(theirs), Some(applied)) = (newer.covered(), applied) else {
             return Ok(());
         };
-        if ours.is_some_and(|o| o.0 >= theirs.0) || theirs.0 > applied.0 {
+        // Tables that cover as much as ours are taken up too when ours were
+        // written again under their names since (gc dropping text).
+        let behind = ours.is_none_or(|o| o.0 < theirs.0)
+            || (ours.is_some_and(|o| o.0 == theirs.0) && !self.view().stack.is_current());
+        if !behind || theirs.0 > applied.0 {
             return Ok(());
         }
         // Apply the operations after their tables over them, then swap.

@@ -215,6 +215,14 @@ impl Stack {
         Ok(Stack { tables: chain })
     }
 
+    /// Whether every table of the stack is still the file at its name: gc
+    /// writes tables again under their names without the text of what it
+    /// dropped, and a writer that merged the copies it mapped before would
+    /// write that text back.
+    pub(super) fn is_current(&self) -> bool {
+        self.tables.iter().all(|t| t.table.is_current())
+    }
+
     /// The last operation the tables cover, and its hash.
     pub(super) fn covered(&self) -> Option<(u64, Hash)> {
         self.tables

@@ -85,6 +85,11 @@ impl fmt::Display for TableError {
 
 impl std::error::Error for TableError {}
 
+fn identity(m: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (m.dev(), m.ino())
+}
+
 /// `<first>-<last>.sit`, each number 16 decimal digits.
 pub fn table_file_name(meta: &TableMeta) -> String {
     format!("{:016}-{:016}.sit", meta.first, meta.last)
@@ -195,6 +200,9 @@ struct Layout {
 pub struct Table {
     bytes: Bytes,
     path: Option<PathBuf>,
+    /// The mapped file's (device, inode), read from the file opened, so
+    /// that a writer can tell a table since replaced under its name.
+    identity: Option<(u64, u64)>,
     layout: Layout,
 }
 
@@ -378,9 +386,11 @@ impl Table {
         let file = File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
         let map = map(&file).map_err(|e| fail(format!("cannot map: {e}")))?;
         let layout = parse_header(&map).map_err(|r| corrupt(Some(path), r))?;
+        let identity = file.metadata().ok().map(|m| identity(&m));
         Ok(Table {
             bytes: Bytes::Mapped(map),
             path: Some(path.to_path_buf()),
+            identity,
             layout,
         })
     }
@@ -391,8 +401,20 @@ impl Table {
         Ok(Table {
             bytes: Bytes::Owned(bytes),
             path: None,
+            identity: None,
             layout,
         })
+    }
+
+    /// Whether the file this table was opened from is still the one at its
+    /// path (`false` once another writer replaced or deleted it; always
+    /// `true` for a table in memory).
+    pub fn is_current(&self) -> bool {
+        match (&self.path, self.identity) {
+            (Some(path), Some(id)) => std::fs::metadata(path).is_ok_and(|m| identity(&m) == id),
+            (Some(_), None) => false,
+            (None, _) => true,
+        }
     }
 
     fn bytes(&self) -> &[u8] {
