@@ -286,9 +286,9 @@ fn every_verb_refuses_a_store_of_another_format() {
     let format = d.join("s/FORMAT");
     for (text, code, says) in [
         (
-            "sessctl store format 4\n",
+            "sessctl store format 5\n",
             1,
-            "has store format 4; this sessctl reads format 3 and older",
+            "has store format 5; this sessctl reads format 4 and older",
         ),
         ("sessctl store format one\n", 3, "FORMAT is damaged"),
         ("", 3, "FORMAT is damaged"),

@@ -308,16 +308,40 @@ fn pack_blocks(store: &Path) -> Vec<(PathBuf, Vec<u8>, Vec<u8>)> {
             std::fs::read(&pack_path).unwrap(),
         );
         let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+        let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+        let version = u32_at(&idx, 4);
         let (n, k) = (u32_at(&idx, 8) as usize, u32_at(&idx, 12) as usize);
+        // Version 1: a 16-byte header and 16-byte block entries; version 2:
+        // a 24-byte header, 20-byte block entries naming a dictionary, and
+        // the dictionary table after them.
+        let (header, entry) = if version == 1 { (16, 16) } else { (24, 20) };
+        let blocks_at = header + 1024 + 44 * n;
+        let dictionary = |d: usize| -> Vec<u8> {
+            let at = blocks_at + entry * k + 48 * d;
+            let (offset, len) = (u64_at(&idx, at) as usize, u32_at(&idx, at + 8) as usize);
+            pack[offset..offset + len].to_vec()
+        };
         for b in 0..k {
-            let at = 1040 + 44 * n + 16 * b;
-            let offset = u64::from_le_bytes(idx[at..at + 8].try_into().unwrap()) as usize;
+            let at = blocks_at + entry * b;
+            let offset = u64_at(&idx, at) as usize;
             let (clen, rlen) = (
                 u32_at(&idx, at + 8) as usize,
                 u32_at(&idx, at + 12) as usize,
             );
+            let dict = if version == 1 {
+                0
+            } else {
+                u32_at(&idx, at + 16) as usize
+            };
             let compressed = pack[offset..offset + clen].to_vec();
-            let raw = zstd::bulk::decompress(&compressed, rlen).unwrap();
+            let raw = if dict == 0 {
+                zstd::bulk::decompress(&compressed, rlen).unwrap()
+            } else {
+                zstd::bulk::Decompressor::with_dictionary(&dictionary(dict - 1))
+                    .unwrap()
+                    .decompress(&compressed, rlen)
+                    .unwrap()
+            };
             out.push((pack_path.clone(), compressed, raw));
         }
     }
@@ -329,16 +353,26 @@ fn holds(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// Many conversations packed in small blocks; some deleted. gc keeps
-/// exactly what the others reach, copies the blocks that lose nothing as
-/// they were (their compressed bytes, byte for byte), and no pack block,
-/// inflated, holds a byte of a dropped message.
+/// exactly what the others reach and no file of the store, pack blocks
+/// inflated, holds a byte of a dropped message. Packed without a
+/// dictionary, the blocks that lose nothing are copied as they were (their
+/// compressed bytes, byte for byte); packed with one, which holds pieces
+/// of the pack's records, every block of the pack is written again.
 #[test]
 fn gc_copies_clean_blocks_and_keeps_exactly_what_is_reachable() {
+    gc_keeps_exactly_what_is_reachable(0);
+    gc_keeps_exactly_what_is_reachable(
+        sessctl_store::odb::pack::PackOptions::default().dictionary_size,
+    );
+}
+
+fn gc_keeps_exactly_what_is_reachable(dictionary_size: usize) {
     use sessctl_store::odb::pack::PackOptions;
     let (_d, path) = new_store();
     let store = open(&path);
     let small = PackOptions {
         block_target: 2048,
+        dictionary_size,
         ..PackOptions::default()
     };
     let text = |c: usize, t: usize| {
@@ -399,11 +433,15 @@ fn gc_copies_clean_blocks_and_keeps_exactly_what_is_reachable() {
         .iter()
         .filter(|(_, c, _)| new_blocks.iter().any(|(_, n, _)| n == c))
         .count();
-    assert!(
-        copied > 0 && copied < old_blocks.len(),
-        "{copied} of {}",
-        old_blocks.len()
-    );
+    if dictionary_size == 0 {
+        assert!(
+            copied > 0 && copied < old_blocks.len(),
+            "{copied} of {}",
+            old_blocks.len()
+        );
+    } else {
+        assert_eq!(copied, 0, "of {}", old_blocks.len());
+    }
     assert!(old_blocks
         .iter()
         .any(|(_, _, raw)| holds(raw, b"DROPPEDTEXT")));

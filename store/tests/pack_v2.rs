@@ -174,10 +174,14 @@ fn fsck_names_a_damaged_dictionary_and_its_pack() {
     }
 }
 
-/// gc copies whole blocks of two packs with different dictionaries: the
-/// new pack carries both, and every object still reads.
+/// gc merges two packs with different dictionaries, one of which loses an
+/// object: the blocks of the pack that loses nothing are copied with their
+/// dictionary; the other pack's blocks are all written again with that
+/// dictionary, and its own dictionary (made of its records, the dropped
+/// one's among them) is not carried into the new pack. Every object kept
+/// still reads.
 #[test]
-fn a_sweep_carries_the_dictionaries_of_the_blocks_it_copies() {
+fn a_sweep_carries_only_the_dictionaries_of_packs_that_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
     let odb = Odb::init(&path).unwrap();
@@ -197,8 +201,20 @@ fn a_sweep_carries_the_dictionaries_of_the_blocks_it_copies() {
     let odb = Odb::open(&path, &OpenOptions::default()).unwrap();
     let all = odb.backend().ids().unwrap();
     assert_eq!(odb.stats().unwrap().packs, 2);
-    // One object of the second pack goes: its block is written again, the
-    // others of both packs are copied as they are.
+    let second = pack_files(&path)
+        .into_iter()
+        .find(|(_, idx)| {
+            let bytes = fs::read(idx).unwrap();
+            let view = IndexView::parse(&bytes).unwrap();
+            view.position(&others[0].id()).is_some()
+        })
+        .unwrap();
+    let second_dictionary = {
+        let idx = fs::read(&second.1).unwrap();
+        let (offset, len, _) = IndexView::parse(&idx).unwrap().dictionary_entry(0).unwrap();
+        fs::read(&second.0).unwrap()[offset as usize..][..len as usize].to_vec()
+    };
+    // One object of the second pack goes.
     let doomed: IdSet = [others[5].id()].into_iter().collect();
     let stats = odb
         .backend()
@@ -210,7 +226,11 @@ fn a_sweep_carries_the_dictionaries_of_the_blocks_it_copies() {
     let idx = fs::read(&packs[0].1).unwrap();
     let view = IndexView::parse(&idx).unwrap();
     view.verify().unwrap();
-    assert_eq!(view.dictionary_count(), 2);
+    assert_eq!(view.dictionary_count(), 1);
+    let new_pack = fs::read(&packs[0].0).unwrap();
+    assert!(!new_pack
+        .windows(second_dictionary.len())
+        .any(|w| w == second_dictionary.as_slice()));
     for id in &all {
         if doomed.contains(id) {
             assert!(odb.read(id).is_err());
@@ -248,11 +268,19 @@ fn a_store_of_version_1_packs_and_version_2_ops_still_reads_and_is_repacked() {
         }
         (report.objects, store.reflog_entries().unwrap().len())
     };
+    let format = || fs::read_to_string(path.join("FORMAT")).unwrap();
+    let old_format = format();
+    assert_ne!(old_format, "sessctl store format 4\n");
     let store = Store::open(&path, &OpenOptions::default()).unwrap();
     let before = check(&store);
     assert!(before.0 > 0 && before.1 > 0);
+    // Reading changes nothing on disk.
+    assert_eq!(format(), old_format);
 
     store.repack(&RepackOptions::default()).unwrap();
+    // The first version-2 pack raised the store's format: an older sessctl
+    // refuses it as newer.
+    assert_eq!(format(), "sessctl store format 4\n");
     let packs = pack_files(&path);
     assert_eq!(packs.len(), 1);
     assert_eq!(fs::read(&packs[0].0).unwrap()[4..8], 2u32.to_le_bytes());

@@ -575,7 +575,7 @@ fn the_first_expiry_raises_the_store_format_so_older_readers_refuse_it_as_newer(
     assert!(!store.live_reflog_entries().unwrap().is_empty());
     drop(store);
     // A format this sessctl does not know is refused, naming both.
-    std::fs::write(path.join("FORMAT"), "sessctl store format 4\n").unwrap();
+    std::fs::write(path.join("FORMAT"), "sessctl store format 5\n").unwrap();
     let e = Store::open(&path, &OpenOptions::default()).unwrap_err();
     assert!(
         matches!(e, sessctl_store::Error::UnsupportedFormat { .. }),

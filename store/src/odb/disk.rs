@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::journal::{self, FrameBuilder, Journal};
-use super::layout::{check_format, raise_format, STORE_FORMAT_RAW};
+use super::layout::{check_format, raise_format, STORE_FORMAT_PACK2, STORE_FORMAT_RAW};
 use super::lock::{LockFile, LockGuard};
 use super::oplog::{oplog_files, read_oplog_file, write_oplog_file};
 use super::pack::{self, Pack, RecordLoc};
@@ -43,6 +43,9 @@ pub struct DiskBackend {
     /// Whether `FORMAT` is known to say at least [`STORE_FORMAT_RAW`], so
     /// that a raw object may be appended without reading it.
     raw_format: std::sync::atomic::AtomicBool,
+    /// Whether `FORMAT` is known to say at least [`STORE_FORMAT_PACK2`], so
+    /// that a packer may write a version-2 pack without reading it.
+    pack2_format: std::sync::atomic::AtomicBool,
     notes: Mutex<Vec<String>>,
     /// What the journal scan found damaged, kept for fsck.
     damage: Vec<String>,
@@ -82,6 +85,7 @@ impl DiskBackend {
             wait: opts.wait,
             packs_seen: std::sync::atomic::AtomicU64::new(u64::MAX),
             raw_format: std::sync::atomic::AtomicBool::new(false),
+            pack2_format: std::sync::atomic::AtomicBool::new(false),
             auto_pack: opts.auto_pack,
             damage: notes
                 .iter()
@@ -168,6 +172,22 @@ impl DiskBackend {
         Ok((one_at_a_time, before, sealed))
     }
 
+    /// Raises `FORMAT` to [`STORE_FORMAT_PACK2`] before the first version-2
+    /// pack or version-3 op-log file is written, so that an older sessctl
+    /// refuses the store as newer instead of reading those files as damage
+    /// (objects-format.md, "Versioning"). Under the write lock, as every
+    /// raise is, so that two raises never race.
+    fn raise_for_packs(&self) -> Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.pack2_format.load(Relaxed) {
+            return Ok(());
+        }
+        let _guard = self.lock_write()?;
+        raise_format(&self.root, STORE_FORMAT_PACK2)?;
+        self.pack2_format.store(true, Relaxed);
+        Ok(())
+    }
+
     /// Removes what a packer that died left behind (`packs/.tmp-*`,
     /// `oplog/.tmp-*`). The caller holds the pack lock, so no one is writing
     /// one now.
@@ -211,6 +231,7 @@ impl DiskBackend {
         sealed: Vec<u64>,
         old: Vec<Arc<Pack>>,
     ) -> Result<RepackStats> {
+        self.raise_for_packs()?;
         let mut objects = Vec::new();
         let kept = |id: &ObjectId| keep.is_none_or(|k| k(id));
         // A damaged object is not carried into the new pack, and the file
@@ -361,9 +382,14 @@ impl DiskBackend {
         let (mut chosen, mut untouched) = (Vec::new(), Vec::new());
         let mut new_objects = 0;
         let mut dropping = false;
+        // Packs that lose an object: their dictionaries may hold its text
+        // (a dictionary is made of its pack's records), so none of their
+        // dictionaries outlives them (see below).
+        let mut losing: HashSet<String> = HashSet::new();
         for p in packs {
             let gone = p.count_in(doomed)?;
             if gone > 0 {
+                losing.insert(p.name().to_owned());
                 dropping = true;
                 new_objects += p.object_count() - gone;
                 chosen.push(p);
@@ -395,6 +421,7 @@ impl DiskBackend {
         }
         // The largest first: its blocks keep their place at the front.
         chosen.sort_by_key(|p| std::cmp::Reverse(p.object_count()));
+        self.raise_for_packs()?;
         let packs_dir = self.root.join("packs");
         let mut w = pack::PackWriter::create(&packs_dir, opts.pack)?;
         w.reserve(chosen.iter().map(|p| p.object_count()).sum::<usize>() + segment_ids.len());
@@ -420,20 +447,41 @@ impl DiskBackend {
                 Err(e) => return Err(e),
             }
         }
-        // The largest pack's dictionary (its first, which its writer
-        // trained) serves the blocks written again and the new objects: its
-        // copied blocks name it already, so the new pack holds one
-        // dictionary where it can. A damaged one is not adopted.
-        let adopted = match chosen.first() {
-            Some(p) if p.dictionary_count() > 0 && p.dictionary_bytes(0).is_ok() => {
-                w.adopt_dictionary(p, 0)?;
-                true
+        // A dictionary holds pieces of the records it was trained on, and
+        // every dictionary is trained on records of the pack holding it
+        // (a merge that drops nothing carries it along with all of them).
+        // So a pack that loses an object keeps none of its dictionaries:
+        // all its blocks are written again, and gc leaves no piece of a
+        // dropped object's text behind (objects-format.md, "Garbage
+        // collection"). The largest pack that loses nothing lends its
+        // dictionary (its first, which its writer trained) to the blocks
+        // written again and the new objects: its copied blocks name it
+        // already. Else one is trained on what the new pack will hold. A
+        // damaged dictionary is not adopted.
+        let lender = chosen.iter().find(|p| {
+            !losing.contains(p.name()) && p.dictionary_count() > 0 && p.dictionary_bytes(0).is_ok()
+        });
+        match lender {
+            Some(p) => w.adopt_dictionary(p, 0)?,
+            None => {
+                let mut samples: Vec<Vec<u8>> = Vec::new();
+                let budget = opts.pack.dictionary_size.saturating_mul(64);
+                let mut taken: usize = objects.iter().map(|o| o.payload().len()).sum();
+                for p in &chosen {
+                    if taken >= budget {
+                        break;
+                    }
+                    p.sample_records(&|id| !doomed.contains(id), budget - taken, &mut samples)?;
+                    taken = objects.iter().map(|o| o.payload().len()).sum::<usize>()
+                        + samples.iter().map(Vec::len).sum::<usize>();
+                }
+                let records: Vec<&[u8]> = objects
+                    .iter()
+                    .map(EncodedObject::payload)
+                    .chain(samples.iter().map(Vec::as_slice))
+                    .collect();
+                w.train_dictionary(&records)?;
             }
-            _ => false,
-        };
-        if !adopted {
-            let records: Vec<&[u8]> = objects.iter().map(EncodedObject::payload).collect();
-            w.train_dictionary(&records)?;
         }
         for (i, p) in chosen.iter().enumerate() {
             // An object another chosen pack holds too (a packer that died
@@ -455,7 +503,8 @@ impl DiskBackend {
             // ones its writer wrote; any other is read object by object,
             // and what fails is left behind with its pack.
             let verbatim = p.checksum_holds();
-            let plan = p.sweep_plan(&skip, !verbatim)?;
+            let keeps_no_dictionary = losing.contains(p.name()) && p.dictionary_count() > 0;
+            let plan = p.sweep_plan(&skip, !verbatim || keeps_no_dictionary)?;
             let mut new_block = vec![u32::MAX; plan.blocks()];
             for n in 0..plan.blocks() as u32 {
                 if !plan.used(n) {

@@ -10,8 +10,9 @@ use crate::error::{Error, IoResultExt, Result};
 use crate::odb::atomic_file::AtomicFile;
 
 /// The newest store format, in `FORMAT` (objects-format.md, "Versioning"):
-/// 3, a store that holds a raw object. This sessctl reads formats 1 to 3.
-pub const STORE_FORMAT_VERSION: u32 = 3;
+/// 4, a store with a version-2 pack or a version-3 op-log file. This
+/// sessctl reads formats 1 to 4.
+pub const STORE_FORMAT_VERSION: u32 = 4;
 /// The format a new store is written in (no operation expires ref-log
 /// entries, no raw object): a store stays at it until something an older
 /// sessctl cannot read is first written, which raises it ([`raise_format`])
@@ -22,6 +23,9 @@ pub const STORE_FORMAT_INITIAL: u32 = 1;
 pub const STORE_FORMAT_EXPIRE: u32 = 2;
 /// Format 3: the store holds a raw object (kind code 3).
 pub const STORE_FORMAT_RAW: u32 = 3;
+/// Format 4: the store holds a version-2 pack (zstd dictionaries) or a
+/// version-3 op-log file (compressed whole).
+pub const STORE_FORMAT_PACK2: u32 = 4;
 /// The first line of `FORMAT`, before the version number.
 pub const FORMAT_PREFIX: &str = "sessctl store format ";
 
@@ -45,7 +49,7 @@ pub fn init_layout(path: &Path) -> Result<()> {
 }
 
 /// Checks that `path` is a store of a format this sessctl reads: its
-/// `FORMAT` file says `sessctl store format 1`, `2` or `3`. Every open goes
+/// `FORMAT` file says `sessctl store format 1`, `2`, `3` or `4`. Every open goes
 /// through it, readers included, and so does every shortcut that reads a
 /// store's files without opening it (`ls`'s listing).
 pub fn check_format(path: &Path) -> Result<()> {

@@ -155,6 +155,49 @@ impl Pack {
         })
     }
 
+    /// Appends to `out` the payloads of objects `keep` accepts, from blocks
+    /// spread evenly over the pack, about `budget` bytes of them: samples a
+    /// new dictionary is trained on. Objects that do not read are passed
+    /// over (the caller meets them again, and reports them, as it copies).
+    pub fn sample_records(
+        &self,
+        keep: &dyn Fn(&ObjectId) -> bool,
+        budget: usize,
+        out: &mut Vec<Vec<u8>>,
+    ) -> Result<()> {
+        let dir = self.directory()?;
+        let blocks = dir.blocks();
+        if blocks == 0 || budget == 0 {
+            return Ok(());
+        }
+        let raw: u64 = (0..blocks)
+            .filter_map(|n| self.view().block_entry(n).map(|(_, _, r)| u64::from(r)))
+            .sum();
+        // Every k-th block, so that about `budget` bytes are read.
+        let step = (raw / budget as u64).max(1) as usize;
+        let mut taken = 0;
+        for n in (0..blocks).step_by(step) {
+            if taken >= budget {
+                break;
+            }
+            let records: Vec<BlockRecord> = dir
+                .records(n)
+                .iter()
+                .filter(|r| keep(&r.id))
+                .cloned()
+                .collect();
+            self.read_block(n, &records, &|_| true, &mut |items| {
+                for (_, read) in items {
+                    if let Ok((_, _, Some(payload))) = read {
+                        taken += payload.len();
+                        out.push(payload.to_vec());
+                    }
+                }
+            });
+        }
+        Ok(())
+    }
+
     /// Reads the objects `records` of block `n` (from [`Pack::directory`])
     /// with the block inflated once, and hands them to `f` in one batch,
     /// each as [`Pack::read`] would return it: its kind and payload,
