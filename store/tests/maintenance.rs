@@ -361,9 +361,7 @@ fn holds(haystack: &[u8], needle: &[u8]) -> bool {
 #[test]
 fn gc_copies_clean_blocks_and_keeps_exactly_what_is_reachable() {
     gc_keeps_exactly_what_is_reachable(0);
-    gc_keeps_exactly_what_is_reachable(
-        sessctl_store::odb::pack::PackOptions::default().dictionary_size,
-    );
+    gc_keeps_exactly_what_is_reachable(4096);
 }
 
 fn gc_keeps_exactly_what_is_reachable(dictionary_size: usize) {
@@ -377,7 +375,12 @@ fn gc_keeps_exactly_what_is_reachable(dictionary_size: usize) {
     };
     let text = |c: usize, t: usize| {
         let tag = if c % 4 == 1 { "DROPPEDTEXT" } else { "kept" };
-        format!("{tag} c{c} t{t} {}", "lorem ipsum ".repeat(8))
+        {
+            let words: String = (0..24)
+                .map(|k| format!("w{} ", (c * 31 + t * 7 + k * 13) % 97))
+                .collect();
+            format!("{tag} c{c} t{t} {words}{}", "lorem ipsum ".repeat(8))
+        }
     };
     for c in 0..24 {
         let name = format!("c{c:02}");
@@ -396,6 +399,18 @@ fn gc_keeps_exactly_what_is_reachable(dictionary_size: usize) {
     let before: std::collections::BTreeSet<ObjectId> =
         store.odb().backend().ids().unwrap().into_iter().collect();
     let old_blocks = pack_blocks(&path);
+    // The repack trained a dictionary when asked to (the version-2 index's
+    // header says how many).
+    let dictionaries: u32 = std::fs::read_dir(path.join("packs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "idx"))
+        .map(|p| {
+            let idx = std::fs::read(p).unwrap();
+            u32::from_le_bytes(idx[16..20].try_into().unwrap())
+        })
+        .sum();
+    assert_eq!(dictionaries > 0, dictionary_size > 0);
     // What the deleted conversations alone hold: their sessions and blobs.
     let mut doomed = std::collections::BTreeSet::new();
     for c in (0..24).filter(|c| c % 4 == 1) {

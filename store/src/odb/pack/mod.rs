@@ -62,8 +62,11 @@ pub const CHECKSUM_LEN: usize = 32;
 /// Uncompressed bytes gathered into one block before it is cut (hot packs).
 pub const DEFAULT_BLOCK_TARGET: usize = 64 << 10;
 pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
-/// The largest dictionary a hot pack trains.
-pub const DEFAULT_DICTIONARY_SIZE: usize = 16 << 10;
+/// The largest dictionary a hot pack trains: none. A pack that loses an
+/// object to gc keeps none of its dictionaries, so every block of it is
+/// written again (objects-format.md, "Garbage collection"); hot packs,
+/// which gc sweeps most, copy their surviving blocks as they are instead.
+pub const DEFAULT_DICTIONARY_SIZE: usize = 0;
 /// A cold pack's (a full repack's): larger blocks, a higher level, a
 /// larger dictionary (objects-format.md, "Packs").
 pub const COLD_BLOCK_TARGET: usize = 128 << 10;
