@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
+use sessctl_store::import::tail::{import_more, import_resumable, Resume};
 use sessctl_store::import::SourceFile;
 use sessctl_store::import::{import_sources, sanitize_name, Format, ImportOptions, ImportReport};
 use sessctl_store::{Error, Store};
@@ -144,7 +145,14 @@ fn run(ctx: &Ctx, args: HookArgs) -> CmdResult {
     };
     let store = ctx.open_store()?;
     let cursors = Cursors::new(&ctx.store);
-    let outcome = catch_up(&store, &cursors, &unit, args.no_sync, finished.as_deref())?;
+    let outcome = catch_up(
+        &store,
+        &cursors,
+        &unit,
+        args.no_sync,
+        finished.as_deref(),
+        None,
+    )?;
     report(&unit, outcome.as_ref())
 }
 
@@ -537,12 +545,19 @@ fn refs_digest(store: &Store, unit: &Unit) -> CmdResult<Option<String>> {
 /// marks as ended is imported too (`ImportOptions::finished`); otherwise
 /// (the answer not flushed yet) it is held back as usual. Never does a
 /// catch-up move a conversation to a line that does not descend from it.
+///
+/// With `memo` (a watcher's memory of the unit), a catch-up goes on from
+/// where the last one left when the files only grew and the refs are as it
+/// left them: it reads, parses and writes only the new lines (see
+/// `sessctl_store::import::tail`), and reads the files whole otherwise. A
+/// hook, a new process each time, reads them whole.
 pub fn catch_up(
     store: &Store,
     cursors: &Cursors,
     unit: &Unit,
     no_sync: bool,
     finished: Option<&str>,
+    mut memo: Option<&mut Memo>,
 ) -> CmdResult<Option<ImportReport>> {
     let unit = &Unit {
         files: unit.files.iter().filter(|f| f.is_file()).cloned().collect(),
@@ -566,7 +581,19 @@ pub fn catch_up(
                 return Ok(None);
             }
         }
-        let (sources, base) = read_complete_lines(unit)?;
+        if let (Some(m), None) = (memo.as_deref_mut(), finished) {
+            if let Some(report) = go_on(store, unit, m, no_sync)? {
+                let mut record = BTreeMap::new();
+                record.insert("files", states);
+                record.insert("refs", json!(refs_digest(store, unit)?));
+                record.insert("held_back", json!(report.held_back));
+                if report.skipped.is_empty() {
+                    cursors.put(unit, &json!(record));
+                }
+                return Ok(Some(report));
+            }
+        }
+        let (sources, base, ends) = read_complete_lines(unit)?;
         let opts = ImportOptions {
             no_sync,
             progress: None,
@@ -580,13 +607,28 @@ pub fn catch_up(
             }),
             rewrite_imported: false,
         };
-        let report = match import_sources(store, unit.format, &sources, &opts, base) {
+        let result = match (memo.as_deref_mut(), &ends) {
+            (Some(m), Some(ends)) => import_resumable(store, unit.format, &sources, &opts, base)
+                .map(|(r, resume)| {
+                    m.0 = resume.map(|resume| Left {
+                        resume,
+                        ends: ends.clone(),
+                        refs: None,
+                    });
+                    r
+                }),
+            _ => import_sources(store, unit.format, &sources, &opts, base),
+        };
+        let report = match result {
             Err(Error::RefOutOfDate { .. }) if attempt < 50 => {
                 attempt += 1;
                 continue;
             }
             r => r?,
         };
+        if let Some(Memo(Some(left))) = memo.as_deref_mut() {
+            left.refs = refs_digest(store, unit)?;
+        }
         let mut record = BTreeMap::new();
         record.insert("files", states);
         record.insert("refs", json!(refs_digest(store, unit)?));
@@ -641,20 +683,132 @@ fn last_answer(text: &str) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("\n\n").trim().to_owned())
 }
 
-/// The unit's files up to their last newline.
-fn read_complete_lines(unit: &Unit) -> CmdResult<(Vec<SourceFile>, ImportReport)> {
+/// What a watcher remembers of a unit between catch-ups: where the last
+/// one left its files, when it can be gone on from.
+#[derive(Debug, Default)]
+pub struct Memo(Option<Left>);
+
+#[derive(Debug)]
+struct Left {
+    resume: Resume,
+    /// Per file: its device and inode, and the length read (its complete
+    /// lines).
+    ends: Vec<(u64, u64, u64)>,
+    /// The unit's refs as that catch-up left them.
+    refs: Option<String>,
+}
+
+/// Catches up from where the memo says the last catch-up left, reading
+/// only what the files gained; `None` (the memo then forgotten) when the
+/// files must be read whole: one shrank or was replaced, the unit's files
+/// changed, someone else moved its refs, or the new lines need it.
+fn go_on(
+    store: &Store,
+    unit: &Unit,
+    memo: &mut Memo,
+    no_sync: bool,
+) -> CmdResult<Option<ImportReport>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let Some(left) = memo.0.take() else {
+        return Ok(None);
+    };
+    if unit.conversation.is_none()
+        || left.refs.is_none()
+        || !left
+            .resume
+            .files()
+            .eq(unit.files.iter().map(PathBuf::as_path))
+        || refs_digest(store, unit)? != left.refs
+    {
+        return Ok(None);
+    }
+    let mut texts = Vec::with_capacity(unit.files.len());
+    let mut ends = Vec::with_capacity(unit.files.len());
+    let mut base = ImportReport::default();
+    for (f, &(dev, ino, len)) in unit.files.iter().zip(&left.ends) {
+        let Ok(mut file) = std::fs::File::open(f) else {
+            return Ok(None);
+        };
+        let Ok(m) = file.metadata() else {
+            return Ok(None);
+        };
+        if m.dev() != dev || m.ino() != ino || m.len() < len {
+            return Ok(None);
+        }
+        let mut bytes = Vec::new();
+        if file.seek(SeekFrom::Start(len)).is_err() || file.read_to_end(&mut bytes).is_err() {
+            return Ok(None);
+        }
+        let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        bytes.truncate(complete);
+        let Ok(text) = String::from_utf8(bytes) else {
+            return Ok(None);
+        };
+        base.files += 1;
+        base.bytes_read += complete as u64;
+        ends.push((dev, ino, len + complete as u64));
+        texts.push(text);
+    }
+    let opts = ImportOptions {
+        no_sync,
+        ..ImportOptions::default()
+    };
+    let more: Vec<&str> = texts.iter().map(String::as_str).collect();
+    match import_more(store, &left.resume, &more, &opts, base) {
+        Ok(Some((report, next))) => {
+            memo.0 = next.map(|resume| Left {
+                resume,
+                ends,
+                refs: None,
+            });
+            if let Some(l) = &mut memo.0 {
+                l.refs = refs_digest(store, unit)?;
+            }
+            Ok(Some(report))
+        }
+        // Another writer won a ref: read whole, which retries.
+        Ok(None) | Err(Error::RefOutOfDate { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The unit's files up to their last newline, and, when every one is
+/// valid UTF-8, each one's device, inode and length read (what a catch-up
+/// going on from this one checks and reads after).
+#[allow(clippy::type_complexity)]
+fn read_complete_lines(
+    unit: &Unit,
+) -> CmdResult<(Vec<SourceFile>, ImportReport, Option<Vec<(u64, u64, u64)>>)> {
     let mut sources = Vec::with_capacity(unit.files.len());
     let mut base = ImportReport::default();
+    let mut ends = Some(Vec::with_capacity(unit.files.len()));
     for f in &unit.files {
-        let bytes =
-            std::fs::read(f).map_err(|e| CommandError::Failed(format!("{}: {e}", f.display())))?;
+        let mut file = std::fs::File::open(f)
+            .map_err(|e| CommandError::Failed(format!("{}: {e}", f.display())))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| CommandError::Failed(format!("{}: {e}", f.display())))?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut bytes)
+            .map_err(|e| CommandError::Failed(format!("{}: {e}", f.display())))?;
         let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
         base.files += 1;
         base.bytes_read += complete as u64;
+        bytes.truncate(complete);
+        let text = match String::from_utf8(bytes) {
+            Ok(t) => t,
+            Err(e) => {
+                ends = None;
+                String::from_utf8_lossy(e.as_bytes()).into_owned()
+            }
+        };
+        if let Some(ends) = &mut ends {
+            ends.push((meta.dev(), meta.ino(), complete as u64));
+        }
         sources.push(SourceFile {
             path: f.clone(),
-            text: String::from_utf8_lossy(&bytes[..complete]).into_owned(),
+            text,
         });
     }
-    Ok((sources, base))
+    Ok((sources, base, ends))
 }
