@@ -691,11 +691,35 @@ pub struct Memo(Option<Left>);
 #[derive(Debug)]
 struct Left {
     resume: Resume,
-    /// Per file: its device and inode, and the length read (its complete
-    /// lines).
-    ends: Vec<(u64, u64, u64)>,
+    /// Per file: its device and inode, the length read (its complete
+    /// lines), and the last bytes of that (a file rewritten in place reads
+    /// otherwise there).
+    ends: Vec<End>,
     /// The unit's refs as that catch-up left them.
     refs: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct End {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    last: Vec<u8>,
+}
+
+/// How many bytes before where a catch-up left a file the next checks.
+const CHECKED: u64 = 256;
+
+impl End {
+    fn new(meta: &std::fs::Metadata, complete: &[u8], before: u64) -> End {
+        let tail = complete.len().saturating_sub(CHECKED as usize);
+        End {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: before + complete.len() as u64,
+            last: complete[tail..].to_vec(),
+        }
+    }
 }
 
 /// Catches up from where the memo says the last catch-up left, reading
@@ -725,28 +749,39 @@ fn go_on(
     let mut texts = Vec::with_capacity(unit.files.len());
     let mut ends = Vec::with_capacity(unit.files.len());
     let mut base = ImportReport::default();
-    for (f, &(dev, ino, len)) in unit.files.iter().zip(&left.ends) {
+    for (f, end) in unit.files.iter().zip(&left.ends) {
         let Ok(mut file) = std::fs::File::open(f) else {
             return Ok(None);
         };
         let Ok(m) = file.metadata() else {
             return Ok(None);
         };
-        if m.dev() != dev || m.ino() != ino || m.len() < len {
+        if m.dev() != end.dev || m.ino() != end.ino || m.len() < end.len {
             return Ok(None);
         }
+        // The bytes before the new ones must be the ones read last time.
+        let from = end.len - end.last.len() as u64;
         let mut bytes = Vec::new();
-        if file.seek(SeekFrom::Start(len)).is_err() || file.read_to_end(&mut bytes).is_err() {
+        if file.seek(SeekFrom::Start(from)).is_err() || file.read_to_end(&mut bytes).is_err() {
             return Ok(None);
         }
+        if !bytes.starts_with(&end.last) {
+            return Ok(None);
+        }
+        let mut bytes = bytes.split_off(end.last.len());
         let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
         bytes.truncate(complete);
+        let next = if complete == 0 {
+            end.clone()
+        } else {
+            End::new(&m, &bytes, end.len)
+        };
         let Ok(text) = String::from_utf8(bytes) else {
             return Ok(None);
         };
         base.files += 1;
         base.bytes_read += complete as u64;
-        ends.push((dev, ino, len + complete as u64));
+        ends.push(next);
         texts.push(text);
     }
     let opts = ImportOptions {
@@ -778,7 +813,7 @@ fn go_on(
 #[allow(clippy::type_complexity)]
 fn read_complete_lines(
     unit: &Unit,
-) -> CmdResult<(Vec<SourceFile>, ImportReport, Option<Vec<(u64, u64, u64)>>)> {
+) -> CmdResult<(Vec<SourceFile>, ImportReport, Option<Vec<End>>)> {
     let mut sources = Vec::with_capacity(unit.files.len());
     let mut base = ImportReport::default();
     let mut ends = Some(Vec::with_capacity(unit.files.len()));
@@ -795,6 +830,9 @@ fn read_complete_lines(
         base.files += 1;
         base.bytes_read += complete as u64;
         bytes.truncate(complete);
+        if let Some(ends) = &mut ends {
+            ends.push(End::new(&meta, &bytes, 0));
+        }
         let text = match String::from_utf8(bytes) {
             Ok(t) => t,
             Err(e) => {
@@ -802,13 +840,142 @@ fn read_complete_lines(
                 String::from_utf8_lossy(e.as_bytes()).into_owned()
             }
         };
-        if let Some(ends) = &mut ends {
-            ends.push((meta.dev(), meta.ino(), complete as u64));
-        }
         sources.push(SourceFile {
             path: f.clone(),
             text,
         });
     }
     Ok((sources, base, ends))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+    use super::*;
+    use std::io::Write;
+
+    fn data(sub: &str) -> Option<PathBuf> {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/data")
+            .join(sub);
+        if p.exists() {
+            Some(p)
+        } else {
+            eprintln!("note: {} is absent; skipping", p.display());
+            None
+        }
+    }
+
+    /// Refs and conversation records, as text.
+    fn state(store: &Store) -> (Vec<String>, Vec<String>) {
+        let mut refs: Vec<String> = store
+            .refs()
+            .unwrap()
+            .iter()
+            .map(|(r, t)| format!("{r:?} {t:?}"))
+            .collect();
+        refs.sort();
+        let mut convs: Vec<String> = store
+            .conversations(None)
+            .unwrap()
+            .iter()
+            .map(|c| format!("{} {:?} {:?}", c.name, c.head, c.record))
+            .collect();
+        convs.sort();
+        (refs, convs)
+    }
+
+    fn append(path: &Path, lines: &[String]) {
+        let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+        f.write_all(lines.concat().as_bytes()).unwrap();
+    }
+
+    /// A watcher's catch-ups of a growing transcript read only the bytes
+    /// and parse only the lines it gained; one shrunk in place, rewritten
+    /// in place or replaced by another file is read whole again; and the
+    /// store ends as the whole file imported at once leaves it.
+    #[test]
+    fn a_watcher_reads_only_what_a_file_gained_and_whole_a_file_shrunk_or_replaced() {
+        let files = [
+            (Format::ClaudeCode, "claude-code/session-3fe1b6bc.jsonl"),
+            (
+                Format::Codex,
+                "codex/rollout-2026-05-11T11-26-55-019e1625-789d-76c0-80ab-3724b5ddb799.jsonl",
+            ),
+        ];
+        for (format, sub) in files {
+            let Some(src) = data(sub) else { return };
+            let text = std::fs::read_to_string(&src).unwrap();
+            let lines: Vec<String> = text.split_inclusive('\n').map(str::to_owned).collect();
+            let n = lines.len();
+            let dir = tempfile::tempdir().unwrap();
+            let store_dir = dir.path().join("s");
+            let store = Store::init(&store_dir).unwrap();
+            let cursors = Cursors::new(&store_dir);
+            let file = dir.path().join(src.file_name().unwrap());
+            std::fs::write(&file, lines[..n / 2].concat()).unwrap();
+            let unit = match format {
+                Format::ClaudeCode => claude_unit(&file, None, &mut SessionIds::default()),
+                _ => Unit::single(format, file.clone()),
+            };
+            let mut memo = Memo::default();
+            let catch = |memo: &mut Memo| {
+                catch_up(&store, &cursors, &unit, true, None, Some(memo))
+                    .unwrap()
+                    .unwrap()
+            };
+            assert!(!catch(&mut memo).resumed, "{sub}: the first reads whole");
+            // Grown a few lines at a time (half a line left for later).
+            let mut at = n / 2;
+            while at < n * 3 / 4 {
+                let next = (at + 5).min(n);
+                append(&file, &lines[at..next]);
+                let half = &lines[next][..lines[next].len() / 2];
+                append(&file, &[half.to_owned()]);
+                let r = catch(&mut memo);
+                assert!(r.resumed, "{sub}: lines {at}..{next} read whole");
+                // The lines, and the one whose first half came last time.
+                let first = if at == n / 2 { at } else { at - 1 };
+                let gained: usize = lines[first..next].iter().map(String::len).sum();
+                assert_eq!(r.bytes_read as usize, gained, "{sub}");
+                assert_eq!(r.lines_parsed, next - first, "{sub}: lines {at}..{next}");
+                // The rest of the half line comes with the next lines.
+                let rest = &lines[next][lines[next].len() / 2..];
+                append(&file, &[rest.to_owned()]);
+                at = next + 1;
+            }
+            // Shrunk in place (same inode): read whole.
+            std::fs::write(&file, lines[..at - 7].concat()).unwrap();
+            assert!(!catch(&mut memo).resumed, "{sub}: shrunk");
+            append(&file, &lines[at - 7..at]);
+            assert!(catch(&mut memo).resumed, "{sub}: grown again");
+            // Rewritten in place, as long and longer: read whole.
+            let mut changed = lines[..at].concat().into_bytes();
+            let k = changed.len() - 20;
+            changed[k] = if changed[k] == b'a' { b'b' } else { b'a' };
+            std::fs::write(&file, &changed).unwrap();
+            append(&file, &lines[at..at + 2]);
+            assert!(!catch(&mut memo).resumed, "{sub}: rewritten in place");
+            // Replaced by another file (a new inode): read whole.
+            let other = dir.path().join("other");
+            std::fs::write(&other, lines[..at + 4].concat()).unwrap();
+            std::fs::rename(&other, &file).unwrap();
+            assert!(!catch(&mut memo).resumed, "{sub}: replaced");
+            append(&file, &lines[at + 4..]);
+            assert!(catch(&mut memo).resumed, "{sub}: the rest");
+            // The store holds what the whole file imported at once makes.
+            let whole_dir = dir.path().join("w");
+            let whole = Store::init(&whole_dir).unwrap();
+            let opts = ImportOptions {
+                no_sync: true,
+                ..ImportOptions::default()
+            };
+            let src_file = SourceFile {
+                path: file.clone(),
+                text: text.clone(),
+            };
+            import_sources(&whole, format, &[src_file], &opts, ImportReport::default()).unwrap();
+            assert_eq!(state(&store), state(&whole), "{sub}");
+        }
+    }
 }
