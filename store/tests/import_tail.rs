@@ -6,7 +6,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use support::data;
 
 use sessctl_store::import::tail::{import_more, import_resumable, Resume};
@@ -163,14 +163,6 @@ fn whole(format: Format, path: &Path, lines: &[String]) -> (tempfile::TempDir, S
     (dir, store)
 }
 
-fn real(format: Format, sub: &str) -> Option<PathBuf> {
-    data(sub).map(|p| {
-        assert!(p.is_file(), "{}", p.display());
-        let _ = format;
-        p
-    })
-}
-
 /// The largest Claude Code transcripts and both Codex rollouts, fed 1 to 7
 /// lines at a time: the same refs, ids and records as the whole file
 /// imported at once, every move a fast-forward, and most catch-ups read
@@ -194,7 +186,7 @@ fn a_transcript_fed_in_chunks_lands_as_the_whole_file_reading_only_new_lines() {
     for (k, (format, sub)) in files.into_iter().enumerate() {
         // The largest of each format.
         let largest = k == 0 || k == 4;
-        let Some(path) = real(format, sub) else {
+        let Some(path) = data(sub) else {
             return;
         };
         let lines = lines_of(&path);
