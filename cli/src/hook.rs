@@ -8,6 +8,10 @@
 //! **unit** of files one source conversation lives in (a Claude Code session
 //! and its subagents' files), and **catching up** a unit: import its
 //! complete lines, skipping the work when a cursor says nothing changed.
+//! The watcher keeps a [`Memo`] per unit, with which a catch-up reads,
+//! parses and writes only the lines its files gained since the last one
+//! (O(new lines); see `sessctl_store::import::tail` for when it reads them
+//! whole instead). A hook, a new process each time, reads its unit whole.
 //!
 //! Cursors live in `<store>/capture/`, one small JSON file per unit: the
 //! length, inode and mtime of each file at its last import, and a digest of
@@ -789,7 +793,7 @@ fn go_on(
         ..ImportOptions::default()
     };
     let more: Vec<&str> = texts.iter().map(String::as_str).collect();
-    match import_more(store, &left.resume, &more, &opts, base) {
+    match import_more(store, left.resume, &more, &opts, base) {
         Ok(Some((report, next))) => {
             memo.0 = next.map(|resume| Left {
                 resume,

@@ -6,7 +6,7 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use support::data;
 
 use sessctl_store::import::tail::{import_more, import_resumable, Resume};
@@ -93,25 +93,44 @@ fn feed(
     lines: &[String],
     chunk: impl Fn(usize) -> usize,
 ) -> Fed {
+    let lines: Vec<(usize, String)> = lines.iter().map(|l| (0, l.clone())).collect();
+    feed_files(store, format, &[path.to_path_buf()], &lines, chunk)
+}
+
+/// [`feed`] for several files: `lines` are (file, line) in the order they
+/// are written.
+fn feed_files(
+    store: &Store,
+    format: Format,
+    paths: &[PathBuf],
+    lines: &[(usize, String)],
+    chunk: impl Fn(usize) -> usize,
+) -> Fed {
     let mut fed = Fed::default();
     let mut resume: Option<Resume> = None;
+    let mut texts = vec![String::new(); paths.len()];
     let mut at = 0;
     let mut k = 0;
     while at < lines.len() {
         let next = (at + chunk(k).max(1)).min(lines.len());
         k += 1;
-        let more = lines[at..next].concat();
+        let mut more = vec![String::new(); paths.len()];
+        for (f, l) in &lines[at..next] {
+            more[*f].push_str(l);
+            texts[*f].push_str(l);
+        }
         let new_lines = lines[at..next]
             .iter()
-            .filter(|l| !l.trim().is_empty())
+            .filter(|(_, l)| !l.trim().is_empty())
             .count();
-        let went_on = match &resume {
+        let went_on = match resume.take() {
             Some(r) => {
                 let base = ImportReport {
-                    bytes_read: more.len() as u64,
+                    bytes_read: more.iter().map(|m| m.len() as u64).sum(),
                     ..ImportReport::default()
                 };
-                import_more(store, r, &[more.as_str()], &opts(), base).unwrap()
+                let more: Vec<&str> = more.iter().map(String::as_str).collect();
+                import_more(store, r, &more, &opts(), base).unwrap()
             }
             None => None,
         };
@@ -122,7 +141,7 @@ fn feed(
                     report.lines_parsed,
                     new_lines,
                     "{}: lines {at}..{next}: parsed {} lines for {new_lines} new",
-                    path.display(),
+                    paths[0].display(),
                     report.lines_parsed
                 );
                 assert!(report.skipped.is_empty(), "{:?}", report.skipped);
@@ -130,15 +149,14 @@ fn feed(
                 resume = next_resume;
             }
             None => {
-                let all = lines[..next].concat();
-                let (report, r) = import_resumable(
-                    store,
-                    format,
-                    &[source(path, &all)],
-                    &opts(),
-                    ImportReport::default(),
-                )
-                .unwrap();
+                let sources: Vec<SourceFile> = paths
+                    .iter()
+                    .zip(&texts)
+                    .map(|(p, t)| source(p, t))
+                    .collect();
+                let (report, r) =
+                    import_resumable(store, format, &sources, &opts(), ImportReport::default())
+                        .unwrap();
                 assert!(!report.resumed);
                 fed.whole_reads += 1;
                 resume = r;
@@ -209,5 +227,72 @@ fn a_transcript_fed_in_chunks_lands_as_the_whole_file_reading_only_new_lines() {
                 assert!(fed.whole_reads <= 6, "{what}: {fed:?}");
             }
         }
+    }
+}
+
+/// A Claude Code session with its subagents' files (the older layout:
+/// `agent-*.jsonl` beside it), their lines written in time order: the
+/// unit's catch-ups go on across its files and land as the whole unit
+/// imported at once.
+#[test]
+fn a_session_and_its_subagents_fed_in_time_order_land_as_the_whole_unit() {
+    let Some(dir) = data("claude-code/claude/-tmp-private") else {
+        return;
+    };
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    // The main file first, as a unit lists them.
+    paths.sort_by_key(|p| {
+        p.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("agent-")
+    });
+    let mut lines: Vec<(String, usize, String)> = Vec::new();
+    for (f, p) in paths.iter().enumerate() {
+        for l in lines_of(p) {
+            let v: serde_json::Value = serde_json::from_str(&l).unwrap();
+            let t = v["timestamp"].as_str().unwrap_or("").to_owned();
+            lines.push((t, f, l));
+        }
+    }
+    // Time order; a line without a time stays after the one before it.
+    let mut last = String::new();
+    for l in &mut lines {
+        if l.0.is_empty() {
+            l.0.clone_from(&last);
+        }
+        last.clone_from(&l.0);
+    }
+    lines.sort_by(|a, b| a.0.cmp(&b.0));
+    let lines: Vec<(usize, String)> = lines.into_iter().map(|(_, f, l)| (f, l)).collect();
+    let whole_dir = tempfile::tempdir().unwrap();
+    let whole = Store::init(&whole_dir.path().join("s")).unwrap();
+    let sources: Vec<SourceFile> = paths
+        .iter()
+        .map(|p| source(p, &lines_of(p).concat()))
+        .collect();
+    import_sources(
+        &whole,
+        Format::ClaudeCode,
+        &sources,
+        &opts(),
+        ImportReport::default(),
+    )
+    .unwrap();
+    for sizes in [&[1usize][..], &[2, 5]] {
+        let dir = tempfile::tempdir().unwrap();
+        let live = Store::init(&dir.path().join("s")).unwrap();
+        let fed = feed_files(&live, Format::ClaudeCode, &paths, &lines, |k| {
+            sizes[k % sizes.len()]
+        });
+        let what = format!("-tmp-private in chunks of {sizes:?}");
+        eprintln!("{what}: {fed:?}");
+        assert_eq!(state(&live), state(&whole), "{what}");
+        assert_fast_forwards(&live, &what);
+        // A short session: most of it is its first turn, read whole until it ends.
+        assert!(fed.resumed >= 2, "{what}: {fed:?}");
     }
 }

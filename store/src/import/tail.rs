@@ -152,7 +152,7 @@ pub fn import_resumable(
 /// when the next must read them whole).
 pub fn import_more(
     store: &Store,
-    resume: &Resume,
+    mut resume: Resume,
     more: &[&str],
     opts: &ImportOptions,
     report: ImportReport,
@@ -163,7 +163,7 @@ pub fn import_more(
     let mut r = report;
     r.resumed = true;
     if more.iter().all(|m| m.is_empty()) {
-        return Ok(Some((r, Some(resume.clone()))));
+        return Ok(Some((r, Some(resume))));
     }
     let sources: Vec<SourceFile> = resume
         .files
@@ -176,7 +176,7 @@ pub fn import_more(
         .collect();
     let before: Vec<usize> = resume.files.iter().map(|f| f.lines_before).collect();
     let mut cache = LineCache {
-        known: resume.cache.known.clone(),
+        known: std::mem::take(&mut resume.cache.known),
         seen: HashMap::new(),
     };
     let (mut tree, carries) = match (resume.format, &resume.codex, &resume.claude) {
@@ -199,14 +199,14 @@ pub fn import_more(
         (Format::ClaudeCode, _, Some(c)) => {
             let mut trees =
                 claude_code::parse_after(&sources, &before, Some(&c.key), Some(&mut cache), &mut r);
-            if trees.len() != 1 || !claude_goes_on(&trees[0], resume, c) {
+            if trees.len() != 1 || !claude_goes_on(&trees[0], &resume, c) {
                 return Ok(None);
             }
             (trees.pop().expect("one tree"), Vec::new())
         }
         _ => return Ok(None),
     };
-    if !r.skipped.is_empty() || tree.name != resume.name || !linear(&tree, resume) {
+    if !r.skipped.is_empty() || tree.name != resume.name || !linear(&tree, &resume) {
         return Ok(None);
     }
     if let Some(first) = tree.nodes.first_mut() {
@@ -236,12 +236,12 @@ pub fn import_more(
                     held: s.text.clone(),
                 })
                 .collect(),
-            title: copy.title.clone().or(resume.title.clone()),
+            title: copy.title.clone().or(resume.title.take()),
             cache: LineCache {
                 known: cache.seen,
                 seen: HashMap::new(),
             },
-            ..resume.clone()
+            ..resume
         }),
         Some(tail) => resume_of(
             resume.format,
@@ -256,13 +256,16 @@ pub fn import_more(
             cache.seen,
         )
         .map(|mut next| {
-            next.attached.extend(resume.attached.iter().cloned());
-            next.agents.extend(resume.agents.iter().cloned());
-            if let (Some(n), Some(old)) = (&mut next.claude, &resume.claude) {
-                n.known.extend(old.known.iter().cloned());
-                n.message_ids.extend(old.message_ids.iter().cloned());
-                n.leaves.extend(old.leaves.iter().cloned());
-                n.leaves.retain(|l| !n.known.contains(l));
+            // What was written before, and what this catch-up wrote (the
+            // smaller set goes into the larger).
+            next.attached = union(resume.attached, std::mem::take(&mut next.attached));
+            next.agents = union(resume.agents, std::mem::take(&mut next.agents));
+            if let (Some(n), Some(old)) = (&mut next.claude, resume.claude) {
+                n.known = union(old.known, std::mem::take(&mut n.known));
+                n.message_ids = union(old.message_ids, std::mem::take(&mut n.message_ids));
+                n.leaves = union(old.leaves, std::mem::take(&mut n.leaves));
+                let known = &n.known;
+                n.leaves.retain(|l| !known.contains(l));
             }
             next
         }),
@@ -270,15 +273,23 @@ pub fn import_more(
     Ok(Some((r, next)))
 }
 
+fn union(mut old: HashSet<String>, new: HashSet<String>) -> HashSet<String> {
+    old.extend(new);
+    old
+}
+
 /// Whether the tree of the new lines goes on from the last written node
 /// as one line: its first node's parent is that node (or it has no nodes),
 /// every other node's parent is one of its nodes, with one child each, no
-/// compaction first and no subagent.
+/// compaction first. Subagents' lines may start anew (parent none), as
+/// long as their sessions are all held back (`import_tail_tree` checks):
+/// their names and spawners are the whole tree's.
 fn linear(tree: &Tree, resume: &Resume) -> bool {
     let Some(first) = tree.nodes.first() else {
         return true;
     };
     if first.compaction
+        || first.subagent.is_some()
         || !first
             .parent
             .as_ref()
@@ -291,12 +302,12 @@ fn linear(tree: &Tree, resume: &Resume) -> bool {
     for n in &tree.nodes[1..] {
         match n.parent.as_deref() {
             Some(p) if ids.contains(p) && p != n.id => *children.entry(p).or_default() += 1,
+            None if n.subagent.is_some() => {}
             _ => return false,
         }
     }
     ids.len() == tree.nodes.len()
         && children.values().all(|&c| c == 1)
-        && tree.nodes.iter().all(|n| n.subagent.is_none())
         && tree.spawners.keys().all(|k| !resume.agents.contains(k))
 }
 
@@ -423,6 +434,16 @@ fn resume_of(
             });
         }
         Format::ClaudeCode => {
+            // Every file's lines in the one session (a file with none yet
+            // would join the record's `source_files` later).
+            let listed = tree
+                .metadata
+                .get("source_files")
+                .and_then(Value::as_array)
+                .map(Vec::len);
+            if listed != Some(sources.len()) {
+                return None;
+            }
             head_ids.extend(
                 head.merged
                     .iter()

@@ -312,6 +312,11 @@ pub(super) fn import_tail_tree(
         false,
         report,
     )?;
+    // Only the main line moves: a subagent's or fork's sessions would be
+    // named and linked by the whole tree.
+    if built.refs.len() != 1 || built.refs.first().is_some_and(|r| r.2.is_none()) {
+        return Ok(None);
+    }
     let mut ever_held = None;
     for (name, head, _) in &built.refs {
         if !matches!(
