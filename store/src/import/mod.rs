@@ -37,7 +37,10 @@
 //!   unless [`ImportOptions::finished`];
 //! - a ref the user moved elsewhere stays theirs and the import follows
 //!   `<name>.imported`; an archived or removed conversation is left so
-//!   (objects-format.md, "Imported sessions").
+//!   (objects-format.md, "Imported sessions");
+//! - a watcher catching a file up again and again goes on from where its
+//!   last catch-up left ([`tail`]): it parses and writes only the new
+//!   lines, with the same result as importing the file whole.
 //!
 //! This module must never use the clock: every time comes from the source, so
 //! importing the same files twice yields the same ids, and a second import
