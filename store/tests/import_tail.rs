@@ -296,3 +296,152 @@ fn a_session_and_its_subagents_fed_in_time_order_land_as_the_whole_unit() {
         assert!(fed.resumed >= 2, "{what}: {fed:?}");
     }
 }
+
+/// A Codex token count that comes after the last written message (here
+/// after a Desktop rollout's `final_answer` ended its turn) would change
+/// that message's usage if the file were read whole: the catch-up reads it
+/// whole.
+#[test]
+fn a_token_count_for_the_last_written_message_reads_the_file_whole() {
+    let line = |v: serde_json::Value| format!("{v}\n");
+    let msg = |role: &str, text: &str, phase: Option<&str>| {
+        let mut payload = serde_json::json!({
+            "type": "message", "role": role,
+            "content": [{"type": "input_text", "text": text}],
+        });
+        if let Some(p) = phase {
+            payload["phase"] = serde_json::json!(p);
+        }
+        line(serde_json::json!({
+            "timestamp": "2026-05-11T10:00:00.000Z", "type": "response_item", "payload": payload,
+        }))
+    };
+    let lines = [
+        line(serde_json::json!({
+            "timestamp": "2026-05-11T10:00:00.000Z", "type": "session_meta",
+            "payload": {"id": "019e0000-0000-7000-8000-000000000001"},
+        })),
+        msg("user", "hello", None),
+        msg("assistant", "hi", Some("final_answer")),
+        msg("user", "again", None),
+        msg("assistant", "done", Some("final_answer")),
+    ];
+    let token_count = line(serde_json::json!({
+        "timestamp": "2026-05-11T10:00:01.000Z", "type": "event_msg",
+        "payload": {"type": "token_count", "info": {
+            "total_token_usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15},
+            "last_token_usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15},
+        }},
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::init(&dir.path().join("s")).unwrap();
+    let path = dir.path().join("rollout-x.jsonl");
+    let (_, resume) = import_resumable(
+        &store,
+        Format::Codex,
+        &[source(&path, &lines.concat())],
+        &opts(),
+        ImportReport::default(),
+    )
+    .unwrap();
+    let resume = resume.expect("its turns ended: it can be gone on from");
+    // Another message goes on from it; the token count does not.
+    let more = msg("user", "third", None);
+    let (_, resume) = import_more(
+        &store,
+        resume,
+        &[more.as_str()],
+        &opts(),
+        ImportReport::default(),
+    )
+    .unwrap()
+    .expect("a new message is read alone");
+    let resume = resume.expect("still resumable");
+    let got = import_more(
+        &store,
+        resume.clone(),
+        &[token_count.as_str()],
+        &opts(),
+        ImportReport::default(),
+    )
+    .unwrap();
+    assert!(
+        got.is_some(),
+        "a token count after a held message is read alone"
+    );
+    let (_, resume) = import_more(
+        &store,
+        resume,
+        &[msg("assistant", "3", Some("final_answer")).as_str()],
+        &opts(),
+        ImportReport::default(),
+    )
+    .unwrap()
+    .unwrap();
+    let got = import_more(
+        &store,
+        resume.unwrap(),
+        &[token_count.as_str()],
+        &opts(),
+        ImportReport::default(),
+    )
+    .unwrap();
+    assert!(got.is_none(), "a token count for the last written message");
+}
+
+/// Claude Code lines that would change how written ones read, were the file
+/// read whole, make the catch-up read it whole: a line repeating a written
+/// one (a later snapshot: read once, its entries then go to the written
+/// message), and a summary (it may title the conversation by an earlier
+/// message).
+#[test]
+fn a_repeated_line_or_a_summary_reads_a_claude_code_file_whole() {
+    let Some(path) = data("claude-code/session-3fe1b6bc.jsonl") else {
+        return;
+    };
+    let lines = lines_of(&path);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::init(&dir.path().join("s")).unwrap();
+    let (_, resume) = import_resumable(
+        &store,
+        Format::ClaudeCode,
+        &[source(&path, &lines[..120].concat())],
+        &opts(),
+        ImportReport::default(),
+    )
+    .unwrap();
+    let resume = resume.expect("written turns to go on from");
+    let written = lines[..40]
+        .iter()
+        .find(|l| l.contains("\"type\":\"assistant\""))
+        .unwrap();
+    let summary = format!(
+        "{}\n",
+        serde_json::json!({"type": "summary", "summary": "a title", "leafUuid": "x"})
+    );
+    for (what, more) in [
+        ("a repeated line", written.as_str()),
+        ("a summary", &summary),
+    ] {
+        let got = import_more(
+            &store,
+            resume.clone(),
+            &[more],
+            &opts(),
+            ImportReport::default(),
+        )
+        .unwrap();
+        assert!(got.is_none(), "{what} was read alone");
+    }
+    // The next lines as written are read alone.
+    let more = lines[120..125].concat();
+    assert!(import_more(
+        &store,
+        resume,
+        &[more.as_str()],
+        &opts(),
+        ImportReport::default()
+    )
+    .unwrap()
+    .is_some());
+}
