@@ -210,26 +210,40 @@ pub(super) fn build(
     // blobs: the messages those sessions hold stay blobs, so that their
     // sessions keep their ids and what comes after appends to them
     // (objects-format.md, "Imported sessions").
-    let mut objects = Vec::with_capacity(n);
-    for node in &tree.nodes {
-        objects.push(message_object(node)?);
-    }
-    let legacy = legacy_nodes(
-        &tree,
-        &parent,
-        &depth,
-        &compactions,
-        &objects,
-        boundaries,
-        keep,
-    )?;
-    for ((o, node), old) in objects.iter_mut().zip(&tree.nodes).zip(&legacy) {
-        if *old && o.kind() != ObjectKind::Blob {
-            *o = blob_object(&node.message)?;
+    // With no place an earlier session ends to find (a catch-up going on
+    // from its last written session, `tail.rs`), only the messages of the
+    // sessions written are encoded, after planning: a turn held back is not
+    // hashed again at every catch-up.
+    let lazy = boundaries.is_empty() && keep.is_none();
+    let mut objects: Vec<Option<EncodedObject>> = vec![None; n];
+    let mut legacy = vec![false; n];
+    if !lazy {
+        let all = tree
+            .nodes
+            .iter()
+            .map(message_object)
+            .collect::<Result<Vec<_>>>()?;
+        legacy = legacy_nodes(&tree, &parent, &depth, &compactions, &all, boundaries, keep)?;
+        for ((slot, mut o), (node, old)) in objects
+            .iter_mut()
+            .zip(all)
+            .zip(tree.nodes.iter().zip(&legacy))
+        {
+            if *old && o.kind() != ObjectKind::Blob {
+                o = blob_object(&node.message)?;
+            }
+            *slot = Some(o);
         }
     }
     let legacy_tree = legacy.iter().any(|l| *l);
-    let blob_ids: Vec<ObjectId> = objects.iter().map(EncodedObject::id).collect();
+    // Lazy: ids are read only for written nodes, set once they are known.
+    let mut blob_ids: Vec<ObjectId> = objects
+        .iter()
+        .map(|o| {
+            o.as_ref()
+                .map_or(ObjectId::from_bytes([0; 32]), EncodedObject::id)
+        })
+        .collect();
     // The main line is the branch with the newest leaf, except that a
     // conversation an earlier import made keeps its line (the one its head
     // is on): a branch that appears later (a rewind) becomes a fork, and the
@@ -395,6 +409,19 @@ pub(super) fn build(
                 || plan.spawned_by.is_some_and(|p| held[p]);
         }
     }
+    if lazy {
+        for (plan, h) in plans.iter().zip(&held) {
+            for &i in plan.nodes.iter().filter(|_| !*h) {
+                let o = message_object(&tree.nodes[i])?;
+                blob_ids[i] = o.id();
+                objects[i] = Some(o);
+            }
+        }
+    }
+    let objects: Vec<EncodedObject> = objects
+        .into_iter()
+        .map(|o| o.unwrap_or_else(|| EncodedObject::new(ObjectKind::Blob, Vec::new())))
+        .collect();
     let held_nodes: usize = plans
         .iter()
         .zip(&held)
