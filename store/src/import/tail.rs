@@ -11,12 +11,18 @@
 //! - the tree those lines make goes on from the main line's last written
 //!   session (its id, history length and compactions, the conversation's
 //!   id and times), so nothing the store holds is walked: only the refs the
-//!   tree moves are read, each a fast-forward over the new sessions;
+//!   tree moves are read, each a fast-forward over the new sessions; while
+//!   nothing of a conversation new to the store is written (its first turn
+//!   goes on), its lines are all held and read as a whole import reads
+//!   them, only the new ones parsed;
+//! - a turn held back is planned again with each catch-up (its lines are
+//!   not parsed or hashed again): a catch-up costs its new lines and the
+//!   turn in progress;
 //! - everything else the whole file's parse would tell (a line that repeats
 //!   one already written, an answer split over the last written line, a
-//!   summary naming an earlier message, a fork, a subagent's lines, a
-//!   compaction right at the start, a changed `session_meta`, a token count
-//!   for the last written message) makes [`import_more`] answer `None`:
+//!   summary, a fork, a subagent's sessions written, a compaction right
+//!   at the start, a changed `session_meta`, a token count for the last
+//!   written message) makes [`import_more`] answer `None`:
 //!   the caller then imports the files whole, which is correct by
 //!   construction. So is a file that shrank or was replaced, or a ref
 //!   someone else moved (the caller's checks).
@@ -38,8 +44,10 @@ pub struct Resume {
     files: Vec<TailFile>,
     /// The conversation's name (the tree's).
     name: String,
-    /// The main line's last written session, and what its tree goes on with.
-    head: Graft,
+    /// The main line's last written session, and what its tree goes on
+    /// with; none while nothing of the conversation is written (its lines
+    /// are then all held, and read as a whole import reads them).
+    head: Option<Graft>,
     /// The source ids a next line may name as parent to go on from it:
     /// the last written node's and (Claude Code) its merged lines'.
     head_ids: HashSet<String>,
@@ -179,6 +187,9 @@ pub fn import_more(
         known: std::mem::take(&mut resume.cache.known),
         seen: HashMap::new(),
     };
+    if resume.head.is_none() {
+        return from_start(store, resume, &sources, cache, opts, r);
+    }
     let (mut tree, carries) = match (resume.format, &resume.codex, &resume.claude) {
         (Format::Codex, Some(c), _) => {
             let (tree, carries, head) = codex::parse_file(
@@ -251,6 +262,7 @@ pub fn import_more(
                 tree: copy,
                 tail: Some(tail),
                 own: true,
+                fresh: false,
             },
             &carries,
             cache.seen,
@@ -270,6 +282,77 @@ pub fn import_more(
             next
         }),
     };
+    Ok(Some((r, next)))
+}
+
+/// [`import_more`] of a conversation nothing of which is written yet:
+/// its files (all held) and the new lines, read as a whole import reads
+/// them (only the new lines parsed), on a store without the conversation.
+fn from_start(
+    store: &Store,
+    resume: Resume,
+    sources: &[SourceFile],
+    mut cache: LineCache,
+    opts: &ImportOptions,
+    mut r: ImportReport,
+) -> Result<Option<(ImportReport, Option<Resume>)>> {
+    let (mut trees, carries) = match resume.format {
+        Format::Codex => {
+            let (tree, carries, _) =
+                codex::parse_file(&sources[0], 0, None, Some(&mut cache), &mut r);
+            (tree.into_iter().collect::<Vec<_>>(), carries)
+        }
+        Format::ClaudeCode => (
+            claude_code::parse_after(sources, &[], None, Some(&mut cache), &mut r),
+            Vec::new(),
+        ),
+        Format::OpenAi | Format::SweAgent => return Ok(None),
+    };
+    if !r.skipped.is_empty() || trees.len() > 1 {
+        return Ok(None);
+    }
+    let Some(tree) = trees.pop() else {
+        // No message yet.
+        let next = Resume {
+            files: resume
+                .files
+                .iter()
+                .zip(sources)
+                .map(|(f, s)| TailFile {
+                    path: f.path.clone(),
+                    lines_before: 0,
+                    held: s.text.clone(),
+                })
+                .collect(),
+            cache: LineCache {
+                known: cache.seen,
+                seen: HashMap::new(),
+            },
+            ..resume
+        };
+        return Ok(Some((r, Some(next))));
+    };
+    if tree.name != resume.name || tree.forked_from.is_some() {
+        return Ok(None);
+    }
+    let copy = tree.clone();
+    let Some(tail) = import_tail_tree(store, resume.format, tree, None, opts, &mut r)? else {
+        return Ok(None);
+    };
+    let fresh = tail.is_none();
+    let next = resume_of(
+        resume.format,
+        sources,
+        &[],
+        Written {
+            tree: copy,
+            tail,
+            own: true,
+            fresh,
+        },
+        &carries,
+        cache.seen,
+    );
     Ok(Some((r, next)))
 }
 
@@ -378,11 +461,52 @@ fn resume_of(
     carries: &[codex::Carry],
     mut seen: HashMap<(String, usize), Value>,
 ) -> Option<Resume> {
-    let Written { tree, tail, own } = w;
-    let tail = tail?;
-    if !own || !tail.resumable || tree.forked_from.is_some() {
+    let Written {
+        tree,
+        tail,
+        own,
+        fresh,
+    } = w;
+    if !own || tree.forked_from.is_some() || tail.as_ref().is_some_and(|t| !t.resumable) {
         return None;
     }
+    let tail = match tail {
+        Some(t) => t,
+        // Nothing written: every line is held, read again (not parsed)
+        // with the new ones.
+        None if fresh && before.iter().all(|&b| b == 0) => {
+            let names: HashSet<String> = sources.iter().map(SourceFile::name).collect();
+            if names.len() != sources.len() || !matches!(format, Format::ClaudeCode | Format::Codex)
+            {
+                return None;
+            }
+            return Some(Resume {
+                format,
+                files: sources
+                    .iter()
+                    .map(|s| TailFile {
+                        path: s.path.clone(),
+                        lines_before: 0,
+                        held: s.text.clone(),
+                    })
+                    .collect(),
+                name: tree.name.clone(),
+                head: None,
+                head_ids: HashSet::new(),
+                metadata: tree.metadata.clone(),
+                title: tree.title.clone(),
+                attached: HashSet::new(),
+                codex: None,
+                claude: None,
+                cache: LineCache {
+                    known: seen,
+                    seen: HashMap::new(),
+                },
+                agents: HashSet::new(),
+            });
+        }
+        None => return None,
+    };
     let names: HashSet<String> = sources.iter().map(SourceFile::name).collect();
     if names.len() != sources.len() {
         return None;
@@ -526,7 +650,7 @@ fn resume_of(
         format,
         files,
         name: tree.name.clone(),
-        head: tail.head,
+        head: Some(tail.head),
         head_ids,
         metadata: tree.metadata.clone(),
         title: tree.title.clone(),

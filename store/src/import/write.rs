@@ -24,6 +24,9 @@ pub(super) struct Written {
     pub(super) tree: Tree,
     pub(super) tail: Option<Tail>,
     pub(super) own: bool,
+    /// Nothing of the conversation in the store, before or after: no ref
+    /// of its name, all its sessions held back.
+    pub(super) fresh: bool,
 }
 
 pub(super) fn import_trees(
@@ -86,9 +89,14 @@ pub(super) fn import_trees(
             None => None,
         };
         let keep = kept_head(store, current.as_ref().map_or(&tree.name, |c| c.short()))?;
-        let copy = written
-            .is_some()
-            .then(|| (tree.clone(), current.is_none() && graft.is_none()));
+        let copy = written.is_some().then(|| {
+            let plain = current.is_none() && graft.is_none();
+            (
+                tree.clone(),
+                plain,
+                plain && boundaries.is_empty() && keep.is_none(),
+            )
+        });
         let mut built = build(
             format,
             tree,
@@ -157,11 +165,12 @@ pub(super) fn import_trees(
             }
         }
         built.refs = refs;
-        if let (Some(w), Some((tree, plain))) = (written.as_deref_mut(), copy) {
+        if let (Some(w), Some((tree, plain, fresh))) = (written.as_deref_mut(), copy) {
             w.push(Written {
                 tree,
                 tail: built.tail.take(),
                 own: own && plain,
+                fresh: fresh && built.refs.is_empty(),
             });
         }
         land(store, built, &mut landing, report)?;
@@ -299,22 +308,17 @@ pub(super) fn import_tail_tree(
     store: &Store,
     format: Format,
     tree: Tree,
-    graft: Graft,
+    graft: Option<Graft>,
     opts: &ImportOptions,
     report: &mut ImportReport,
 ) -> Result<Option<Option<Tail>>> {
-    let mut built = build(
-        format,
-        tree,
-        &HashSet::new(),
-        Some(graft),
-        None,
-        false,
-        report,
-    )?;
+    let mut built = build(format, tree, &HashSet::new(), graft, None, false, report)?;
     // Only the main line moves: a subagent's or fork's sessions would be
-    // named and linked by the whole tree.
-    if built.refs.len() != 1 || built.refs.first().is_some_and(|r| r.2.is_none()) {
+    // named and linked by the whole tree. (Without `graft`, a conversation
+    // not in the store yet, all may still be held back.)
+    let main_only = built.refs.len() == 1 && built.refs[0].2.is_some();
+    let all_held = graft.is_none() && built.refs.is_empty();
+    if !(main_only || all_held) {
         return Ok(None);
     }
     let mut ever_held = None;
