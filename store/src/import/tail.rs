@@ -53,9 +53,9 @@ pub struct Resume {
     head_ids: HashSet<String>,
     metadata: BTreeMap<String, Value>,
     title: Option<String>,
-    /// Entries kept under written messages (`extra.events`), as text: a
-    /// trailing entry equal to one is not kept again.
-    attached: HashSet<String>,
+    /// Entries kept under written messages (`extra.events`), as digests of
+    /// their text: a trailing entry equal to one is not kept again.
+    attached: HashSet<[u8; 32]>,
     codex: Option<CodexResume>,
     claude: Option<ClaudeResume>,
     /// The held lines, parsed: a catch-up parses only the new ones.
@@ -227,7 +227,7 @@ pub fn import_more(
     if resume.format == Format::ClaudeCode {
         tree.title.clone_from(&resume.title);
         tree.trailing
-            .retain(|e| !resume.attached.contains(&e.value.to_string()));
+            .retain(|e| !resume.attached.contains(&digest(&e.value)));
     }
     let copy = tree.clone();
     let Some(tail) = import_tail_tree(store, resume.format, tree, resume.head, opts, &mut r)?
@@ -269,8 +269,9 @@ pub fn import_more(
         )
         .map(|mut next| {
             // What was written before, and what this catch-up wrote (the
-            // smaller set goes into the larger).
-            next.attached = union(resume.attached, std::mem::take(&mut next.attached));
+            // new ones go into the old set).
+            resume.attached.extend(std::mem::take(&mut next.attached));
+            next.attached = resume.attached;
             next.agents = union(resume.agents, std::mem::take(&mut next.agents));
             if let (Some(n), Some(old)) = (&mut next.claude, resume.claude) {
                 n.known = union(old.known, std::mem::take(&mut n.known));
@@ -354,6 +355,11 @@ fn from_start(
         cache.seen,
     );
     Ok(Some((r, next)))
+}
+
+/// An entry's digest, for [`Resume::attached`].
+fn digest(v: &Value) -> [u8; 32] {
+    *blake3::hash(v.to_string().as_bytes()).as_bytes()
 }
 
 fn union(mut old: HashSet<String>, new: HashSet<String>) -> HashSet<String> {
@@ -543,7 +549,7 @@ fn resume_of(
             .map(|(n, _)| n)
     };
     let attached = written()
-        .flat_map(|n| n.events.iter().map(|e| e.value.to_string()))
+        .flat_map(|n| n.events.iter().map(|e| digest(&e.value)))
         .collect();
     let mut head_ids: HashSet<String> = HashSet::from([head.id.clone()]);
     let (mut codex, mut claude) = (None, None);
