@@ -188,7 +188,7 @@ pub fn load(ctx: &Ctx, out: &mut Vec<Row>) -> R<()> {
         })?,
     );
     crate::report::emit(out, g);
-    Ok(())
+    crate::catchup::rows(ctx, out)
 }
 
 /// Scenario 5: bytes per turn, and what a fork at the middle adds.

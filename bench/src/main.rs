@@ -7,12 +7,13 @@
 //! answers.
 //!
 //! The scenarios, numbered as in the table: 1 commit throughput, 2 loading
-//! a history, 3 lineage queries, 4 gc and fsck, 5 bytes on disk, 6 a fresh
+//! a history (and catching up a growing transcript), 3 lineage queries, 4 gc and fsck, 5 bytes on disk, 6 a fresh
 //! process listing the newest conversations, 7 N processes committing at
 //! once, 9 flat cost at scale (8 is kept for a remote-backend benchmark).
 
 mod anchors;
 mod bulk;
+mod catchup;
 mod commit;
 mod git;
 mod history;

@@ -8,6 +8,10 @@
 //! **unit** of files one source conversation lives in (a Claude Code session
 //! and its subagents' files), and **catching up** a unit: import its
 //! complete lines, skipping the work when a cursor says nothing changed.
+//! The watcher keeps a [`Memo`] per unit, with which a catch-up reads,
+//! parses and writes only the lines its files gained since the last one
+//! (O(new lines); see `sessctl_store::import::tail` for when it reads them
+//! whole instead). A hook, a new process each time, reads its unit whole.
 //!
 //! Cursors live in `<store>/capture/`, one small JSON file per unit: the
 //! length, inode and mtime of each file at its last import, and a digest of
@@ -28,6 +32,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
+use sessctl_store::import::tail::{import_more, import_resumable, Resume};
 use sessctl_store::import::SourceFile;
 use sessctl_store::import::{import_sources, sanitize_name, Format, ImportOptions, ImportReport};
 use sessctl_store::{Error, Store};
@@ -144,7 +149,14 @@ fn run(ctx: &Ctx, args: HookArgs) -> CmdResult {
     };
     let store = ctx.open_store()?;
     let cursors = Cursors::new(&ctx.store);
-    let outcome = catch_up(&store, &cursors, &unit, args.no_sync, finished.as_deref())?;
+    let outcome = catch_up(
+        &store,
+        &cursors,
+        &unit,
+        args.no_sync,
+        finished.as_deref(),
+        None,
+    )?;
     report(&unit, outcome.as_ref())
 }
 
@@ -537,12 +549,19 @@ fn refs_digest(store: &Store, unit: &Unit) -> CmdResult<Option<String>> {
 /// marks as ended is imported too (`ImportOptions::finished`); otherwise
 /// (the answer not flushed yet) it is held back as usual. Never does a
 /// catch-up move a conversation to a line that does not descend from it.
+///
+/// With `memo` (a watcher's memory of the unit), a catch-up goes on from
+/// where the last one left when the files only grew and the refs are as it
+/// left them: it reads, parses and writes only the new lines (see
+/// `sessctl_store::import::tail`), and reads the files whole otherwise. A
+/// hook, a new process each time, reads them whole.
 pub fn catch_up(
     store: &Store,
     cursors: &Cursors,
     unit: &Unit,
     no_sync: bool,
     finished: Option<&str>,
+    mut memo: Option<&mut Memo>,
 ) -> CmdResult<Option<ImportReport>> {
     let unit = &Unit {
         files: unit.files.iter().filter(|f| f.is_file()).cloned().collect(),
@@ -566,7 +585,19 @@ pub fn catch_up(
                 return Ok(None);
             }
         }
-        let (sources, base) = read_complete_lines(unit)?;
+        if let (Some(m), None) = (memo.as_deref_mut(), finished) {
+            if let Some(report) = go_on(store, unit, m, no_sync)? {
+                let mut record = BTreeMap::new();
+                record.insert("files", states);
+                record.insert("refs", json!(refs_digest(store, unit)?));
+                record.insert("held_back", json!(report.held_back));
+                if report.skipped.is_empty() {
+                    cursors.put(unit, &json!(record));
+                }
+                return Ok(Some(report));
+            }
+        }
+        let (sources, base, ends) = read_complete_lines(unit)?;
         let opts = ImportOptions {
             no_sync,
             progress: None,
@@ -580,13 +611,28 @@ pub fn catch_up(
             }),
             rewrite_imported: false,
         };
-        let report = match import_sources(store, unit.format, &sources, &opts, base) {
+        let result = match (memo.as_deref_mut(), &ends) {
+            (Some(m), Some(ends)) => import_resumable(store, unit.format, &sources, &opts, base)
+                .map(|(r, resume)| {
+                    m.0 = resume.map(|resume| Left {
+                        resume,
+                        ends: ends.clone(),
+                        refs: None,
+                    });
+                    r
+                }),
+            _ => import_sources(store, unit.format, &sources, &opts, base),
+        };
+        let report = match result {
             Err(Error::RefOutOfDate { .. }) if attempt < 50 => {
                 attempt += 1;
                 continue;
             }
             r => r?,
         };
+        if let Some(Memo(Some(left))) = memo.as_deref_mut() {
+            left.refs = refs_digest(store, unit)?;
+        }
         let mut record = BTreeMap::new();
         record.insert("files", states);
         record.insert("refs", json!(refs_digest(store, unit)?));
@@ -641,20 +687,299 @@ fn last_answer(text: &str) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("\n\n").trim().to_owned())
 }
 
-/// The unit's files up to their last newline.
-fn read_complete_lines(unit: &Unit) -> CmdResult<(Vec<SourceFile>, ImportReport)> {
+/// What a watcher remembers of a unit between catch-ups: where the last
+/// one left its files, when it can be gone on from.
+#[derive(Debug, Default)]
+pub struct Memo(Option<Left>);
+
+#[derive(Debug)]
+struct Left {
+    resume: Resume,
+    /// Per file: its device and inode, the length read (its complete
+    /// lines), and the last bytes of that (a file rewritten in place reads
+    /// otherwise there).
+    ends: Vec<End>,
+    /// The unit's refs as that catch-up left them.
+    refs: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct End {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    last: Vec<u8>,
+}
+
+/// How many bytes before where a catch-up left a file the next checks.
+const CHECKED: u64 = 256;
+
+impl End {
+    fn new(meta: &std::fs::Metadata, complete: &[u8], before: u64) -> End {
+        let tail = complete.len().saturating_sub(CHECKED as usize);
+        End {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: before + complete.len() as u64,
+            last: complete[tail..].to_vec(),
+        }
+    }
+}
+
+/// Catches up from where the memo says the last catch-up left, reading
+/// only what the files gained; `None` (the memo then forgotten) when the
+/// files must be read whole: one shrank or was replaced, the unit's files
+/// changed, someone else moved its refs, or the new lines need it.
+fn go_on(
+    store: &Store,
+    unit: &Unit,
+    memo: &mut Memo,
+    no_sync: bool,
+) -> CmdResult<Option<ImportReport>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let Some(left) = memo.0.take() else {
+        return Ok(None);
+    };
+    if unit.conversation.is_none()
+        || left.refs.is_none()
+        || !left
+            .resume
+            .files()
+            .eq(unit.files.iter().map(PathBuf::as_path))
+        || refs_digest(store, unit)? != left.refs
+    {
+        return Ok(None);
+    }
+    let mut texts = Vec::with_capacity(unit.files.len());
+    let mut ends = Vec::with_capacity(unit.files.len());
+    let mut base = ImportReport::default();
+    for (f, end) in unit.files.iter().zip(&left.ends) {
+        let Ok(mut file) = std::fs::File::open(f) else {
+            return Ok(None);
+        };
+        let Ok(m) = file.metadata() else {
+            return Ok(None);
+        };
+        if m.dev() != end.dev || m.ino() != end.ino || m.len() < end.len {
+            return Ok(None);
+        }
+        // The bytes before the new ones must be the ones read last time.
+        let from = end.len - end.last.len() as u64;
+        let mut bytes = Vec::new();
+        if file.seek(SeekFrom::Start(from)).is_err() || file.read_to_end(&mut bytes).is_err() {
+            return Ok(None);
+        }
+        if !bytes.starts_with(&end.last) {
+            return Ok(None);
+        }
+        let mut bytes = bytes.split_off(end.last.len());
+        let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        bytes.truncate(complete);
+        let next = if complete == 0 {
+            end.clone()
+        } else {
+            End::new(&m, &bytes, end.len)
+        };
+        let Ok(text) = String::from_utf8(bytes) else {
+            return Ok(None);
+        };
+        base.files += 1;
+        base.bytes_read += complete as u64;
+        ends.push(next);
+        texts.push(text);
+    }
+    let opts = ImportOptions {
+        no_sync,
+        ..ImportOptions::default()
+    };
+    let more: Vec<&str> = texts.iter().map(String::as_str).collect();
+    match import_more(store, left.resume, &more, &opts, base) {
+        Ok(Some((report, next))) => {
+            memo.0 = next.map(|resume| Left {
+                resume,
+                ends,
+                refs: None,
+            });
+            if let Some(l) = &mut memo.0 {
+                l.refs = refs_digest(store, unit)?;
+            }
+            Ok(Some(report))
+        }
+        // Another writer won a ref: read whole, which retries.
+        Ok(None) | Err(Error::RefOutOfDate { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The unit's files up to their last newline, and, when every one is
+/// valid UTF-8, each one's device, inode and length read (what a catch-up
+/// going on from this one checks and reads after).
+#[allow(clippy::type_complexity)]
+fn read_complete_lines(
+    unit: &Unit,
+) -> CmdResult<(Vec<SourceFile>, ImportReport, Option<Vec<End>>)> {
     let mut sources = Vec::with_capacity(unit.files.len());
     let mut base = ImportReport::default();
+    let mut ends = Some(Vec::with_capacity(unit.files.len()));
     for f in &unit.files {
-        let bytes =
-            std::fs::read(f).map_err(|e| CommandError::Failed(format!("{}: {e}", f.display())))?;
+        let mut file = std::fs::File::open(f)
+            .map_err(|e| CommandError::Failed(format!("{}: {e}", f.display())))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| CommandError::Failed(format!("{}: {e}", f.display())))?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut bytes)
+            .map_err(|e| CommandError::Failed(format!("{}: {e}", f.display())))?;
         let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
         base.files += 1;
         base.bytes_read += complete as u64;
+        bytes.truncate(complete);
+        if let Some(ends) = &mut ends {
+            ends.push(End::new(&meta, &bytes, 0));
+        }
+        let text = match String::from_utf8(bytes) {
+            Ok(t) => t,
+            Err(e) => {
+                ends = None;
+                String::from_utf8_lossy(e.as_bytes()).into_owned()
+            }
+        };
         sources.push(SourceFile {
             path: f.clone(),
-            text: String::from_utf8_lossy(&bytes[..complete]).into_owned(),
+            text,
         });
     }
-    Ok((sources, base))
+    Ok((sources, base, ends))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+    use super::*;
+    use std::io::Write;
+
+    fn data(sub: &str) -> Option<PathBuf> {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/data")
+            .join(sub);
+        if p.exists() {
+            Some(p)
+        } else {
+            eprintln!("note: {} is absent; skipping", p.display());
+            None
+        }
+    }
+
+    /// Refs and conversation records, as text.
+    fn state(store: &Store) -> (Vec<String>, Vec<String>) {
+        let mut refs: Vec<String> = store
+            .refs()
+            .unwrap()
+            .iter()
+            .map(|(r, t)| format!("{r:?} {t:?}"))
+            .collect();
+        refs.sort();
+        let mut convs: Vec<String> = store
+            .conversations(None)
+            .unwrap()
+            .iter()
+            .map(|c| format!("{} {:?} {:?}", c.name, c.head, c.record))
+            .collect();
+        convs.sort();
+        (refs, convs)
+    }
+
+    fn append(path: &Path, lines: &[String]) {
+        let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+        f.write_all(lines.concat().as_bytes()).unwrap();
+    }
+
+    /// A watcher's catch-ups of a growing transcript read only the bytes
+    /// and parse only the lines it gained; one shrunk in place, rewritten
+    /// in place or replaced by another file is read whole again; and the
+    /// store ends as the whole file imported at once leaves it.
+    #[test]
+    fn a_watcher_reads_only_what_a_file_gained_and_whole_a_file_shrunk_or_replaced() {
+        let files = [
+            (Format::ClaudeCode, "claude-code/session-3fe1b6bc.jsonl"),
+            (
+                Format::Codex,
+                "codex/rollout-2026-05-11T11-26-55-019e1625-789d-76c0-80ab-3724b5ddb799.jsonl",
+            ),
+        ];
+        for (format, sub) in files {
+            let Some(src) = data(sub) else { return };
+            let text = std::fs::read_to_string(&src).unwrap();
+            let lines: Vec<String> = text.split_inclusive('\n').map(str::to_owned).collect();
+            let n = lines.len();
+            let dir = tempfile::tempdir().unwrap();
+            let store_dir = dir.path().join("s");
+            let store = Store::init(&store_dir).unwrap();
+            let cursors = Cursors::new(&store_dir);
+            let file = dir.path().join(src.file_name().unwrap());
+            std::fs::write(&file, lines[..n / 2].concat()).unwrap();
+            let unit = match format {
+                Format::ClaudeCode => claude_unit(&file, None, &mut SessionIds::default()),
+                _ => Unit::single(format, file.clone()),
+            };
+            let mut memo = Memo::default();
+            let catch = |memo: &mut Memo| {
+                catch_up(&store, &cursors, &unit, true, None, Some(memo))
+                    .unwrap()
+                    .unwrap()
+            };
+            assert!(!catch(&mut memo).resumed, "{sub}: the first reads whole");
+            // Grown a few lines at a time (half a line left for later).
+            let mut at = n / 2;
+            while at < n * 3 / 4 {
+                let next = (at + 5).min(n);
+                append(&file, &lines[at..next]);
+                let half = &lines[next][..lines[next].len() / 2];
+                append(&file, &[half.to_owned()]);
+                let r = catch(&mut memo);
+                assert!(r.resumed, "{sub}: lines {at}..{next} read whole");
+                // The lines, and the one whose first half came last time.
+                let first = if at == n / 2 { at } else { at - 1 };
+                let gained: usize = lines[first..next].iter().map(String::len).sum();
+                assert_eq!(r.bytes_read as usize, gained, "{sub}");
+                assert_eq!(r.lines_parsed, next - first, "{sub}: lines {at}..{next}");
+                // The rest of the half line comes with the next lines.
+                let rest = &lines[next][lines[next].len() / 2..];
+                append(&file, &[rest.to_owned()]);
+                at = next + 1;
+            }
+            // Shrunk in place (same inode): read whole.
+            std::fs::write(&file, lines[..at - 7].concat()).unwrap();
+            assert!(!catch(&mut memo).resumed, "{sub}: shrunk");
+            append(&file, &lines[at - 7..at]);
+            assert!(catch(&mut memo).resumed, "{sub}: grown again");
+            // Rewritten in place, as long and longer: read whole.
+            let mut changed = lines[..at].concat().into_bytes();
+            let k = changed.len() - 20;
+            changed[k] = if changed[k] == b'a' { b'b' } else { b'a' };
+            std::fs::write(&file, &changed).unwrap();
+            append(&file, &lines[at..at + 2]);
+            assert!(!catch(&mut memo).resumed, "{sub}: rewritten in place");
+            // Replaced by another file (a new inode): read whole.
+            let other = dir.path().join("other");
+            std::fs::write(&other, lines[..at + 4].concat()).unwrap();
+            std::fs::rename(&other, &file).unwrap();
+            assert!(!catch(&mut memo).resumed, "{sub}: replaced");
+            append(&file, &lines[at + 4..]);
+            assert!(catch(&mut memo).resumed, "{sub}: the rest");
+            // The store holds what the whole file imported at once makes.
+            let whole_dir = dir.path().join("w");
+            let whole = Store::init(&whole_dir).unwrap();
+            let opts = ImportOptions {
+                no_sync: true,
+                ..ImportOptions::default()
+            };
+            let src_file = SourceFile {
+                path: file.clone(),
+                text: text.clone(),
+            };
+            import_sources(&whole, format, &[src_file], &opts, ImportReport::default()).unwrap();
+            assert_eq!(state(&store), state(&whole), "{sub}");
+        }
+    }
 }

@@ -42,6 +42,11 @@ pub struct ImportArgs {
     json: bool,
     /// Keep running: import new lines as agents write them (files created
     /// later in a watched directory too), until Ctrl-C or SIGTERM.
+    ///
+    /// Each catch-up reads, parses and writes only what a file gained since
+    /// the last; a file that shrank, was rewritten or replaced, refs another
+    /// process moved, or new lines that change how earlier ones read make it
+    /// read the file whole again.
     #[arg(long, conflicts_with = "json")]
     watch: bool,
 }

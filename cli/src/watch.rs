@@ -5,8 +5,14 @@
 //! the kernel reports one of its files written, created or moved in
 //! (inotify on Linux, through the `notify` crate). Catching up skips the
 //! units whose cursors show nothing new, so a restart over a large
-//! directory re-reads only what changed. SIGINT and SIGTERM end it after
-//! the import under way, with exit 0.
+//! directory re-reads only what changed. A unit caught up once is then
+//! caught up in O(new lines): the watcher remembers where the last
+//! catch-up left its files (`hook::Memo`) and reads, parses and writes only
+//! what follows; it reads the files whole again only when a file shrank or
+//! was replaced, the unit gained a file, someone else moved its refs, or
+//! the new lines change how earlier ones read (see
+//! `sessctl_store::import::tail`). SIGINT and SIGTERM end it after the
+//! import under way, with exit 0.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -17,7 +23,7 @@ use std::time::{Duration, Instant};
 use notify::{RecursiveMode, Watcher};
 use sessctl_store::import::Format;
 
-use crate::hook::{catch_up, claude_unit, report, Cursors, SessionIds, Unit};
+use crate::hook::{catch_up, claude_unit, report, Cursors, Memo, SessionIds, Unit};
 use crate::{CmdResult, CommandError, Ctx};
 
 /// How long to wait for more events after one arrives, so that a burst of
@@ -185,10 +191,13 @@ struct State {
     /// Units whose last catch-up failed, with the wait after their next
     /// failure.
     failing: HashMap<PathBuf, Duration>,
-    /// When each unit may be read again: a unit is re-read whole, so one
-    /// an agent writes without pause is read at most half the time (the
-    /// pause after a catch-up is as long as it took).
+    /// When each unit may be read again after a catch-up that read it
+    /// whole, so that one an agent writes without pause while it cannot be
+    /// gone on from is read at most half the time (the pause is as long as
+    /// that catch-up took). A catch-up of the new lines only sets none.
     not_before: HashMap<PathBuf, Instant>,
+    /// Where the last catch-up of each unit left its files.
+    memos: HashMap<PathBuf, Memo>,
     /// Whether some catch-up skipped lines it could not read (as `import`,
     /// the exit is then 1).
     lines_skipped: bool,
@@ -204,11 +213,16 @@ impl State {
             return;
         }
         self.due.remove(&key);
-        let outcome = run_unit(store, cursors, &unit, no_sync);
+        let memo = self.memos.entry(key.clone()).or_default();
+        let outcome = run_unit(store, cursors, &unit, no_sync, memo);
         let end = Instant::now();
-        self.not_before.insert(key.clone(), end + (end - start));
+        if outcome == Outcome::Resumed {
+            self.not_before.remove(&key);
+        } else {
+            self.not_before.insert(key.clone(), end + (end - start));
+        }
         match outcome {
-            Outcome::Done => {
+            Outcome::Done | Outcome::Resumed => {
                 self.failing.remove(&key);
             }
             Outcome::LinesSkipped => {
@@ -240,6 +254,8 @@ impl State {
 #[derive(Debug, PartialEq, Eq)]
 enum Outcome {
     Done,
+    /// Done, reading only the new lines.
+    Resumed,
     LinesSkipped,
     Failed,
 }
@@ -251,10 +267,15 @@ fn run_unit(
     cursors: &Cursors,
     unit: &Unit,
     no_sync: bool,
+    memo: &mut Memo,
 ) -> Outcome {
-    let result = catch_up(store, cursors, unit, no_sync, None)
-        .and_then(|outcome| report(unit, outcome.as_ref()));
+    let mut resumed = false;
+    let result = catch_up(store, cursors, unit, no_sync, None, Some(memo)).and_then(|outcome| {
+        resumed = outcome.as_ref().is_some_and(|r| r.resumed);
+        report(unit, outcome.as_ref())
+    });
     match result {
+        Ok(()) if resumed => Outcome::Resumed,
         Ok(()) => Outcome::Done,
         Err(e) => failed(unit, e),
     }

@@ -81,6 +81,8 @@ pub(super) struct Built {
     /// Each new session's first parent, to tell whether a head descends
     /// from a session before they are written.
     pub(super) first_parent: HashMap<ObjectId, Option<ObjectId>>,
+    /// Where the main line ends (`None` when nothing of it is written).
+    pub(super) tail: Option<Tail>,
 }
 
 /// Where an earlier import ended a session: its last message, its history
@@ -96,6 +98,35 @@ pub(super) struct Graft {
     pub(super) session: ObjectId,
     pub(super) shared: u64,
     pub(super) compactions: u32,
+    /// Set when the tree is the rest of a conversation an earlier catch-up
+    /// wrote (`tail.rs`), not a fork: what that conversation's first
+    /// sessions fixed.
+    pub(super) resumed: Option<Resumed>,
+}
+
+/// What a catch-up's tree continues (see [`Graft::resumed`]): the
+/// conversation id its sessions carry, and the times of the nodes already
+/// written (the earliest of all, the latest of the main line).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Resumed {
+    pub(super) conversation: Option<ObjectId>,
+    pub(super) first_ts: Option<i64>,
+    pub(super) last_ts: Option<i64>,
+}
+
+/// Where a build left its main line, for a catch-up to go on from
+/// (`tail.rs`): which nodes were held back, the main line's last written
+/// node and session, and the times the next build needs.
+#[derive(Debug, Clone)]
+pub(super) struct Tail {
+    pub(super) held: Vec<bool>,
+    pub(super) head_node: usize,
+    pub(super) head: Graft,
+    /// Whether the build can be continued: only a main line and subagents
+    /// (no forks, whose records would change with the main one's), no held
+    /// node at a place a stored session ends, no blobs kept from an older
+    /// sessctl.
+    pub(super) resumable: bool,
 }
 
 /// Turns one tree into sessions.
@@ -179,26 +210,40 @@ pub(super) fn build(
     // blobs: the messages those sessions hold stay blobs, so that their
     // sessions keep their ids and what comes after appends to them
     // (objects-format.md, "Imported sessions").
-    let mut objects = Vec::with_capacity(n);
-    for node in &tree.nodes {
-        objects.push(message_object(node)?);
-    }
-    let legacy = legacy_nodes(
-        &tree,
-        &parent,
-        &depth,
-        &compactions,
-        &objects,
-        boundaries,
-        keep,
-    )?;
-    for ((o, node), old) in objects.iter_mut().zip(&tree.nodes).zip(&legacy) {
-        if *old && o.kind() != ObjectKind::Blob {
-            *o = blob_object(&node.message)?;
+    // With no place an earlier session ends to find (a catch-up going on
+    // from its last written session, `tail.rs`), only the messages of the
+    // sessions written are encoded, after planning: a turn held back is not
+    // hashed again at every catch-up.
+    let lazy = boundaries.is_empty() && keep.is_none();
+    let mut objects: Vec<Option<EncodedObject>> = vec![None; n];
+    let mut legacy = vec![false; n];
+    if !lazy {
+        let all = tree
+            .nodes
+            .iter()
+            .map(message_object)
+            .collect::<Result<Vec<_>>>()?;
+        legacy = legacy_nodes(&tree, &parent, &depth, &compactions, &all, boundaries, keep)?;
+        for ((slot, mut o), (node, old)) in objects
+            .iter_mut()
+            .zip(all)
+            .zip(tree.nodes.iter().zip(&legacy))
+        {
+            if *old && o.kind() != ObjectKind::Blob {
+                o = blob_object(&node.message)?;
+            }
+            *slot = Some(o);
         }
     }
     let legacy_tree = legacy.iter().any(|l| *l);
-    let blob_ids: Vec<ObjectId> = objects.iter().map(EncodedObject::id).collect();
+    // Lazy: ids are read only for written nodes, set once they are known.
+    let mut blob_ids: Vec<ObjectId> = objects
+        .iter()
+        .map(|o| {
+            o.as_ref()
+                .map_or(ObjectId::from_bytes([0; 32]), EncodedObject::id)
+        })
+        .collect();
     // The main line is the branch with the newest leaf, except that a
     // conversation an earlier import made keeps its line (the one its head
     // is on): a branch that appears later (a rewind) becomes a fork, and the
@@ -340,8 +385,18 @@ pub(super) fn build(
             stack.extend(children[i].iter().rev());
         }
     }
+    let resumed = graft.and_then(|g| g.resumed);
     if branches.is_empty() {
-        return Ok(Built::default());
+        if resumed.is_none() {
+            return Ok(Built::default());
+        }
+        // The rest of a conversation with no message yet: its record may
+        // still change (entries after its last message).
+        branches.push(Branch {
+            kind: BranchKind::Main,
+            first_node: 0,
+            conv_from: None,
+        });
     }
     // A session holding a message still being written is held back, with
     // every session after it or spawned from it (plans come after their
@@ -354,6 +409,19 @@ pub(super) fn build(
                 || plan.spawned_by.is_some_and(|p| held[p]);
         }
     }
+    if lazy {
+        for (plan, h) in plans.iter().zip(&held) {
+            for &i in plan.nodes.iter().filter(|_| !*h) {
+                let o = message_object(&tree.nodes[i])?;
+                blob_ids[i] = o.id();
+                objects[i] = Some(o);
+            }
+        }
+    }
+    let objects: Vec<EncodedObject> = objects
+        .into_iter()
+        .map(|o| o.unwrap_or_else(|| EncodedObject::new(ObjectKind::Blob, Vec::new())))
+        .collect();
     let held_nodes: usize = plans
         .iter()
         .zip(&held)
@@ -391,13 +459,17 @@ pub(super) fn build(
     // Encode in plan order: a plan's parent and spawner come before it.
     let mut built = Built {
         messages: n - held_nodes,
-        forks: fork_order.len() + usize::from(graft.is_some()),
+        forks: fork_order.len() + usize::from(graft.is_some_and(|g| g.resumed.is_none())),
         ..Built::default()
     };
     let mut session_ids: Vec<ObjectId> = Vec::with_capacity(plans.len());
     let mut conv_id: Vec<Option<ObjectId>> = vec![None; branches.len()];
     let mut head: Vec<Option<usize>> = vec![None; branches.len()];
     let mut root_extra = std::mem::take(&mut tree.root_extra);
+    if let Some(r) = resumed {
+        // The main line's id was fixed by its first session, written before.
+        conv_id[0] = r.conversation;
+    }
     for (pi, plan) in plans.iter().enumerate() {
         if held[pi] {
             // Never read: whatever names it is held back too.
@@ -543,9 +615,62 @@ pub(super) fn build(
         head[plan.branch] = Some(pi);
     }
     built.sessions = held.iter().filter(|h| !**h).count();
-    let first_ts = tree.nodes.iter().map(|n| n.timestamp).min().unwrap_or(0);
+    let own_first = tree.nodes.iter().map(|n| n.timestamp).min();
+    let first_ts = match resumed.and_then(|r| r.first_ts) {
+        Some(t) => own_first.map_or(t, |o| o.min(t)),
+        None => own_first.unwrap_or(0),
+    };
+    // The main line's last written node, for a catch-up to go on from.
+    if let Some(h) = head[0] {
+        let mut node_held = vec![false; n];
+        for (plan, h) in plans.iter().zip(&held) {
+            for &i in &plan.nodes {
+                node_held[i] = *h;
+            }
+        }
+        let last = *plans[h].nodes.last().expect("plans are not empty");
+        let resumable = branches[0].kind == BranchKind::Main
+            && branches[1..]
+                .iter()
+                .all(|b| matches!(b.kind, BranchKind::Agent(_)))
+            && !legacy_tree
+            && (0..n).all(|i| {
+                !node_held[i] || !boundaries.contains(&(blob_ids[i], depth[i], compactions[i]))
+            });
+        let main_last = plans
+            .iter()
+            .zip(&held)
+            .filter(|(p, h)| p.branch == 0 && !**h)
+            .flat_map(|(p, _)| p.nodes.iter().map(|&i| tree.nodes[i].timestamp))
+            .max();
+        let committed_first = (0..n)
+            .filter(|&i| !node_held[i])
+            .map(|i| tree.nodes[i].timestamp)
+            .min();
+        built.tail = Some(Tail {
+            held: node_held,
+            head_node: last,
+            head: Graft {
+                session: session_ids[h],
+                shared: depth[last],
+                compactions: compactions[last],
+                resumed: Some(Resumed {
+                    conversation: conv_id[0],
+                    first_ts: opt_min(committed_first, resumed.and_then(|r| r.first_ts)),
+                    last_ts: opt_max(main_last, resumed.and_then(|r| r.last_ts)),
+                }),
+            },
+            resumable,
+        });
+    }
     for (b, br) in branches.iter().enumerate() {
-        let Some(h) = head[b] else { continue };
+        // The rest of a conversation whose new sessions are all held back:
+        // its ref stays, its record is made anew.
+        let head_id = match (head[b], graft.filter(|g| g.resumed.is_some() && b == 0)) {
+            (Some(h), _) => session_ids[h],
+            (None, Some(g)) => g.session,
+            (None, None) => continue,
+        };
         let name = &branch_name[b];
         let last_ts = plans
             .iter()
@@ -553,10 +678,14 @@ pub(super) fn build(
             .filter(|(p, h)| p.branch == b && !**h)
             .map(|(p, _)| p)
             .flat_map(|p| p.nodes.iter().map(|&i| tree.nodes[i].timestamp))
-            .max()
-            .unwrap_or(first_ts);
+            .max();
+        let last_ts = match resumed.filter(|_| b == 0) {
+            Some(r) => opt_max(last_ts, r.last_ts),
+            None => last_ts,
+        }
+        .unwrap_or(first_ts);
         match &br.kind {
-            BranchKind::Agent(_) => built.refs.push((RefName::tag(name)?, session_ids[h], None)),
+            BranchKind::Agent(_) => built.refs.push((RefName::tag(name)?, head_id, None)),
             kind => {
                 let created_at = if *kind == BranchKind::Main {
                     first_ts
@@ -592,13 +721,27 @@ pub(super) fn build(
                 };
                 built.refs.push((
                     RefName::conversation(name)?,
-                    session_ids[h],
+                    head_id,
                     Some((name.clone(), record)),
                 ));
             }
         }
     }
     Ok(built)
+}
+
+fn opt_min(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn opt_max(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The nodes whose messages an earlier import kept as blobs (a sessctl

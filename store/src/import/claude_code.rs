@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{json, Value};
 
-use super::{jsonl_lines, sanitize_name, ImportReport, Skipped, SourceFile, SourceLine, Tree};
+use super::{sanitize_name, ImportReport, Skipped, SourceFile, SourceLine, Tree};
 use crate::object::raw;
 use crate::object::Usage;
 use crate::time::parse_rfc3339_ms;
@@ -63,6 +63,8 @@ struct Line {
     text: String,
     kind: Kind,
     file: String,
+    /// Where it is in its file's text.
+    span: (usize, usize),
     /// Whether a user or assistant line of its file follows it (a tool
     /// result, the next response, the next prompt), which tells that the
     /// agent finished writing it.
@@ -94,11 +96,26 @@ fn str_of<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
 }
 
 pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tree> {
+    parse_after(sources, &[], None, None, report)
+}
+
+/// [`parse`] of the lines after the first `before[i]` of each source (a
+/// catch-up reads only the rest), all of one session `key` when given (the
+/// lines before told it). With a key, the tree is kept even without nodes
+/// (its trailing entries are new).
+pub(crate) fn parse_after(
+    sources: &[SourceFile],
+    before: &[usize],
+    key: Option<&str>,
+    mut cache: Option<&mut super::LineCache>,
+    report: &mut ImportReport,
+) -> Vec<Tree> {
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
-    for src in sources {
+    for (k, src) in sources.iter().enumerate() {
         let name = src.name();
         let mut parsed = Vec::new();
-        for (line, v, text) in jsonl_lines(src, report) {
+        let skip = before.get(k).copied().unwrap_or(0);
+        for (line, v, text) in super::jsonl_lines_after(src, skip, cache.as_deref_mut(), report) {
             match v {
                 Ok(v) if v.is_object() => parsed.push((v, text)),
                 Ok(_) => report.skipped.push(Skipped {
@@ -113,11 +130,14 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
                 }),
             }
         }
-        let session = parsed
-            .iter()
-            .find_map(|(v, _)| str_of(v, "sessionId"))
-            .map(str::to_owned)
-            .unwrap_or_else(|| name.trim_end_matches(".jsonl").to_owned());
+        let session = match key {
+            Some(k) => k.to_owned(),
+            None => parsed
+                .iter()
+                .find_map(|(v, _)| str_of(v, "sessionId"))
+                .map(str::to_owned)
+                .unwrap_or_else(|| name.trim_end_matches(".jsonl").to_owned()),
+        };
         let g = groups.entry(session).or_default();
         g.files.push(name.clone());
         // Lines other processes write into the file (`summary`,
@@ -184,6 +204,7 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
                 text: text.to_owned(),
                 kind,
                 file: name.clone(),
+                span: super::span_in(&src.text, text),
                 followed,
             });
         }
@@ -191,7 +212,7 @@ pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tr
     }
     groups
         .into_iter()
-        .filter_map(|(session, g)| build_tree(session, g))
+        .filter_map(|(session, g)| build_tree(session, g, key.is_some()))
         .collect()
 }
 
@@ -287,7 +308,7 @@ fn message_id(entry: &Value) -> Option<&str> {
         .and_then(Value::as_str)
 }
 
-fn build_tree(session: String, g: Group) -> Option<Tree> {
+fn build_tree(session: String, g: Group, keep_empty: bool) -> Option<Tree> {
     let lines = &g.lines;
     // A uuid's nearest message: transparent lines hand over to their parent.
     let resolve = |start: Option<&str>| -> Option<String> {
@@ -394,6 +415,11 @@ fn build_tree(session: String, g: Group) -> Option<Tree> {
             &l.file,
         );
         node.raw = Some(ms.iter().map(|&j| lines[j].text.clone()).collect());
+        node.span = ms.iter().all(|&j| lines[j].file == l.file).then(|| {
+            let start = ms.iter().map(|&j| lines[j].span.0).min().unwrap_or(0);
+            let end = ms.iter().map(|&j| lines[j].span.1).max().unwrap_or(0);
+            (start, end)
+        });
         node.timestamp = str_of(&l.entry, "timestamp")
             .and_then(parse_rfc3339_ms)
             .unwrap_or(0);
@@ -440,7 +466,7 @@ fn build_tree(session: String, g: Group) -> Option<Tree> {
         index.insert(l.uuid.clone(), nodes.len());
         nodes.push(node);
     }
-    if nodes.is_empty() {
+    if nodes.is_empty() && !keep_empty {
         return None;
     }
     // Events attach to the next message of their file.

@@ -27,9 +27,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use super::{
-    jsonl_lines, sanitize_name, ImportReport, Node, Skipped, SourceFile, SourceLine, Tree,
-};
+use super::{sanitize_name, ImportReport, Node, Skipped, SourceFile, SourceLine, Tree};
 use crate::object::Usage;
 use crate::time::parse_rfc3339_ms;
 
@@ -103,17 +101,59 @@ fn text_of(payload: &Value) -> String {
     }
 }
 
-pub(super) fn parse(sources: &[SourceFile], report: &mut ImportReport) -> Vec<Tree> {
-    sources
-        .iter()
-        .filter_map(|s| parse_file(s, report))
-        .collect()
+/// The parser's state after one node's line: where a catch-up reading
+/// only the lines after it starts from (`tail.rs`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Carry {
+    /// The node's id (the next node's parent).
+    pub(crate) last: Option<String>,
+    pub(crate) total_before: Option<(Usage, u64)>,
+    pub(crate) model: Option<String>,
+    pub(crate) title: Option<String>,
+    /// Of the whole file read before (they change how every line reads).
+    pub(crate) has_user_items: bool,
+    pub(crate) marks_turns: bool,
+    pub(crate) metadata: BTreeMap<String, Value>,
+    pub(crate) source_session: Option<String>,
+    /// The node's usage, cache reads and model right after its line.
+    pub(crate) usage: (Option<Usage>, u64, Option<String>),
 }
 
-fn parse_file(src: &SourceFile, report: &mut ImportReport) -> Option<Tree> {
+/// What a parse that went on from a [`Carry`] says of the node before its
+/// lines: its usage, cache reads and model after the events that follow
+/// it; `None` when the new lines change how the lines before read (they
+/// must then be read again whole).
+pub(crate) type Before = Option<(Option<Usage>, u64, Option<String>)>;
+
+pub(super) fn parse(
+    sources: &[SourceFile],
+    report: &mut ImportReport,
+) -> (Vec<Tree>, Vec<Vec<Carry>>) {
+    let mut trees = Vec::new();
+    let mut carries = Vec::new();
+    for s in sources {
+        if let (Some(t), c, _) = parse_file(s, 0, None, None, report) {
+            trees.push(t);
+            carries.push(c);
+        }
+    }
+    (trees, carries)
+}
+
+/// Parses the lines of `src`, which follow `before` lines that left the
+/// parser at `carry` (none: the whole file). Returns the tree (with no
+/// nodes when `carry` is given and the lines hold none), the state after
+/// each node, and, with `carry`, what became of the node before.
+pub(crate) fn parse_file(
+    src: &SourceFile,
+    before: usize,
+    carry: Option<&Carry>,
+    cache: Option<&mut super::LineCache>,
+    report: &mut ImportReport,
+) -> (Option<Tree>, Vec<Carry>, Before) {
     let file = src.name();
     let mut lines = Vec::new();
-    for (line, v, text) in jsonl_lines(src, report) {
+    for (line, v, text) in super::jsonl_lines_after(src, before, cache, report) {
         match v {
             Ok(v) if v.get("type").and_then(Value::as_str).is_some() => {
                 lines.push((line, v, text));
@@ -159,6 +199,25 @@ fn parse_file(src: &SourceFile, report: &mut ImportReport) -> Option<Tree> {
     let mut last: Option<String> = None;
     let mut total_before: Option<(Usage, u64)> = None;
     let mut model: Option<String> = None;
+    let mut carries = Vec::new();
+    // Going on from a carry: the node before stands in as a node of its
+    // own, so that the events after it do to it what a whole read does.
+    let mut head: Option<Node> = None;
+    let mut changed = false;
+    if let Some(c) = carry {
+        changed |= (has_user_items && !c.has_user_items) || (marks_turns && !c.marks_turns);
+        last.clone_from(&c.last);
+        total_before = c.total_before;
+        model.clone_from(&c.model);
+        tree.title.clone_from(&c.title);
+        tree.metadata.clone_from(&c.metadata);
+        tree.source_session.clone_from(&c.source_session);
+        let mut h = Node::new(String::new(), None, Value::Null, &file);
+        (h.usage, h.cache_read_tokens, h.model) = c.usage.clone();
+        head = Some(h);
+    }
+    let has_user_items = has_user_items || carry.is_some_and(|c| c.has_user_items);
+    let marks_turns = marks_turns || carry.is_some_and(|c| c.marks_turns);
     for (no, v, text) in lines {
         let ts = v
             .get("timestamp")
@@ -171,6 +230,8 @@ fn parse_file(src: &SourceFile, report: &mut ImportReport) -> Option<Tree> {
             || k == "compacted"
             || (!has_user_items && k == "event_msg" && pt == "user_message");
         if k == "session_meta" {
+            // Read again whole: it may name the conversation anew.
+            changed |= carry.is_some();
             let p = v.get("payload").cloned().unwrap_or(Value::Null);
             if let Some(id) = p.get("id").and_then(Value::as_str) {
                 tree.source_session.get_or_insert_with(|| id.to_owned());
@@ -208,7 +269,10 @@ fn parse_file(src: &SourceFile, report: &mut ImportReport) -> Option<Tree> {
                 }
             }
             if pt == "token_count" {
-                if let (Some(l), Some(info)) = (tree.nodes.last_mut(), v["payload"].get("info")) {
+                if let (Some(l), Some(info)) = (
+                    tree.nodes.last_mut().or(head.as_mut()),
+                    v["payload"].get("info"),
+                ) {
                     add_token_count(l, info, &mut total_before);
                     if l.model.is_none() {
                         l.model.clone_from(&model);
@@ -216,7 +280,7 @@ fn parse_file(src: &SourceFile, report: &mut ImportReport) -> Option<Tree> {
                 }
             }
             if matches!(pt.as_str(), "task_complete" | "turn_aborted") {
-                if let Some(l) = tree.nodes.last_mut() {
+                if let Some(l) = tree.nodes.last_mut().or(head.as_mut()) {
                     l.turn_end = true;
                 }
             }
@@ -242,13 +306,29 @@ fn parse_file(src: &SourceFile, report: &mut ImportReport) -> Option<Tree> {
             && v["payload"].get("role").and_then(Value::as_str) == Some("assistant")
             && v["payload"].get("phase").and_then(Value::as_str) == Some("final_answer");
         node.events = std::mem::take(&mut pending);
+        node.span = Some(super::span_in(&src.text, text));
+        carries.push(Carry {
+            last: Some(id.clone()),
+            total_before,
+            model: model.clone(),
+            title: tree.title.clone(),
+            has_user_items,
+            marks_turns,
+            metadata: BTreeMap::new(),
+            source_session: None,
+            usage: (node.usage, node.cache_read_tokens, node.model.clone()),
+        });
         tree.nodes.push(node);
         last = Some(id);
     }
+    let before = match head {
+        Some(h) if !changed => Some((h.usage, h.cache_read_tokens, h.model)),
+        _ => None,
+    };
     if let Some(l) = tree.nodes.last_mut() {
         l.open = !l.turn_end;
-    } else {
-        return None;
+    } else if carry.is_none() {
+        return (None, carries, before);
     }
     tree.trailing = pending;
     tree.metadata.insert("source".into(), json!("codex"));
@@ -261,5 +341,5 @@ fn parse_file(src: &SourceFile, report: &mut ImportReport) -> Option<Tree> {
     tree.name = format!("codex-{}", sanitize_name(&short, 12));
     tree.source_session = Some(sid);
     tree.spawners = BTreeMap::new();
-    Some(tree)
+    (Some(tree), carries, before)
 }

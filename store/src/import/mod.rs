@@ -37,7 +37,10 @@
 //!   unless [`ImportOptions::finished`];
 //! - a ref the user moved elsewhere stays theirs and the import follows
 //!   `<name>.imported`; an archived or removed conversation is left so
-//!   (objects-format.md, "Imported sessions").
+//!   (objects-format.md, "Imported sessions");
+//! - a watcher catching a file up again and again goes on from where its
+//!   last catch-up left ([`tail`]): it parses and writes only the new
+//!   lines, with the same result as importing the file whole.
 //!
 //! This module must never use the clock: every time comes from the source, so
 //! importing the same files twice yields the same ids, and a second import
@@ -49,6 +52,7 @@ pub mod openai;
 pub mod swe_agent;
 
 mod builder;
+pub mod tail;
 mod write;
 
 use write::import_trees;
@@ -161,6 +165,10 @@ pub struct Node {
     pub open: bool,
     /// File and line it came from, for reports.
     pub file: String,
+    /// The bytes of its file its lines take (from the first's start to the
+    /// last's end), when the parser knows them and they are in one file: a
+    /// catch-up goes on after the last written node's (`tail.rs`).
+    pub(crate) span: Option<(usize, usize)>,
 }
 
 impl Node {
@@ -183,6 +191,7 @@ impl Node {
             turn_end: false,
             open: false,
             file: file.to_owned(),
+            span: None,
         }
     }
 }
@@ -289,6 +298,15 @@ pub struct ImportReport {
     /// (file, parent id) of entries whose parent no line has; kept as roots.
     pub dangling: Vec<(String, String)>,
     pub bytes_read: u64,
+    /// Source lines parsed (a catch-up parses only the lines after the
+    /// last it wrote).
+    pub lines_parsed: usize,
+    /// Objects the import made and looked up in the store (a catch-up
+    /// makes only the new sessions' ones).
+    pub objects_considered: usize,
+    /// Whether a catch-up went on from where the last one left (reading
+    /// only the new lines) rather than reading its files whole.
+    pub resumed: bool,
     /// The conversation HEAD was pointed at: HEAD named nothing usable, so
     /// it now names the most recently active conversation the import wrote.
     pub head: Option<String>,
@@ -320,6 +338,9 @@ impl ImportReport {
             "objects_written": self.objects_written,
             "refs_moved": self.refs_moved,
             "bytes_read": self.bytes_read,
+            "lines_parsed": self.lines_parsed,
+            "objects_considered": self.objects_considered,
+            "resumed": self.resumed,
             "head": self.head,
             "skipped": self.skipped.iter().map(|s| json!({
                 "file": s.file.display().to_string(), "line": s.line, "reason": s.reason,
@@ -711,11 +732,11 @@ pub fn import_sources(
         let mut r = report.clone();
         let trees = match format {
             Format::ClaudeCode => claude_code::parse(sources, &mut r),
-            Format::Codex => codex::parse(sources, &mut r),
+            Format::Codex => codex::parse(sources, &mut r).0,
             Format::OpenAi => openai::parse(sources, &mut r),
             Format::SweAgent => swe_agent::parse(sources, &mut r),
         };
-        match import_trees(store, format, trees, opts, &mut r) {
+        match import_trees(store, format, trees, opts, &mut r, None) {
             Err(Error::RefOutOfDate { .. }) if attempt < CAS_RETRIES => attempt += 1,
             Err(e) => return Err(e),
             Ok(()) => return Ok(r),
@@ -770,6 +791,30 @@ pub(crate) fn jsonl_lines<'a>(
     src: &'a SourceFile,
     report: &mut ImportReport,
 ) -> Vec<(usize, ParsedLine, &'a str)> {
+    jsonl_lines_after(src, 0, None, report)
+}
+
+/// Lines parsed before, kept between catch-ups (`tail.rs`), by file name
+/// and line number: `known` are read from, every line read goes to `seen`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LineCache {
+    pub(crate) known: std::collections::HashMap<(String, usize), Value>,
+    pub(crate) seen: std::collections::HashMap<(String, usize), Value>,
+}
+
+/// [`jsonl_lines`] of a text that follows `before` lines of its file (a
+/// catch-up reads only the rest): its lines are numbered from `before + 1`.
+pub(crate) fn jsonl_lines_after<'a>(
+    src: &'a SourceFile,
+    before: usize,
+    mut cache: Option<&mut LineCache>,
+    report: &mut ImportReport,
+) -> Vec<(usize, ParsedLine, &'a str)> {
+    let name = if cache.is_some() {
+        src.name()
+    } else {
+        String::new()
+    };
     let mut out = Vec::new();
     let text = src.text.as_str();
     let unterminated = !text.is_empty() && !text.ends_with('\n');
@@ -782,14 +827,32 @@ pub(crate) fn jsonl_lines<'a>(
         if line.trim().is_empty() {
             continue;
         }
-        let parsed = parse_json(line);
+        let key = (name.clone(), before + i + 1);
+        let parsed = match cache.as_deref().and_then(|c| c.known.get(&key)) {
+            Some(v) => Ok(v.clone()),
+            None => {
+                report.lines_parsed += 1;
+                parse_json(line)
+            }
+        };
+        if let (Some(c), Ok(v)) = (cache.as_deref_mut(), &parsed) {
+            c.seen.insert(key, v.clone());
+        }
         if parsed.is_err() && unterminated && i + 1 == count {
             report.unfinished_lines.push(src.path.clone());
             continue;
         }
-        out.push((i + 1, parsed, line));
+        out.push((before + i + 1, parsed, line));
     }
     out
+}
+
+/// Where `line` (a slice of `text`) starts and ends in it, its newline
+/// included when it has one.
+pub(crate) fn span_in(text: &str, line: &str) -> (usize, usize) {
+    let start = (line.as_ptr() as usize).saturating_sub(text.as_ptr() as usize);
+    let end = (start + line.len() + 1).min(text.len());
+    (start, end)
 }
 
 /// A source that is one JSON document, parsed; `None` when it ends early

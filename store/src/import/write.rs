@@ -13,8 +13,21 @@ use crate::odb::Durability;
 use crate::refs::{ConversationUpdate, PreviousValue, RefEdit, RefName, RefTarget, ReflogEntry};
 use crate::store::{Store, Transaction};
 
-use super::builder::{blob_object, build, message_object, Boundary, Graft};
+use super::builder::{blob_object, build, message_object, Boundary, Built, Graft, Tail};
 use super::*;
+
+/// A tree an import wrote, as a catch-up goes on from it (`tail.rs`): the
+/// tree, where its main line ends, and whether every ref went where the
+/// tree named it (none redirected, left alone or behind).
+#[derive(Debug)]
+pub(super) struct Written {
+    pub(super) tree: Tree,
+    pub(super) tail: Option<Tail>,
+    pub(super) own: bool,
+    /// Nothing of the conversation in the store, before or after: no ref
+    /// of its name, all its sessions held back.
+    pub(super) fresh: bool,
+}
 
 pub(super) fn import_trees(
     store: &Store,
@@ -22,17 +35,14 @@ pub(super) fn import_trees(
     trees: Vec<Tree>,
     opts: &ImportOptions,
     report: &mut ImportReport,
+    mut written: Option<&mut Vec<Written>>,
 ) -> Result<()> {
     // The batch not yet committed, with the objects left out of it as the
     // store had them (`commit`).
-    let mut pending: Option<(Transaction, Vec<EncodedObject>)> = None;
+    let mut landing = Landing::default();
     let existing_refs = store.refs()?;
     let mut names_used: HashSet<String> = HashSet::new();
-    let mut queued: HashSet<ObjectId> = HashSet::new();
     let mut claimed: HashSet<RefName> = HashSet::new();
-    // The most recently active conversation the import brings (ties: the
-    // later one), for HEAD.
-    let mut newest: Option<(i64, String)> = None;
     if let Some(p) = &opts.progress {
         p.phase("importing conversations", Some(trees.len() as u64));
     }
@@ -71,7 +81,7 @@ pub(super) fn import_trees(
                 // Its source may be in the batch not yet written: write it,
                 // or only the next import would find the graft (and rewrite
                 // the fork then).
-                if let Some((prev, spare)) = pending.take() {
+                if let Some((prev, spare)) = landing.pending.take() {
                     commit(store, prev, spare, Durability::NoSync)?;
                 }
                 graft_point(store, &source, &mut tree)?
@@ -79,6 +89,14 @@ pub(super) fn import_trees(
             None => None,
         };
         let keep = kept_head(store, current.as_ref().map_or(&tree.name, |c| c.short()))?;
+        let copy = written.is_some().then(|| {
+            let plain = current.is_none() && graft.is_none();
+            (
+                tree.clone(),
+                plain,
+                plain && boundaries.is_empty() && keep.is_none(),
+            )
+        });
         let mut built = build(
             format,
             tree,
@@ -113,8 +131,9 @@ pub(super) fn import_trees(
         // of that name made by hand); nowhere when the user archived or
         // removed it.
         let mut refs = Vec::with_capacity(built.refs.len());
+        let mut own = true;
         for (name, head, record) in std::mem::take(&mut built.refs) {
-            match destination(
+            let d = destination(
                 store,
                 format,
                 &name,
@@ -122,7 +141,9 @@ pub(super) fn import_trees(
                 &built.first_parent,
                 &mut ever_held,
                 opts.rewrite_imported,
-            )? {
+            )?;
+            own &= matches!(d, Destination::Own);
+            match d {
                 Destination::Own => refs.push((name, head, record)),
                 Destination::Renamed(to) => {
                     let record = record.map(|(_, r)| (to.short().to_owned(), r));
@@ -144,89 +165,184 @@ pub(super) fn import_trees(
             }
         }
         built.refs = refs;
-        report.sessions_total += built.sessions;
-        report.messages += built.messages;
-        report.forks += built.forks;
-        report.compactions += built.compactions;
-        report.conversations += 1;
-        // A batch not yet committed is not in the store: an object two
-        // sources share goes into both batches (the journal keeps one) but
-        // counts once.
-        let mut seen = HashSet::new();
-        let mut objects = Vec::new();
-        let mut new_objects = 0;
-        let mut spare = Vec::new();
-        for o in built.objects {
-            if !seen.insert(o.id()) {
-                continue;
-            }
-            if store.odb().contains(&o.id())? {
-                spare.push(o);
-            } else {
-                if queued.insert(o.id()) {
-                    new_objects += 1;
-                    if o.kind() == ObjectKind::Session {
-                        report.sessions_written += 1;
-                    }
-                }
-                objects.push(o);
-            }
+        if let (Some(w), Some((tree, plain, fresh))) = (written.as_deref_mut(), copy) {
+            w.push(Written {
+                tree,
+                tail: built.tail.take(),
+                own: own && plain,
+                fresh: fresh && built.refs.is_empty(),
+            });
         }
-        let mut tx = Transaction {
-            reason: "import".into(),
-            objects,
-            ..Transaction::default()
-        };
-        for (name, head, record) in built.refs {
-            if let (RefName::Conversation(n), Some((_, rec))) = (&name, &record) {
-                if newest.as_ref().is_none_or(|(t, _)| rec.updated_at >= *t) {
-                    newest = Some((rec.updated_at, n.clone()));
-                }
-            }
-            let current = store.get_ref(&name)?;
-            if current != Some(RefTarget::Session(head)) {
-                tx.edits.push(RefEdit {
-                    name: name.clone(),
-                    expected: match current {
-                        Some(t) => PreviousValue::MustMatch(t),
-                        None => PreviousValue::MustNotExist,
-                    },
-                    new: Some(RefTarget::Session(head)),
-                });
-            }
-            if let Some((conv, rec)) = record {
-                let old = store.conversation(&conv)?.map(|c| c.record);
-                if old.as_ref() != Some(&rec) {
-                    tx.conversations.push(ConversationUpdate {
-                        name: conv,
-                        record: Some(rec),
-                    });
-                }
-            }
-        }
-        if tx.objects.is_empty() && tx.edits.is_empty() && tx.conversations.is_empty() {
+        land(store, built, &mut landing, report)?;
+    }
+    finish(store, landing, opts, report)
+}
+
+/// What the trees written so far leave for the next: the batch not yet
+/// committed (with the objects left out of it as the store had them, see
+/// `commit`), the objects queued, and the most recently active
+/// conversation (ties: the later one), for HEAD.
+#[derive(Default)]
+struct Landing {
+    pending: Option<(Transaction, Vec<EncodedObject>)>,
+    queued: HashSet<ObjectId>,
+    newest: Option<(i64, String)>,
+}
+
+/// Queues one tree's objects, refs and records, committing the batch
+/// before.
+fn land(
+    store: &Store,
+    built: Built,
+    landing: &mut Landing,
+    report: &mut ImportReport,
+) -> Result<()> {
+    let Landing {
+        pending,
+        queued,
+        newest,
+    } = landing;
+    report.sessions_total += built.sessions;
+    report.messages += built.messages;
+    report.forks += built.forks;
+    report.compactions += built.compactions;
+    report.conversations += 1;
+    // A batch not yet committed is not in the store: an object two
+    // sources share goes into both batches (the journal keeps one) but
+    // counts once.
+    let mut seen = HashSet::new();
+    let mut objects = Vec::new();
+    let mut new_objects = 0;
+    let mut spare = Vec::new();
+    for o in built.objects {
+        if !seen.insert(o.id()) {
             continue;
         }
-        let n_edits = tx.edits.len();
-        if let Some((prev, spare)) = pending.take() {
-            commit(store, prev, spare, Durability::NoSync)?;
+        report.objects_considered += 1;
+        if store.odb().contains(&o.id())? {
+            spare.push(o);
+        } else {
+            if queued.insert(o.id()) {
+                new_objects += 1;
+                if o.kind() == ObjectKind::Session {
+                    report.sessions_written += 1;
+                }
+            }
+            objects.push(o);
         }
-        pending = Some((tx, spare));
-        report.objects_written += new_objects;
-        report.refs_moved += n_edits;
     }
-    if let Some((tx, spare)) = pending {
+    let mut tx = Transaction {
+        reason: "import".into(),
+        objects,
+        ..Transaction::default()
+    };
+    for (name, head, record) in built.refs {
+        if let (RefName::Conversation(n), Some((_, rec))) = (&name, &record) {
+            if newest.as_ref().is_none_or(|(t, _)| rec.updated_at >= *t) {
+                *newest = Some((rec.updated_at, n.clone()));
+            }
+        }
+        let current = store.get_ref(&name)?;
+        if current != Some(RefTarget::Session(head)) {
+            tx.edits.push(RefEdit {
+                name: name.clone(),
+                expected: match current {
+                    Some(t) => PreviousValue::MustMatch(t),
+                    None => PreviousValue::MustNotExist,
+                },
+                new: Some(RefTarget::Session(head)),
+            });
+        }
+        if let Some((conv, rec)) = record {
+            let old = store.conversation(&conv)?.map(|c| c.record);
+            if old.as_ref() != Some(&rec) {
+                tx.conversations.push(ConversationUpdate {
+                    name: conv,
+                    record: Some(rec),
+                });
+            }
+        }
+    }
+    if tx.objects.is_empty() && tx.edits.is_empty() && tx.conversations.is_empty() {
+        return Ok(());
+    }
+    let n_edits = tx.edits.len();
+    if let Some((prev, spare)) = pending.take() {
+        commit(store, prev, spare, Durability::NoSync)?;
+    }
+    *pending = Some((tx, spare));
+    report.objects_written += new_objects;
+    report.refs_moved += n_edits;
+    Ok(())
+}
+
+/// Commits the last batch (synced unless `no_sync`) and points HEAD.
+fn finish(
+    store: &Store,
+    landing: Landing,
+    opts: &ImportOptions,
+    report: &mut ImportReport,
+) -> Result<()> {
+    if let Some((tx, spare)) = landing.pending {
         let d = if opts.no_sync {
             Durability::NoSync
         } else {
             Durability::Sync
         };
         commit(store, tx, spare, d)?;
-        if let Some((_, name)) = newest {
+        if let Some((_, name)) = landing.newest {
             report.head = head_to_imported(store, &name, d)?.then_some(name);
         }
     }
     Ok(())
+}
+
+/// Writes a tree that continues what an earlier catch-up wrote
+/// (`tail.rs`): its sessions go on from `graft`, the main line's last
+/// written session, and nothing the store holds is read but the refs the
+/// tree moves (no walk over the conversation's history). `None`, having
+/// written nothing, when a ref is not where the tree fast-forwards it
+/// (another writer moved it, the user took it over): the caller reads the
+/// files again whole.
+pub(super) fn import_tail_tree(
+    store: &Store,
+    format: Format,
+    tree: Tree,
+    graft: Option<Graft>,
+    opts: &ImportOptions,
+    report: &mut ImportReport,
+) -> Result<Option<Option<Tail>>> {
+    let mut built = build(format, tree, &HashSet::new(), graft, None, false, report)?;
+    // Only the main line moves: a subagent's or fork's sessions would be
+    // named and linked by the whole tree. (Without `graft`, a conversation
+    // not in the store yet, all may still be held back.)
+    let main_only = built.refs.len() == 1 && built.refs[0].2.is_some();
+    let all_held = graft.is_none() && built.refs.is_empty();
+    if !(main_only || all_held) {
+        return Ok(None);
+    }
+    let mut ever_held = None;
+    for (name, head, _) in &built.refs {
+        if !matches!(
+            destination(
+                store,
+                format,
+                name,
+                *head,
+                &built.first_parent,
+                &mut ever_held,
+                false
+            )?,
+            Destination::Own
+        ) {
+            return Ok(None);
+        }
+    }
+    let tail = built.tail.take();
+    let mut landing = Landing::default();
+    land(store, built, &mut landing, report)?;
+    finish(store, landing, opts, report)?;
+    Ok(Some(tail))
 }
 
 /// Commits a batch. An object left out of it because the store had it may
@@ -532,6 +648,7 @@ fn graft_point(store: &Store, source: &str, tree: &mut Tree) -> Result<Option<Gr
         session: at,
         shared: k as u64,
         compactions: counted[&at],
+        resumed: None,
     }))
 }
 
