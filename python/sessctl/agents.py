@@ -419,18 +419,21 @@ class SessctlSession:
             return [json.loads(t) for t in tail.items[-want:]]
         return None
 
-    def _extend_tail(self, name: str, parent: str | None, head: str, added: int) -> None:
-        """After this object appended ``added`` items moving ``name`` from
-        ``parent`` to ``head``: the cache follows, with the items as the store
-        now returns them (read back from the new session alone)."""
+    def _extend_tail(self, name: str, parent: str | None, head: str, added: list[str]) -> None:
+        """After this object appended ``added`` (the items as JSON text, as
+        ``Store.append`` returns them: as the store returns them) moving
+        ``name`` from ``parent`` to ``head``: the cache follows, without
+        reading anything back."""
         tail = self._tails.get(name)
         if parent is None:
-            tail = _Tail(parent or "", 0, [])
+            tail = _Tail("", 0, [])
         elif tail is None or tail.head != parent:
             self._tails.pop(name, None)
             return
-        back = [_text(i) for i in self.store.messages(head, -added)] if added else []
-        self._tails[name] = _Tail(head, tail.count + added, (tail.items + back)[-_TAIL:])
+        items = tail.items + added
+        if len(items) > _TAIL:
+            del items[: len(items) - _TAIL]
+        self._tails[name] = _Tail(head, tail.count + len(added), items)
 
     def _forget_conversation(self, name: str) -> None:
         """Drops what this object remembers of conversation ``name`` (it removed it)."""
@@ -494,7 +497,7 @@ class SessctlSession:
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Appends ``items`` to the current branch as one new sessctl session.
 
-        One ``Store.put`` compare-and-swapped on the head this object last
+        One ``Store.append`` compare-and-swapped on the head this object last
         wrote or read (a lost race re-reads it and retries); ``HEAD`` does not
         move. The first call on ``main`` starts its conversation with the
         session id in its record metadata, in the same transaction. A branch
@@ -515,23 +518,16 @@ class SessctlSession:
                     if head is None:
                         if branch != MAIN_BRANCH:
                             raise ValueError(f"Branch '{branch}' does not exist")
-                        new = self.store.put(
-                            reason="commit",
-                            messages=batch,
-                            conversation=name,
+                        new, texts = self.store.append(
+                            name,
+                            batch,
                             expected_head=None,
                             conversation_metadata={METADATA_SESSION_ID: self.session_id},
                         )
                     else:
-                        new = self.store.put(
-                            reason="commit",
-                            parent=head,
-                            messages=batch,
-                            conversation=name,
-                            expected_head=head,
-                        )
+                        new, texts = self.store.append(name, batch, expected_head=head)
                     self._heads[name] = new
-                    self._extend_tail(name, head, new, len(batch))
+                    self._extend_tail(name, head, new, texts)
                     if name not in self._born:
                         record = self.store.conversation(name)
                         if record is not None and record.get("conversation_id"):
