@@ -58,6 +58,7 @@ while empty; a deleted branch's id may be used again; turns carry no
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import datetime
 import hashlib
@@ -66,7 +67,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar, cast
 
 from agents.items import TResponseInputItem
@@ -250,23 +251,36 @@ def _backoff(attempt: int) -> None:
     time.sleep(random.uniform(0, 0.0005 * (1 << min(attempt, 6))))
 
 
-async def _settle(work: Awaitable[_T]) -> _T:
-    """Awaits a write to its end even when the caller is cancelled meanwhile.
+def _in_thread(fn: Callable[[], _T]) -> asyncio.Future[_T]:
+    """``fn()`` in a worker thread, as :func:`asyncio.to_thread` runs it (the
+    loop's default executor, the caller's context), as a future."""
+    loop = asyncio.get_running_loop()
+    return loop.run_in_executor(None, contextvars.copy_context().run, fn)
+
+
+async def _settle(fn: Callable[[], _T]) -> _T:
+    """Runs the write ``fn()`` in a worker thread and awaits its end even
+    when the caller is cancelled meanwhile.
 
     The worker thread cannot be stopped, so a cancelled caller that returned at
     once could not know whether the write happened; like the SDK's sessions,
-    we wait for the outcome and then re-raise the cancellation.
+    we wait for the outcome and then re-raise the cancellation. (A shield on
+    the thread's own future: no task, no ``asyncio.wait``, until a
+    cancellation comes.)
     """
-    task = asyncio.ensure_future(work)
-    cancelled: asyncio.CancelledError | None = None
-    while not task.done():
+    fut = _in_thread(fn)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError as exc:
+        cancelled = exc
+    while not fut.done():
         try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError as exc:
-            cancelled = cancelled or exc
-    if cancelled is not None:
-        raise cancelled
-    return task.result()
+            await asyncio.wait((fut,))
+        except asyncio.CancelledError:
+            pass
+    if not fut.cancelled():
+        fut.exception()  # seen: the caller gets the cancellation instead
+    raise cancelled
 
 
 _TAIL: Final = 256
@@ -546,7 +560,7 @@ class SessctlSession:
                 f"{name}: lost the race to append {_CAS_ATTEMPTS} times in a row; giving up"
             )
 
-        await _settle(asyncio.to_thread(write))
+        await _settle(write)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Removes the newest item of the current branch and returns it (``None`` if empty).
@@ -594,7 +608,7 @@ class SessctlSession:
                 f"{name}: lost the race to pop {_CAS_ATTEMPTS} times in a row; giving up"
             )
 
-        return await _settle(asyncio.to_thread(pop))
+        return await _settle(pop)
 
     def _pop_target(self, info: dict[str, Any]) -> str | None:
         """The parent to move the ref back to, if the head (``info``) is exactly it plus one item.
@@ -650,7 +664,7 @@ class SessctlSession:
             )
 
         try:
-            await _settle(asyncio.to_thread(clear))
+            await _settle(clear)
         finally:
             self._branch_id = MAIN_BRANCH
 
@@ -712,7 +726,7 @@ class SessctlSession:
             self._record_ids(target, branch)
             return branch
 
-        branch = await _settle(asyncio.to_thread(create))
+        branch = await _settle(create)
         self._branch_id = branch
         return branch
 
@@ -785,7 +799,7 @@ class SessctlSession:
             if not exists:
                 raise ValueError(f"Branch '{branch_id}' does not exist")
             self._branch_id = MAIN_BRANCH
-        await _settle(asyncio.to_thread(delete))
+        await _settle(delete)
 
     async def list_branches(self) -> list[dict[str, Any]]:
         """Every branch of this session, oldest first, as ``AdvancedSQLiteSession`` lists them.
