@@ -39,8 +39,9 @@ so they apply to exactly the state they looked at, or retry on the new one. As
 with ``SQLiteSession``, calls that one object has in flight at the same time
 (not awaited one after the other) may land in either order.
 
-Every call does its store work in a worker thread (:func:`asyncio.to_thread`);
-the store releases the GIL while it works. A write whose caller is cancelled
+Every call does its store work in a worker thread (as :func:`asyncio.to_thread`
+would, with less machinery: :mod:`sessctl._workers`); the store releases the
+GIL while it works. A write whose caller is cancelled
 still finishes before the cancellation is raised, as in the SDK's sessions.
 
 **Differences from the SQLite sessions.** Items must be JSON values (anything
@@ -58,7 +59,6 @@ while empty; a deleted branch's id may be used again; turns carry no
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
 import datetime
 import hashlib
@@ -77,6 +77,7 @@ from agents.memory.session_settings import (
     resolve_session_limit,
 )
 
+from . import _workers
 from ._native import InvalidInput, NotFound, RefOutOfDate, Store
 
 __all__ = [
@@ -252,10 +253,8 @@ def _backoff(attempt: int) -> None:
 
 
 def _in_thread(fn: Callable[[], _T]) -> asyncio.Future[_T]:
-    """``fn()`` in a worker thread, as :func:`asyncio.to_thread` runs it (the
-    loop's default executor, the caller's context), as a future."""
-    loop = asyncio.get_running_loop()
-    return loop.run_in_executor(None, contextvars.copy_context().run, fn)
+    """``fn()`` in a worker thread (:mod:`sessctl._workers`), as a future."""
+    return _workers.run(fn)
 
 
 async def _settle(fn: Callable[[], _T]) -> _T:
@@ -506,7 +505,7 @@ class SessctlSession:
             self._tails[name] = _Tail(head, count, [_text(i) for i in items[-_TAIL:]])
             return cast(list[TResponseInputItem], items)
 
-        return await asyncio.to_thread(read)
+        return await _in_thread(read)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Appends ``items`` to the current branch as one new sessctl session.
@@ -764,7 +763,7 @@ class SessctlSession:
             if self.store.conversation(self._checked_name(branch_id)) is None:
                 raise ValueError(f"Branch '{branch_id}' does not exist")
 
-        await asyncio.to_thread(check)
+        await _in_thread(check)
         self._branch_id = branch_id
 
     async def delete_branch(self, branch_id: str, force: bool = False) -> None:
@@ -793,7 +792,7 @@ class SessctlSession:
                 raise ValueError(f"Branch '{branch_id}' does not exist") from None
 
         if branch_id == self._branch_id:
-            exists = await asyncio.to_thread(
+            exists = await _in_thread(
                 lambda: self.store.conversation(self._checked_name(branch_id)) is not None
             )
             if not exists:
@@ -843,7 +842,7 @@ class SessctlSession:
             rows.sort(key=lambda row: (row[0], row[1]))
             return [row[2] for row in rows]
 
-        return await asyncio.to_thread(list_all)
+        return await _in_thread(list_all)
 
     def _branch_of(self, name: str, record: dict[str, Any]) -> str | None:
         """The branch id conversation ``name`` holds: from its metadata, else from its name."""
@@ -906,7 +905,7 @@ class SessctlSession:
                 )
             return found
 
-        return await asyncio.to_thread(scan)
+        return await _in_thread(scan)
 
 
 def _texts(content: Any) -> list[str]:
