@@ -57,7 +57,10 @@ class Store:
     ``create`` is true and nothing is there. ``wait`` bounds how long a write
     waits for another process's write lock (seconds, like ``--wait``);
     ``durable=False`` skips ``fdatasync`` (a crash may lose the newest
-    writes, never corrupt older ones).
+    writes, never corrupt older ones). A write returns once it is durable;
+    the upkeep it makes due (packing full journal segments, writing index
+    tables) runs on a thread of the handle's own, which the handle waits
+    for when it is dropped.
     """
 
     def __init__(

@@ -421,6 +421,9 @@ impl Store {
                 Inner::open(&p, &opts)
             })
             .map_err(to_py)?;
+        // No write waits for the packing or the index table its
+        // predecessors made due (an adapter's appends are latency-bound).
+        inner.set_background_upkeep(true);
         Ok(Store {
             inner: Arc::new(inner),
             path: Some(path),

@@ -228,6 +228,12 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
     fn maintain(&self) -> Result<Option<RepackStats>> {
         Ok(None)
     }
+    /// Whether [`ObjectBackend::maintain`] has segments to pack (a cheap
+    /// look, no lock): what a writer that packs on another thread asks
+    /// before starting one.
+    fn maintenance_due(&self) -> bool {
+        false
+    }
     /// When each object was stored, as far as the storage can tell (ms since
     /// the epoch): the modification time of the file that holds it, which
     /// is never earlier than the write.
