@@ -13,7 +13,8 @@ rest of the machine: on a shared machine the time an ``fdatasync`` takes can
 change several-fold within seconds, and one session's 10,000 calls followed
 by the other's would compare two different disks. Each system's time is the
 sum of its turns; its CPU time (``time.process_time``, both threads) is
-reported beside it, being less sensitive to that load.
+reported beside it, being less sensitive to that load, and so are the
+median, p99 and slowest of the single calls.
 
 It prints a table with the ratio sessctl / SQLite (below 1.0 means sessctl is
 faster or smaller) and, with ``--json FILE``, writes the numbers there.
@@ -70,11 +71,15 @@ def disk_bytes(paths: list[Path]) -> int:
     return total
 
 
-async def add_turn(session: _Session, ks: range) -> tuple[int, int]:
-    """``add_items`` of item ``k`` for each ``k`` in ``ks``; (wall, CPU) ns."""
+async def add_turn(session: _Session, ks: range, each: list[int]) -> tuple[int, int]:
+    """``add_items`` of item ``k`` for each ``k`` in ``ks``; (wall, CPU) ns.
+
+    Each call's wall time (ns) goes to ``each``."""
     wall, cpu = time.perf_counter_ns(), time.process_time_ns()
     for k in ks:
+        start = time.perf_counter_ns()
         await session.add_items([item(k)])
+        each.append(time.perf_counter_ns() - start)
     return time.perf_counter_ns() - wall, time.process_time_ns() - cpu
 
 
@@ -108,11 +113,13 @@ async def run(n: int, per_round: int, reads: int, root: Path) -> dict[str, Any]:
     }
     wall = dict.fromkeys(sessions, 0)
     cpu = dict.fromkeys(sessions, 0)
+    calls: dict[str, list[int]] = {name: [] for name in sessions}
     try:
         for turn, start in enumerate(range(0, n, per_round)):
             order = list(sessions) if turn % 2 == 0 else list(reversed(sessions))
             for name in order:
-                w, c = await add_turn(sessions[name], range(start, min(n, start + per_round)))
+                ks = range(start, min(n, start + per_round))
+                w, c = await add_turn(sessions[name], ks, calls[name])
                 wall[name] += w
                 cpu[name] += c
         results = {}
@@ -121,6 +128,10 @@ async def run(n: int, per_round: int, reads: int, root: Path) -> dict[str, Any]:
             r["add_items_s"] = wall[name] / 1e9
             r["add_items_us_each"] = wall[name] / n / 1e3
             r["add_items_cpu_us_each"] = cpu[name] / n / 1e3
+            each = sorted(calls[name])
+            r["add_items_median_us"] = each[len(each) // 2] / 1e3
+            r["add_items_p99_us"] = each[min(len(each) - 1, len(each) * 99 // 100)] / 1e3
+            r["add_items_max_us"] = each[-1] / 1e3
             results[name] = r
     finally:
         sessions["sqlite"].close()
@@ -141,6 +152,9 @@ async def run(n: int, per_round: int, reads: int, root: Path) -> dict[str, Any]:
     keys = [
         "add_items_s",
         "add_items_cpu_us_each",
+        "add_items_median_us",
+        "add_items_p99_us",
+        "add_items_max_us",
         "get_items_first_us",
         "get_items_median_us",
         "bytes",
@@ -170,6 +184,9 @@ def table(r: dict[str, Any]) -> str:
     rows = [
         (f"add_items x {r['n']} (s)", "add_items_s", ",.2f"),
         ("add_items CPU time each (µs)", "add_items_cpu_us_each", ",.0f"),
+        ("add_items one call, median (µs)", "add_items_median_us", ",.0f"),
+        ("add_items one call, p99 (µs)", "add_items_p99_us", ",.0f"),
+        ("add_items one call, max (µs)", "add_items_max_us", ",.0f"),
         ("get_items(limit=50), first (µs)", "get_items_first_us", ",.0f"),
         ("get_items(limit=50), median (µs)", "get_items_median_us", ",.0f"),
         ("bytes on disk", "bytes", ",.0f"),
