@@ -57,7 +57,10 @@ class Store:
     ``create`` is true and nothing is there. ``wait`` bounds how long a write
     waits for another process's write lock (seconds, like ``--wait``);
     ``durable=False`` skips ``fdatasync`` (a crash may lose the newest
-    writes, never corrupt older ones).
+    writes, never corrupt older ones). A write returns once it is durable;
+    the upkeep it makes due (packing full journal segments, writing index
+    tables) runs on a thread of the handle's own, which the handle waits
+    for when it is dropped.
     """
 
     def __init__(
@@ -184,6 +187,27 @@ class Store:
         each value is the tag's expected current target (``None``: must not
         exist, ``"*"``: any). ``conversation_metadata`` is the new
         conversation's record metadata when ``put`` creates it (ignored otherwise).
+        """
+    def append(
+        self,
+        conversation: str,
+        messages: Sequence[Json],
+        *,
+        expected_head: str | None,
+        reason: str = "commit",
+        conversation_metadata: Mapping[str, Json] | None = None,
+    ) -> tuple[str, list[str]]:
+        """Appends ``messages`` to ``conversation`` as one session; returns its id and the messages as JSON text.
+
+        The same write as ``put(reason=reason, parent=expected_head,
+        messages=messages, conversation=conversation,
+        expected_head=expected_head, conversation_metadata=...)``: an id
+        requires that head and builds on it (else ``RefOutOfDate``), ``None``
+        requires that the conversation not exist and starts it, with
+        ``conversation_metadata`` as its record metadata. The texts are each
+        message as the store returns it (``json.loads`` of one equals what
+        ``messages(id)`` gives for it), so that a caller that keeps what it
+        wrote need not read it back.
         """
     def set_metadata(self, name: str, metadata: Mapping[str, Json]) -> None:
         """Merges keys into conversation ``name``'s record metadata (a ``None`` value removes its key)."""

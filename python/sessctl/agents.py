@@ -39,8 +39,9 @@ so they apply to exactly the state they looked at, or retry on the new one. As
 with ``SQLiteSession``, calls that one object has in flight at the same time
 (not awaited one after the other) may land in either order.
 
-Every call does its store work in a worker thread (:func:`asyncio.to_thread`);
-the store releases the GIL while it works. A write whose caller is cancelled
+Every call does its store work in a worker thread (as :func:`asyncio.to_thread`
+would, with less machinery: :mod:`sessctl._workers`); the store releases the
+GIL while it works. A write whose caller is cancelled
 still finishes before the cancellation is raised, as in the SDK's sessions.
 
 **Differences from the SQLite sessions.** Items must be JSON values (anything
@@ -66,7 +67,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar, cast
 
 from agents.items import TResponseInputItem
@@ -76,6 +77,7 @@ from agents.memory.session_settings import (
     resolve_session_limit,
 )
 
+from . import _workers
 from ._native import InvalidInput, NotFound, RefOutOfDate, Store
 
 __all__ = [
@@ -250,23 +252,34 @@ def _backoff(attempt: int) -> None:
     time.sleep(random.uniform(0, 0.0005 * (1 << min(attempt, 6))))
 
 
-async def _settle(work: Awaitable[_T]) -> _T:
-    """Awaits a write to its end even when the caller is cancelled meanwhile.
+def _in_thread(fn: Callable[[], _T]) -> asyncio.Future[_T]:
+    """``fn()`` in a worker thread (:mod:`sessctl._workers`), as a future."""
+    return _workers.run(fn)
+
+
+async def _settle(fn: Callable[[], _T]) -> _T:
+    """Runs the write ``fn()`` in a worker thread and awaits its end even
+    when the caller is cancelled meanwhile.
 
     The worker thread cannot be stopped, so a cancelled caller that returned at
     once could not know whether the write happened; like the SDK's sessions,
-    we wait for the outcome and then re-raise the cancellation.
+    we wait for the outcome and then re-raise the cancellation. (A shield on
+    the thread's own future: no task, no ``asyncio.wait``, until a
+    cancellation comes.)
     """
-    task = asyncio.ensure_future(work)
-    cancelled: asyncio.CancelledError | None = None
-    while not task.done():
+    fut = _in_thread(fn)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError as exc:
+        cancelled = exc
+    while not fut.done():
         try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError as exc:
-            cancelled = cancelled or exc
-    if cancelled is not None:
-        raise cancelled
-    return task.result()
+            await asyncio.wait((fut,))
+        except asyncio.CancelledError:
+            pass
+    if not fut.cancelled():
+        fut.exception()  # seen: the caller gets the cancellation instead
+    raise cancelled
 
 
 _TAIL: Final = 256
@@ -419,18 +432,21 @@ class SessctlSession:
             return [json.loads(t) for t in tail.items[-want:]]
         return None
 
-    def _extend_tail(self, name: str, parent: str | None, head: str, added: int) -> None:
-        """After this object appended ``added`` items moving ``name`` from
-        ``parent`` to ``head``: the cache follows, with the items as the store
-        now returns them (read back from the new session alone)."""
+    def _extend_tail(self, name: str, parent: str | None, head: str, added: list[str]) -> None:
+        """After this object appended ``added`` (the items as JSON text, as
+        ``Store.append`` returns them: as the store returns them) moving
+        ``name`` from ``parent`` to ``head``: the cache follows, without
+        reading anything back."""
         tail = self._tails.get(name)
         if parent is None:
-            tail = _Tail(parent or "", 0, [])
+            tail = _Tail("", 0, [])
         elif tail is None or tail.head != parent:
             self._tails.pop(name, None)
             return
-        back = [_text(i) for i in self.store.messages(head, -added)] if added else []
-        self._tails[name] = _Tail(head, tail.count + added, (tail.items + back)[-_TAIL:])
+        items = tail.items + added
+        if len(items) > _TAIL:
+            del items[: len(items) - _TAIL]
+        self._tails[name] = _Tail(head, tail.count + len(added), items)
 
     def _forget_conversation(self, name: str) -> None:
         """Drops what this object remembers of conversation ``name`` (it removed it)."""
@@ -489,12 +505,12 @@ class SessctlSession:
             self._tails[name] = _Tail(head, count, [_text(i) for i in items[-_TAIL:]])
             return cast(list[TResponseInputItem], items)
 
-        return await asyncio.to_thread(read)
+        return await _in_thread(read)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Appends ``items`` to the current branch as one new sessctl session.
 
-        One ``Store.put`` compare-and-swapped on the head this object last
+        One ``Store.append`` compare-and-swapped on the head this object last
         wrote or read (a lost race re-reads it and retries); ``HEAD`` does not
         move. The first call on ``main`` starts its conversation with the
         session id in its record metadata, in the same transaction. A branch
@@ -515,23 +531,16 @@ class SessctlSession:
                     if head is None:
                         if branch != MAIN_BRANCH:
                             raise ValueError(f"Branch '{branch}' does not exist")
-                        new = self.store.put(
-                            reason="commit",
-                            messages=batch,
-                            conversation=name,
+                        new, texts = self.store.append(
+                            name,
+                            batch,
                             expected_head=None,
                             conversation_metadata={METADATA_SESSION_ID: self.session_id},
                         )
                     else:
-                        new = self.store.put(
-                            reason="commit",
-                            parent=head,
-                            messages=batch,
-                            conversation=name,
-                            expected_head=head,
-                        )
+                        new, texts = self.store.append(name, batch, expected_head=head)
                     self._heads[name] = new
-                    self._extend_tail(name, head, new, len(batch))
+                    self._extend_tail(name, head, new, texts)
                     if name not in self._born:
                         record = self.store.conversation(name)
                         if record is not None and record.get("conversation_id"):
@@ -550,7 +559,7 @@ class SessctlSession:
                 f"{name}: lost the race to append {_CAS_ATTEMPTS} times in a row; giving up"
             )
 
-        await _settle(asyncio.to_thread(write))
+        await _settle(write)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Removes the newest item of the current branch and returns it (``None`` if empty).
@@ -598,7 +607,7 @@ class SessctlSession:
                 f"{name}: lost the race to pop {_CAS_ATTEMPTS} times in a row; giving up"
             )
 
-        return await _settle(asyncio.to_thread(pop))
+        return await _settle(pop)
 
     def _pop_target(self, info: dict[str, Any]) -> str | None:
         """The parent to move the ref back to, if the head (``info``) is exactly it plus one item.
@@ -654,7 +663,7 @@ class SessctlSession:
             )
 
         try:
-            await _settle(asyncio.to_thread(clear))
+            await _settle(clear)
         finally:
             self._branch_id = MAIN_BRANCH
 
@@ -716,7 +725,7 @@ class SessctlSession:
             self._record_ids(target, branch)
             return branch
 
-        branch = await _settle(asyncio.to_thread(create))
+        branch = await _settle(create)
         self._branch_id = branch
         return branch
 
@@ -754,7 +763,7 @@ class SessctlSession:
             if self.store.conversation(self._checked_name(branch_id)) is None:
                 raise ValueError(f"Branch '{branch_id}' does not exist")
 
-        await asyncio.to_thread(check)
+        await _in_thread(check)
         self._branch_id = branch_id
 
     async def delete_branch(self, branch_id: str, force: bool = False) -> None:
@@ -783,13 +792,13 @@ class SessctlSession:
                 raise ValueError(f"Branch '{branch_id}' does not exist") from None
 
         if branch_id == self._branch_id:
-            exists = await asyncio.to_thread(
+            exists = await _in_thread(
                 lambda: self.store.conversation(self._checked_name(branch_id)) is not None
             )
             if not exists:
                 raise ValueError(f"Branch '{branch_id}' does not exist")
             self._branch_id = MAIN_BRANCH
-        await _settle(asyncio.to_thread(delete))
+        await _settle(delete)
 
     async def list_branches(self) -> list[dict[str, Any]]:
         """Every branch of this session, oldest first, as ``AdvancedSQLiteSession`` lists them.
@@ -833,7 +842,7 @@ class SessctlSession:
             rows.sort(key=lambda row: (row[0], row[1]))
             return [row[2] for row in rows]
 
-        return await asyncio.to_thread(list_all)
+        return await _in_thread(list_all)
 
     def _branch_of(self, name: str, record: dict[str, Any]) -> str | None:
         """The branch id conversation ``name`` holds: from its metadata, else from its name."""
@@ -896,7 +905,7 @@ class SessctlSession:
                 )
             return found
 
-        return await asyncio.to_thread(scan)
+        return await _in_thread(scan)
 
 
 def _texts(content: Any) -> list[str]:

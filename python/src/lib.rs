@@ -421,6 +421,9 @@ impl Store {
                 Inner::open(&p, &opts)
             })
             .map_err(to_py)?;
+        // No write waits for the packing or the index table its
+        // predecessors made due (an adapter's appends are latency-bound).
+        inner.set_background_upkeep(true);
         Ok(Store {
             inner: Arc::new(inner),
             path: Some(path),
@@ -861,6 +864,51 @@ impl Store {
             tags: tag_edits,
         };
         Ok(self.run(py, move |s, d| s.put(put, d))?.to_hex())
+    }
+
+    /// `put` of `messages` on top of `expected_head` (`None`: a new
+    /// conversation) that also returns each message as JSON text, as the
+    /// store now returns it.
+    #[pyo3(signature = (conversation, messages, *, expected_head, reason = "commit".to_owned(),
+                        conversation_metadata = None))]
+    fn append(
+        &self,
+        py: Python<'_>,
+        conversation: String,
+        messages: &Bound<'_, PyAny>,
+        expected_head: Option<String>,
+        reason: String,
+        conversation_metadata: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(String, Vec<String>)> {
+        let messages = messages_of(messages)?;
+        let parent = expected_head.as_deref().map(id_of).transpose()?;
+        let put = Put {
+            reason,
+            parent,
+            keep: None,
+            turn: Turn {
+                messages: Messages::Added(messages),
+                ..Turn::default()
+            },
+            conversation: Some(PutConversation {
+                name: conversation,
+                expected: parent.map_or(Expect::Missing, Expect::Is),
+                metadata: object_of("conversation_metadata", conversation_metadata)?,
+            }),
+            tags: Vec::new(),
+        };
+        let (id, texts) = self.run(py, move |s, d| {
+            // The values as the store keeps them: what reading the new
+            // session back would give (objects-format.md, "The JSON
+            // mapping": a value reads back as written, keys in bytewise
+            // order, which a serde_json map keeps).
+            let texts = match &put.turn.messages {
+                Messages::Added(m) => m.iter().map(Value::to_string).collect(),
+                Messages::History(_) => Vec::new(),
+            };
+            s.put(put, d).map(|id| (id, texts))
+        })?;
+        Ok((id.to_hex(), texts))
     }
 
     fn update_refs(

@@ -123,6 +123,26 @@ async def test_store_work_runs_off_the_event_loop(store: sessctl.Store) -> None:
     assert threads and threading.get_ident() not in threads
 
 
+async def test_an_append_is_one_store_call_and_reads_nothing_back(store: sessctl.Store) -> None:
+    calls: list[str] = []
+
+    class Counting:
+        def __getattr__(self, name: str) -> Any:
+            calls.append(name)
+            return getattr(store, name)
+
+    s = SessctlSession("chat", store)
+    await s.add_items([user("first")])  # starts the conversation (and reads its record once)
+    s.store = Counting()  # type: ignore[assignment]
+    for k in range(5):
+        await s.add_items([user(f"u{k}"), assistant(f"a{k}")])
+    assert calls == ["append"] * 5
+    # What was written is what a read returns, from the object's own cache.
+    assert await s.get_items(3) == [assistant("a3"), user("u4"), assistant("a4")]
+    assert calls[5:] == ["resolve"]
+    assert await SessctlSession("chat", store).get_items(3) == await s.get_items(3)
+
+
 # ---- names ----------------------------------------------------------------------
 
 NAME_RULES = re.compile(r"[A-Za-z0-9._-]{1,128}")

@@ -303,6 +303,31 @@ def test_put_refs_tags_and_sessions(store):
     assert store.fsck()["clean"]
 
 
+def test_append_returns_the_messages_as_the_store_returns_them(store):
+    # Floats stay floats, big ints stay ints, keys come back in bytewise order.
+    odd = {"z": 1.0, "a": [2**64 - 1, -(2**63), 0.1, -0.0, 1e300], "é": "☕\n\u0000", "B": None}
+    first, texts = store.append(
+        "ag", [user("q"), odd], expected_head=None, conversation_metadata={"k": "v"}
+    )
+    assert store.conversation("ag")["metadata"] == {"k": "v"}
+    assert [json.loads(t) for t in texts] == store.messages(first) == [user("q"), odd]
+    assert [list(json.loads(t)) for t in texts] == [list(m) for m in store.messages(first)]
+    second, texts = store.append("ag", (assistant("a"),), expected_head=first)
+    assert [json.loads(t) for t in texts] == store.messages(second, -1) == [assistant("a")]
+    s = store.session(second)
+    assert s["parents"] == [first] and s["messages"] == 3 and s["added"] == 1
+    assert store.reflog("ag")[0]["reason"] == "commit"
+    # The same compare-and-swap as put's: a stale head or an existing
+    # conversation loses and writes nothing.
+    with pytest.raises(RefOutOfDate):
+        store.append("ag", [user("late")], expected_head=first)
+    with pytest.raises(RefOutOfDate):
+        store.append("ag", [user("again")], expected_head=None)
+    with pytest.raises(InvalidInput):
+        store.append("ag", [float("nan")], expected_head=second)
+    assert store.resolve("ag") == second and store.message_count("ag") == 3
+
+
 def test_log_iterates_100k_sessions_without_loading_them(tmp_path):
     path = tmp_path / "big"
     s = Store(path, durable=False)

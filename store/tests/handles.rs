@@ -174,3 +174,74 @@ fn an_idle_handle_writes_to_the_newest_segment_after_others_packed_its_own() {
     assert_eq!(fresh.take_recovery_notes(), Vec::<String>::new());
     assert!(fresh.verify_chains().unwrap().is_empty());
 }
+
+/// A handle that keeps up in the background: the writes that seal
+/// segments or make a table due leave that work to a thread, which does it
+/// all in the end (once the handle waits for it, or is dropped); every
+/// write stands, and a handle that goes back to upkeep in its writes
+/// carries on.
+#[test]
+fn a_handle_that_keeps_up_in_the_background_packs_and_writes_tables() {
+    let (_d, path) = new_store();
+    let small = OpenOptions {
+        segment_target: 4 << 10,
+        ..OpenOptions::default()
+    };
+    let s = Store::open(&path, &small).unwrap();
+    s.set_background_upkeep(true);
+    let (_, mut last) = s
+        .create(Some("bg"), turn("first"), Durability::Sync)
+        .unwrap();
+    for i in 0..200 {
+        let text = format!("turn {i} {}", "x".repeat(300));
+        last = s
+            .commit("bg", Some(last), turn(&text), Durability::Sync)
+            .unwrap();
+    }
+    s.finish_upkeep();
+    // A write after the thread ended packs what is left.
+    last = s
+        .commit("bg", Some(last), turn("one more"), Durability::Sync)
+        .unwrap();
+    s.finish_upkeep();
+    let stats = s.odb().stats().unwrap();
+    assert!(stats.packs >= 1, "{stats:?}");
+    assert!(
+        stats.journal_segments <= 2,
+        "every sealed segment is packed: {stats:?}"
+    );
+    assert_eq!(s.take_recovery_notes(), Vec::<String>::new());
+    let tables = std::fs::read_dir(path.join("index"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "sit")
+        })
+        .count();
+    assert!(
+        tables >= 1,
+        "the index's overlay went to tables ({TABLE_EVERY} ops each)"
+    );
+
+    // Dropped while a thread may still pack: the next handle finds it all.
+    for i in 0..50 {
+        let text = format!("late {i} {}", "y".repeat(300));
+        last = s
+            .commit("bg", Some(last), turn(&text), Durability::Sync)
+            .unwrap();
+    }
+    drop(s);
+    let fresh = open(&path);
+    assert_eq!(fresh.resolve_rev("bg").unwrap(), last);
+    assert_eq!(fresh.odb().load_messages(&last).unwrap().len(), 252);
+    assert_eq!(fresh.take_recovery_notes(), Vec::<String>::new());
+    assert!(fresh.verify_chains().unwrap().is_empty());
+    fresh.set_background_upkeep(false);
+    fresh
+        .commit("bg", Some(last), turn("in the write"), Durability::Sync)
+        .unwrap();
+    assert!(fresh.odb().stats().unwrap().journal_segments <= 2);
+}

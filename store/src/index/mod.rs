@@ -619,6 +619,13 @@ impl Index {
     /// open the store applies few operations. Skipped while another process
     /// writes one. The operations it holds are synced first: a table never
     /// describes an operation a crash could still take back.
+    /// Whether [`Index::write_tables`] has an overlay to fold (a cheap
+    /// look): what a writer that writes tables on another thread asks
+    /// before starting one.
+    pub fn tables_due(&self) -> bool {
+        self.dir.is_some() && self.lock.is_some() && self.view().overlay_due()
+    }
+
     pub fn write_tables(&self, odb: &Odb, force: bool) -> Result<bool> {
         self.write_tables_from(odb, force, true)
     }

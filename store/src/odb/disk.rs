@@ -1031,6 +1031,10 @@ impl ObjectBackend for DiskBackend {
         Ok(())
     }
 
+    fn maintenance_due(&self) -> bool {
+        self.auto_pack && self.pack_lock.is_some() && !self.journal.sealed_segments().is_empty()
+    }
+
     fn maintain(&self) -> Result<Option<RepackStats>> {
         if !self.auto_pack || self.journal.sealed_segments().is_empty() {
             return Ok(None);

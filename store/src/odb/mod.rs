@@ -228,6 +228,12 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
     fn maintain(&self) -> Result<Option<RepackStats>> {
         Ok(None)
     }
+    /// Whether [`ObjectBackend::maintain`] has segments to pack (a cheap
+    /// look, no lock): what a writer that packs on another thread asks
+    /// before starting one.
+    fn maintenance_due(&self) -> bool {
+        false
+    }
     /// When each object was stored, as far as the storage can tell (ms since
     /// the epoch): the modification time of the file that holds it, which
     /// is never earlier than the write.
@@ -678,10 +684,17 @@ impl Odb {
         work: impl Fn(&[ObjectId]) -> Result<T> + Sync,
     ) -> Result<Vec<T>> {
         const PER_THREAD: usize = 512;
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(ids.len() / PER_THREAD)
-            .min(8);
+        // Asked only when there is work to share: on Linux the answer reads
+        // cgroup files (tens of µs), which a read of a few messages, as an
+        // adapter makes after each append, must not pay. Kept once asked.
+        static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let threads = if ids.len() < 2 * PER_THREAD {
+            1
+        } else {
+            let cpus =
+                *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            cpus.min(ids.len() / PER_THREAD).min(8)
+        };
         if threads <= 1 {
             return Ok(vec![work(ids)?]);
         }

@@ -24,7 +24,9 @@ mod run;
 mod transaction;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
 
 use crate::error::{Error, Result};
 use crate::graph::{Lineage, Node};
@@ -75,7 +77,7 @@ struct LineageSlot(Mutex<Option<Option<Arc<LineageIndex>>>>);
 pub struct Store {
     root: Option<std::path::PathBuf>,
     odb: Odb,
-    index: Index,
+    index: Arc<Index>,
     state: Mutex<OpState>,
     actor: String,
     notes: Mutex<Vec<String>>,
@@ -89,6 +91,33 @@ pub struct Store {
     /// Run claims this handle holds: the lock file of each, kept locked
     /// while the run is open (see `run.rs`).
     runs: Mutex<std::collections::HashMap<u64, std::fs::File>>,
+    /// Upkeep on a thread of its own (see [`Store::set_background_upkeep`]).
+    upkeeper: Upkeeper,
+}
+
+/// The upkeep thread of a handle that keeps up in the background.
+#[derive(Debug, Default)]
+struct Upkeeper {
+    on: AtomicBool,
+    /// The thread, and the process that started it: a process forked
+    /// meanwhile has no such thread (nothing to wait for, nothing to join).
+    running: Mutex<Option<(u32, UpkeepThread)>>,
+}
+
+/// What an upkeep thread did: packing, then the index tables.
+type UpkeepThread = JoinHandle<(Result<Option<RepackStats>>, Result<bool>)>;
+
+impl Upkeeper {
+    /// The running thread of this process, if any.
+    fn take_own(slot: &mut Option<(u32, UpkeepThread)>) -> Option<UpkeepThread> {
+        let (pid, h) = slot.take()?;
+        if pid == std::process::id() {
+            Some(h)
+        } else {
+            std::mem::forget(h); // the parent's thread, which this process never had
+            None
+        }
+    }
 }
 
 impl Store {
@@ -124,7 +153,7 @@ impl Store {
         let store = Store {
             root: root.map(Path::to_path_buf),
             odb,
-            index,
+            index: Arc::new(index),
             state: Mutex::new(OpState { seq: 0, hash: None }),
             actor: default_actor(),
             notes: Mutex::new(notes),
@@ -133,6 +162,7 @@ impl Store {
             lineage: LineageSlot::default(),
             writable,
             runs: Mutex::new(Default::default()),
+            upkeeper: Upkeeper::default(),
         };
         store.catch_up()?;
         Ok(store)
@@ -186,17 +216,113 @@ impl Store {
     /// failure here is not the commit's: it is noted, and the next write
     /// or repack tries again.
     fn upkeep(&self) {
-        let packed = match self.odb.backend().maintain() {
+        if self.upkeeper.on.load(Ordering::Relaxed) {
+            return self.upkeep_in_background();
+        }
+        let packed = self.packed(self.odb.backend().maintain());
+        // Derived: should it fail, the next write tries again, and until
+        // then readers apply a few more operations.
+        if let Err(e) = self.index.write_tables(&self.odb, packed) {
+            self.note(format!("writing an index table failed: {e}"));
+        }
+    }
+
+    /// Whether packing packed; a failure is noted (the next write or
+    /// repack tries again).
+    fn packed(&self, outcome: Result<Option<RepackStats>>) -> bool {
+        match outcome {
             Ok(p) => p.is_some(),
             Err(e) => {
                 self.note(format!("packing sealed journal segments failed: {e}"));
                 false
             }
+        }
+    }
+
+    /// Does the upkeep of writes (packing sealed journal segments, then
+    /// folding the index's overlay into a table) on a thread of its own
+    /// instead of in the write that made it due (`on`), or in the writes
+    /// again (`false`, after waiting for an upkeep thread to end). Packing
+    /// a segment and merging packs with it takes up to a few hundred
+    /// milliseconds every 2 MiB of journal, a table write a few syncs every
+    /// 256 operations: in the background, no single write waits for them.
+    /// It is the work a second writer thread's upkeep would do, under the
+    /// same locks, so nothing else changes; a write that finds the thread
+    /// still busy leaves its due work to the next one. A handle dropped
+    /// waits for its upkeep thread.
+    pub fn set_background_upkeep(&self, on: bool) {
+        self.upkeeper.on.store(on, Ordering::Relaxed);
+        if !on {
+            self.finish_upkeep();
+        }
+    }
+
+    /// Waits for an upkeep thread started by a write (see
+    /// [`Store::set_background_upkeep`]) to end.
+    pub fn finish_upkeep(&self) {
+        let running = Upkeeper::take_own(
+            &mut self
+                .upkeeper
+                .running
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        if let Some(h) = running {
+            self.joined(h);
+        }
+    }
+
+    /// Notes what an upkeep thread failed at.
+    fn joined(&self, h: UpkeepThread) {
+        match h.join() {
+            Ok((packed, tables)) => {
+                self.packed(packed);
+                if let Err(e) = tables {
+                    self.note(format!("writing an index table failed: {e}"));
+                }
+            }
+            Err(_) => self.note("the upkeep thread panicked".into()),
+        }
+    }
+
+    /// Starts an upkeep thread when work is due and none runs.
+    fn upkeep_in_background(&self) {
+        let mut running = self
+            .upkeeper
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let forked = running
+            .as_ref()
+            .is_some_and(|(pid, _)| *pid != std::process::id());
+        if forked || running.as_ref().is_some_and(|(_, h)| h.is_finished()) {
+            if let Some(h) = Upkeeper::take_own(&mut running) {
+                self.joined(h);
+            }
+        }
+        if running.is_some() || !(self.odb.backend().maintenance_due() || self.index.tables_due()) {
+            return;
+        }
+        let (odb, index) = (self.odb.clone(), Arc::clone(&self.index));
+        let work = move || {
+            let packed = odb.backend().maintain();
+            let tables = index.write_tables(&odb, matches!(packed, Ok(Some(_))));
+            (packed, tables)
         };
-        // Derived: should it fail, the next write tries again, and until
-        // then readers apply a few more operations.
-        if let Err(e) = self.index.write_tables(&self.odb, packed) {
-            self.note(format!("writing an index table failed: {e}"));
+        match std::thread::Builder::new()
+            .name("sessctl-upkeep".into())
+            .spawn(work)
+        {
+            Ok(h) => *running = Some((std::process::id(), h)),
+            Err(e) => {
+                // No thread to be had: done here, as without one.
+                drop(running);
+                self.note(format!("no upkeep thread ({e}): upkeep in the write"));
+                let packed = self.packed(self.odb.backend().maintain());
+                if let Err(e) = self.index.write_tables(&self.odb, packed) {
+                    self.note(format!("writing an index table failed: {e}"));
+                }
+            }
         }
     }
 
@@ -423,6 +549,14 @@ impl Store {
 
 /// The lineage index first, then the derived index; the session object only
 /// when both lack it.
+impl Drop for Store {
+    fn drop(&mut self) {
+        // An upkeep thread runs to its end (its work is safe to cut at any
+        // point, but a closed handle leaves none behind).
+        self.finish_upkeep();
+    }
+}
+
 impl Lineage for Store {
     fn node(&self, id: &ObjectId) -> Result<Node> {
         if let Some(ix) = Store::lineage_index(self) {
