@@ -362,7 +362,12 @@ impl DiskBackend {
         let mut new_objects = 0;
         let mut dropping = false;
         for p in packs {
-            let gone = p.count_in(doomed)?;
+            // Nothing to drop (auto-pack): no pass over every pack's ids.
+            let gone = if doomed.is_empty() {
+                0
+            } else {
+                p.count_in(doomed)?
+            };
             if gone > 0 {
                 dropping = true;
                 new_objects += p.object_count() - gone;
@@ -978,11 +983,18 @@ impl ObjectBackend for DiskBackend {
             return Ok(None);
         }
         let before = self.stats()?;
-        let merge = geometric_merge(self.journal.ids_in(&sealed).len(), self.packs());
-        let mut stats =
-            self.repack_these(&RepackOptions::default(), None, None, before, sealed, merge)?;
-        // Only part of the store: not every session.
-        stats.sessions = None;
+        // gc's sweep with nothing to drop: the sealed segments' objects
+        // written anew, the packs the geometric merge takes along copied
+        // block by block, never inflated. Rewriting them object by object
+        // (as a full repack does) made a bulk import's cost grow with
+        // n log n objects inflated, verified and compressed again.
+        let stats = self.sweep_these(
+            &RepackOptions::default(),
+            &IdSet::default(),
+            None,
+            before,
+            sealed,
+        )?;
         Ok(Some(stats))
     }
 
