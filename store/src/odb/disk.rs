@@ -15,7 +15,7 @@ use super::journal::{self, FrameBuilder, Journal};
 use super::layout::{check_format, raise_format, STORE_FORMAT_RAW};
 use super::lock::{LockFile, LockGuard};
 use super::oplog::{oplog_files, read_oplog_file, write_oplog_file};
-use super::pack::{self, Pack, RecordLoc};
+use super::pack::{self, Pack, PackOptions, RecordLoc};
 use super::{
     ObjectBackend, OdbStats, OpenOptions, RawOp, RepackOptions, RepackStats, SyncTicket, WriteLock,
 };
@@ -349,6 +349,8 @@ impl DiskBackend {
     /// copied as it is (its compressed bytes and table entry); a block with
     /// a doomed object is inflated and its survivors written again. The
     /// caller holds the pack lock.
+    /// With `every_pack` (a full repack), every pack is merged, not only
+    /// those the geometric merge takes along.
     fn sweep_these(
         &self,
         opts: &RepackOptions,
@@ -356,6 +358,7 @@ impl DiskBackend {
         rescue: Option<&super::Rescue<'_>>,
         before: OdbStats,
         sealed: Vec<u64>,
+        every_pack: bool,
     ) -> Result<RepackStats> {
         let packs = self.packs();
         let (mut chosen, mut untouched) = (Vec::new(), Vec::new());
@@ -383,7 +386,11 @@ impl DiskBackend {
             .filter(|id| !doomed.contains(id))
             .collect();
         new_objects += segment_ids.len();
-        chosen.extend(geometric_merge(new_objects, untouched));
+        if every_pack {
+            chosen.extend(untouched);
+        } else {
+            chosen.extend(geometric_merge(new_objects, untouched));
+        }
         // Nothing dropped from a pack, no segment to pack, and at most one
         // small pack to "merge": writing it again would change nothing.
         if !dropping && sealed.is_empty() && chosen.len() <= 1 {
@@ -867,6 +874,19 @@ impl ObjectBackend for DiskBackend {
                 ..RepackStats::default()
             });
         }
+        let p = opts.pack;
+        let default = PackOptions::default();
+        if keep.is_none() && (p.block_target, p.zstd_level) == (default.block_target, default.zstd_level)
+        {
+            // Into one pack with the blocks of every sound pack copied as
+            // they are (each already in the order its writer gave it) and
+            // the segments' objects in pack order: memory for the
+            // segments' objects only, never for every object the store
+            // holds (gigabytes at millions of sessions), and no block
+            // inflated that needs no rewriting. Other pack options need
+            // every block written again.
+            return self.sweep_these(opts, &IdSet::default(), rescue, before, sealed, true);
+        }
         self.repack_these(opts, keep, rescue, before, sealed, old)
     }
 
@@ -877,7 +897,7 @@ impl ObjectBackend for DiskBackend {
         rescue: Option<&super::Rescue<'_>>,
     ) -> Result<RepackStats> {
         let (_one_at_a_time, before, sealed) = self.start_packing()?;
-        self.sweep_these(opts, doomed, rescue, before, sealed)
+        self.sweep_these(opts, doomed, rescue, before, sealed, false)
     }
 
     fn scan(
@@ -994,6 +1014,7 @@ impl ObjectBackend for DiskBackend {
             None,
             before,
             sealed,
+            false,
         )?;
         Ok(Some(stats))
     }
