@@ -410,6 +410,8 @@ impl DiskBackend {
         let mut corrupt = Vec::new();
         let mut keep_packs: HashSet<String> = HashSet::new();
         let mut rewritten = 0;
+        // A full repack names the sessions it packed (`RepackStats::sessions`).
+        let mut sessions: Vec<ObjectId> = Vec::new();
         for (i, p) in chosen.iter().enumerate() {
             // An object another chosen pack holds too (a packer that died
             // between its rename and its deletions) goes in once, the
@@ -450,6 +452,9 @@ impl DiskBackend {
                         }
                         match read {
                             Ok((kind, _, Some(payload))) => {
+                                if every_pack && *kind == ObjectKind::Session {
+                                    sessions.push(*id);
+                                }
                                 if let Err(e) = w.push(*id, *kind, payload) {
                                     failed = Some(e);
                                 }
@@ -467,15 +472,32 @@ impl DiskBackend {
                     return Err(e);
                 }
             }
+            let mut copied: Vec<Vec<&pack::BlockRecord>> = Vec::new();
+            if every_pack {
+                copied.resize_with(plan.blocks(), Vec::new);
+            }
             for (block, r) in plan.clean_records() {
                 let nb = new_block[block as usize];
                 if nb != u32::MAX {
                     w.copied_object(nb, r);
+                    if let Some(c) = copied.get_mut(block as usize) {
+                        c.push(r);
+                    }
+                }
+            }
+            for (n, records) in copied.iter().enumerate() {
+                if !records.is_empty() {
+                    sessions.extend(p.sessions_among(n as u32, records)?);
                 }
             }
             for r in plan.strays() {
                 match p.read(&r.id) {
-                    Ok(Some(o)) => w.push(o.id(), o.kind(), o.payload())?,
+                    Ok(Some(o)) => {
+                        if every_pack && o.kind() == ObjectKind::Session {
+                            sessions.push(o.id());
+                        }
+                        w.push(o.id(), o.kind(), o.payload())?
+                    }
                     Ok(None) => return Err(Error::NotFound { id: r.id }),
                     Err(e) if e.is_corruption() => {
                         corrupt.push(e.to_string());
@@ -503,6 +525,9 @@ impl DiskBackend {
             }
         }
         for o in Self::pack_order(objects) {
+            if every_pack && o.kind() == ObjectKind::Session {
+                sessions.push(o.id());
+            }
             w.push(o.id(), o.kind(), o.payload())?;
         }
         let written = if w.objects() == 0 {
@@ -510,9 +535,13 @@ impl DiskBackend {
         } else {
             Some(w.finish()?)
         };
+        let wrote = written.is_some();
         let mut stats = self.publish(written, &chosen, &keep_packs, &sealed, rescue, before)?;
         stats.corrupt = corrupt;
         stats.rewritten_blocks = rewritten;
+        if every_pack && wrote {
+            stats.sessions = Some(sessions);
+        }
         Ok(stats)
     }
 
