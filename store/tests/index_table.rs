@@ -582,7 +582,10 @@ fn the_fuzz_seeds_are_the_tables_they_claim_to_be() {
     // Written before version 2 (no `t:` keys): a version-1 table still reads.
     let kinds = Table::from_bytes(seed("kinds.sit")[1..].to_vec()).unwrap();
     kinds.verify().unwrap();
-    assert_eq!(kinds.version(), sessctl_store::index::table::INDEX_FORMAT_V1);
+    assert_eq!(
+        kinds.version(),
+        sessctl_store::index::table::INDEX_FORMAT_V1
+    );
     assert_eq!(kinds.meta().first, 3);
     for kind in b"acihlrsu" {
         assert_eq!(kinds.prefix(&[*kind, b':']).unwrap().count(), 3);

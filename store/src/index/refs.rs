@@ -100,10 +100,7 @@ impl Index {
     /// The `r:` keys that `t:` keys under one of `ids` name, in the
     /// operations read ahead, the overlay and every table (a stale one, of
     /// a ref moved since, is weeded out by the caller's check).
-    fn reverse_candidates(
-        &self,
-        ids: &[ObjectId],
-    ) -> Result<std::collections::BTreeSet<Vec<u8>>> {
+    fn reverse_candidates(&self, ids: &[ObjectId]) -> Result<std::collections::BTreeSet<Vec<u8>>> {
         let mut candidates = std::collections::BTreeSet::new();
         let view = self.view();
         for id in ids {
@@ -132,10 +129,7 @@ impl Index {
 
     /// The `r:` keys whose entry, in any source, names one of `ids`: one
     /// pass over every ref's entry, read in place.
-    fn scanned_candidates(
-        &self,
-        ids: &[ObjectId],
-    ) -> Result<std::collections::BTreeSet<Vec<u8>>> {
+    fn scanned_candidates(&self, ids: &[ObjectId]) -> Result<std::collections::BTreeSet<Vec<u8>>> {
         let mut sorted: Vec<&[u8]> = ids.iter().map(|id| &id.as_bytes()[..]).collect();
         sorted.sort_unstable();
         let names_one = |v: &[u8]| {

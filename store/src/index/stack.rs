@@ -400,7 +400,10 @@ fn with_reverse_refs<'a>(
     reverse: &'a [Vec<u8>],
 ) -> Vec<(&'a [u8], Option<&'a [u8]>)> {
     let mut out: Vec<(&[u8], Option<&[u8]>)> = Vec::with_capacity(entries.len() + reverse.len());
-    let mut rest = entries.iter().filter(|(k, _)| !k.starts_with(b"t:")).peekable();
+    let mut rest = entries
+        .iter()
+        .filter(|(k, _)| !k.starts_with(b"t:"))
+        .peekable();
     while let Some(e) = rest.next_if(|(k, _)| *k < &b"t:"[..]) {
         out.push(*e);
     }

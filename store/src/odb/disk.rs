@@ -905,7 +905,8 @@ impl ObjectBackend for DiskBackend {
         }
         let p = opts.pack;
         let default = PackOptions::default();
-        if keep.is_none() && (p.block_target, p.zstd_level) == (default.block_target, default.zstd_level)
+        if keep.is_none()
+            && (p.block_target, p.zstd_level) == (default.block_target, default.zstd_level)
         {
             // Into one pack with the blocks of every sound pack copied as
             // they are (each already in the order its writer gave it) and
