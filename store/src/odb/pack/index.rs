@@ -414,7 +414,10 @@ mod tests {
             let absent = *blake3::hash(&(k + 1_000_000).to_le_bytes()).as_bytes();
             assert!(view.lower_bound(&id).0 == ids.binary_search(&id).unwrap());
             assert!(ids.binary_search(&absent).is_err());
-            assert_eq!(view.lower_bound(&absent).0, ids.partition_point(|i| *i < absent));
+            assert_eq!(
+                view.lower_bound(&absent).0,
+                ids.partition_point(|i| *i < absent)
+            );
             lookups += 2;
         }
         let per_lookup = PROBES.with(|p| p.get()) as f64 / lookups as f64;
