@@ -48,6 +48,9 @@ struct Measured {
     build_s: f64,
     /// Seconds writing objects, registering conversations, repacking.
     phases: [f64; 3],
+    /// CPU seconds (user and system, this process) of the same phases: on
+    /// a machine shared with other work, what the wall clock cannot tell.
+    cpu: [f64; 3],
     bytes: u64,
     queries: Vec<(&'static str, Vec<f64>)>,
 }
@@ -161,8 +164,8 @@ fn print_table(done: &[Measured], first: &Measured) {
         label(first.sessions)
     );
     let mut head = format!(
-        "{:>8} {:>10} {:>24} {:>10}",
-        "sessions", "build s", "(objects/refs/repack s)", "bytes/sess"
+        "{:>8} {:>10} {:>24} {:>24} {:>10}",
+        "sessions", "build s", "(objects/refs/repack s)", "(cpu s)", "bytes/sess"
     );
     for (what, _) in QUERIES {
         head.push_str(&format!(" {what:>26}"));
@@ -170,10 +173,11 @@ fn print_table(done: &[Measured], first: &Measured) {
     eprintln!("{head}");
     for m in done {
         let mut line = format!(
-            "{:>8} {:>10.1} {:>24} {:>10.0}",
+            "{:>8} {:>10.1} {:>24} {:>24} {:>10.0}",
             label(m.sessions),
             m.build_s,
             format!("{:.1}/{:.1}/{:.1}", m.phases[0], m.phases[1], m.phases[2]),
+            format!("{:.1}/{:.1}/{:.1}", m.cpu[0], m.cpu[1], m.cpu[2]),
             m.bytes as f64 / m.sessions as f64
         );
         for (k, (_, v)) in m.queries.iter().enumerate() {
@@ -183,6 +187,24 @@ fn print_table(done: &[Measured], first: &Measured) {
         }
         eprintln!("{line}");
     }
+}
+
+/// This process's CPU time so far, user and system, in seconds (Linux:
+/// `/proc/self/stat`, in ticks of 1/100 s); 0 where it cannot be read.
+fn cpu_secs() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // The fields after the command name, which is in parentheses: utime
+    // and stime are the 14th and 15th of the whole line.
+    let rest = stat.rsplit_once(')').map_or("", |r| r.1);
+    let ticks: f64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse::<f64>().ok())
+        .sum();
+    ticks / 100.0
 }
 
 /// Free bytes on the file system holding `dir` (`df -Pk`).
@@ -210,7 +232,7 @@ fn name(c: usize) -> String {
 }
 
 /// Builds a store of `n` sessions at `path` (see the module docs).
-fn build(path: &Path, n: usize, phases: &mut [f64; 3]) -> R<Built> {
+fn build(path: &Path, n: usize, phases: &mut [f64; 3], cpu: &mut [f64; 3]) -> R<Built> {
     let store = Store::init(path)?;
     let convs = n.div_ceil(PER_CONVERSATION);
     let mut rng = Rng::new(9);
@@ -218,6 +240,7 @@ fn build(path: &Path, n: usize, phases: &mut [f64; 3]) -> R<Built> {
     let mut roots = Vec::with_capacity(convs);
     let mut heads: Vec<ObjectId> = Vec::with_capacity(convs);
     let t = Instant::now();
+    let c0 = cpu_secs();
     let mut msgs: Vec<Value> = Vec::with_capacity(ADDED);
     for c in 0..convs {
         let tag = name(c);
@@ -250,6 +273,8 @@ fn build(path: &Path, n: usize, phases: &mut [f64; 3]) -> R<Built> {
     }
     w.flush()?;
     phases[0] = secs(t);
+    let c1 = cpu_secs();
+    cpu[0] = c1 - c0;
     let t = Instant::now();
     let regs: Vec<bulk::Conversation> = (0..convs)
         .map(|c| {
@@ -265,9 +290,14 @@ fn build(path: &Path, n: usize, phases: &mut [f64; 3]) -> R<Built> {
         .collect();
     bulk::register(&store, &regs)?;
     phases[1] = secs(t);
+    let c2 = cpu_secs();
+    cpu[1] = c2 - c1;
     let t = Instant::now();
-    store.repack(&RepackOptions::default())?;
+    // Merged into one pack as packing as writes go merges (blocks copied):
+    // a cold repack would write every block of 10M sessions again.
+    store.repack(&RepackOptions::hot())?;
     phases[2] = secs(t);
+    cpu[2] = cpu_secs() - c2;
     Ok(Built { roots, heads })
 }
 
@@ -276,16 +306,20 @@ fn measure(ctx: &Ctx, cli: &Path, n: usize) -> R<Measured> {
     let spath = tmp.path().join("sessctl");
     let t = Instant::now();
     let mut phases = [0.0; 3];
-    let built = build(&spath, n, &mut phases)?;
+    let mut cpu = [0.0; 3];
+    let built = build(&spath, n, &mut phases, &mut cpu)?;
     let build_s = secs(t);
     let bytes = dir_size(&spath)?;
     eprintln!(
         "sessctl-bench: 9 {}: built in {build_s:.1}s (objects {:.1}s, conversations {:.1}s, \
-         repack {:.1}s), {:.0} bytes a session",
+         repack {:.1}s; CPU {:.1}/{:.1}/{:.1}s), {:.0} bytes a session",
         label(n),
         phases[0],
         phases[1],
         phases[2],
+        cpu[0],
+        cpu[1],
+        cpu[2],
         bytes as f64 / n as f64
     );
     let convs = built.heads.len();
@@ -392,6 +426,7 @@ fn measure(ctx: &Ctx, cli: &Path, n: usize) -> R<Measured> {
         sessions: n,
         build_s,
         phases,
+        cpu,
         bytes,
         queries,
     })

@@ -370,7 +370,8 @@ fn hostile_headers_and_records_are_errors() {
     let err = open_error(with_field(&bytes, 72 + 4 * 255, &7u32.to_le_bytes()));
     assert!(err.contains("fan-out ends at 7"), "{err}");
     assert!(open_error(with_field(&bytes, 0, b"SIDX")).contains("bad magic"));
-    assert!(open_error(with_field(&bytes, 4, &2u32.to_le_bytes())).contains("format version 2"));
+    assert!(open_error(with_field(&bytes, 4, &3u32.to_le_bytes())).contains("format version 3"));
+    assert!(open_error(with_field(&bytes, 4, &0u32.to_le_bytes())).contains("format version 0"));
     assert!(open_error(with_field(&bytes, 8, &0u64.to_le_bytes()))
         .contains("operations 0 to 9: that needs 1 <= first <= last + 1"));
     assert!(open_error(with_field(&bytes, 8, &11u64.to_le_bytes())).contains("operations 11 to 9"));
@@ -495,43 +496,50 @@ fn golden() -> Vec<u8> {
     };
     let r_value = [&[1u8][..], &[0x11; 32]].concat();
     let s_key = [&b"s:"[..], &[0x22; 32]].concat();
-    let entries: [Entry<'_>; 3] = [
+    let t_key = [&b"t:"[..], &[0x11; 32], b"refs/heads/greeting"].concat();
+    let entries: [Entry<'_>; 4] = [
         (b"c:greeting", Some(b"\x01\x02")),
         (b"r:refs/heads/greeting", Some(&r_value)),
         (&s_key, None),
+        (&t_key, Some(b"")),
     ];
     encode_table(&meta, entries).unwrap()
 }
 
-const GOLDEN_LEN: usize = 1276;
-const GOLDEN_CHECKSUM: &str = "dd60fc42edad0a9540d2e67566892e4583209df89624f11edb85cc0bf08c1ada";
+const GOLDEN_LEN: usize = 1345;
+const GOLDEN_CHECKSUM: &str = "f4a9d8b1ba18c7eeda41a4256cd66027e1ae0a428290683f1ff5467a7b3ab9f7";
 const GOLDEN_DUMP: &str = "\
-00000000  53 49 54 42 01 00 00 00 01 00 00 00 00 00 00 00  |SITB............|
+00000000  53 49 54 42 02 00 00 00 01 00 00 00 00 00 00 00  |SITB............|
 00000010  02 00 00 00 00 00 00 00 ab ab ab ab ab ab ab ab  |................|
 00000020  ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab  |................|
-00000030  ab ab ab ab ab ab ab ab 03 00 00 00 00 00 00 00  |................|
-00000040  7c 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00  ||...............|
+00000030  ab ab ab ab ab ab ab ab 04 00 00 00 00 00 00 00  |................|
+00000040  b9 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00  |................|
 00000050  00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00  |................|
 *
 000001d0  00 00 00 00 01 00 00 00 01 00 00 00 01 00 00 00  |................|
 000001e0  01 00 00 00 01 00 00 00 01 00 00 00 01 00 00 00  |................|
 *
-00000210  02 00 00 00 03 00 00 00 03 00 00 00 03 00 00 00  |................|
-00000220  03 00 00 00 03 00 00 00 03 00 00 00 03 00 00 00  |................|
+00000210  02 00 00 00 03 00 00 00 04 00 00 00 04 00 00 00  |................|
+00000220  04 00 00 00 04 00 00 00 04 00 00 00 04 00 00 00  |................|
 *
-00000440  03 00 00 00 03 00 00 00 00 00 00 00 00 00 00 00  |................|
+00000440  04 00 00 00 04 00 00 00 00 00 00 00 00 00 00 00  |................|
 00000450  14 00 00 00 00 00 00 00 52 00 00 00 00 00 00 00  |........R.......|
-00000460  0a 00 00 00 02 00 00 00 63 3a 67 72 65 65 74 69  |........c:greeti|
-00000470  6e 67 01 02 15 00 00 00 21 00 00 00 72 3a 72 65  |ng......!...r:re|
-00000480  66 73 2f 68 65 61 64 73 2f 67 72 65 65 74 69 6e  |fs/heads/greetin|
-00000490  67 01 11 11 11 11 11 11 11 11 11 11 11 11 11 11  |g...............|
+00000460  7c 00 00 00 00 00 00 00 0a 00 00 00 02 00 00 00  ||...............|
+00000470  63 3a 67 72 65 65 74 69 6e 67 01 02 15 00 00 00  |c:greeting......|
+00000480  21 00 00 00 72 3a 72 65 66 73 2f 68 65 61 64 73  |!...r:refs/heads|
+00000490  2f 67 72 65 65 74 69 6e 67 01 11 11 11 11 11 11  |/greeting.......|
 000004a0  11 11 11 11 11 11 11 11 11 11 11 11 11 11 11 11  |................|
-000004b0  11 11 22 00 00 00 ff ff ff ff 73 3a 22 22 22 22  |..\".......s:\"\"\"\"|
-000004c0  22 22 22 22 22 22 22 22 22 22 22 22 22 22 22 22  |\"\"\"\"\"\"\"\"\"\"\"\"\"\"\"\"|
-000004d0  22 22 22 22 22 22 22 22 22 22 22 22 dd 60 fc 42  |\"\"\"\"\"\"\"\"\"\"\"\".`.B|
-000004e0  ed ad 0a 95 40 d2 e6 75 66 89 2e 45 83 20 9d f8  |....@..uf..E. ..|
-000004f0  96 24 f1 1e db 85 cc 0b f0 8c 1a da              |.$..........|
-000004fc
+000004b0  11 11 11 11 11 11 11 11 11 11 22 00 00 00 ff ff  |..........\".....|
+000004c0  ff ff 73 3a 22 22 22 22 22 22 22 22 22 22 22 22  |..s:\"\"\"\"\"\"\"\"\"\"\"\"|
+000004d0  22 22 22 22 22 22 22 22 22 22 22 22 22 22 22 22  |\"\"\"\"\"\"\"\"\"\"\"\"\"\"\"\"|
+000004e0  22 22 22 22 35 00 00 00 00 00 00 00 74 3a 11 11  |\"\"\"\"5.......t:..|
+000004f0  11 11 11 11 11 11 11 11 11 11 11 11 11 11 11 11  |................|
+00000500  11 11 11 11 11 11 11 11 11 11 11 11 11 11 72 65  |..............re|
+00000510  66 73 2f 68 65 61 64 73 2f 67 72 65 65 74 69 6e  |fs/heads/greetin|
+00000520  67 f4 a9 d8 b1 ba 18 c7 ee da 41 a4 25 6c d6 60  |g.........A.%l.`|
+00000530  27 e1 ae 0a 42 82 90 68 3f 1f f5 46 7a 7b 3a b9  |'...B..h?..Fz{:.|
+00000540  f7                                               |.|
+00000541
 ";
 
 /// The spec's example, byte for byte; a format change must update it, the
@@ -560,7 +568,7 @@ fn the_golden_table_has_not_changed() {
         spec.contains(GOLDEN_DUMP),
         "objects-format.md lacks:\n{GOLDEN_DUMP}"
     );
-    assert!(spec.contains(GOLDEN_CHECKSUM) && spec.contains("1276 bytes"));
+    assert!(spec.contains(GOLDEN_CHECKSUM) && spec.contains("1345 bytes"));
 }
 
 /// The fuzz target's committed seeds (`fuzz/seeds/index_table/`, a
@@ -571,8 +579,13 @@ fn the_fuzz_seeds_are_the_tables_they_claim_to_be() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/seeds/index_table");
     let seed = |name: &str| fs::read(format!("{dir}/{name}")).unwrap();
     assert_eq!(seed("golden.sit"), [&[0u8][..], &golden()].concat());
+    // Written before version 2 (no `t:` keys): a version-1 table still reads.
     let kinds = Table::from_bytes(seed("kinds.sit")[1..].to_vec()).unwrap();
     kinds.verify().unwrap();
+    assert_eq!(
+        kinds.version(),
+        sessctl_store::index::table::INDEX_FORMAT_V1
+    );
     assert_eq!(kinds.meta().first, 3);
     for kind in b"acihlrsu" {
         assert_eq!(kinds.prefix(&[*kind, b':']).unwrap().count(), 3);
@@ -584,7 +597,7 @@ fn the_fuzz_seeds_are_the_tables_they_claim_to_be() {
     assert!(golden().starts_with(&truncated[1..]) && truncated.len() < golden().len());
     let mut cut = truncated[1..].to_vec();
     fix_checksum(&mut cut);
-    assert!(open_error(cut).contains("bytes long, but 3 entries"));
+    assert!(open_error(cut).contains("bytes long, but 4 entries"));
     // Each seed replays through the fuzz target's oracle, as CI runs it.
     for name in ["golden.sit", "kinds.sit", "truncated.sit"] {
         sessctl_store::fuzzing::index_table(&seed(name));

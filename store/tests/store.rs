@@ -1063,3 +1063,109 @@ fn refs_to_names_exactly_the_refs_at_those_sessions() {
     check(&store);
     check(&open(&path));
 }
+
+/// The index tables hold a `t:` key per ref target (format version 2), so
+/// that `refs_to` is a prefix scan per session and not a pass over every
+/// ref; a store whose tables were written before them (version 1, no `t:`
+/// keys) still answers, from its `r:` entries, until `reindex` rewrites
+/// its tables as version 2.
+#[test]
+fn refs_to_reads_reverse_keys_and_version_1_tables_still_answer() {
+    use sessctl_store::index::table::{
+        encode_table_as, Table, INDEX_FORMAT_V1, INDEX_FORMAT_VERSION,
+    };
+    let (_dir, path) = new_store();
+    let turn = |t: &str| Turn {
+        messages: Messages::Added(msgs(&[t])),
+        ..Turn::default()
+    };
+    let tables = |path: &Path| -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(path.join("index"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "sit"))
+            .collect();
+        v.sort();
+        v
+    };
+    let reverse = |id: &sessctl_store::ObjectId, name: &str| {
+        [&b"t:"[..], id.as_bytes(), name.as_bytes()].concat()
+    };
+    let (a, b) = {
+        let store = open(&path);
+        let (_, a) = store
+            .create(Some("one"), turn("first"), Durability::NoSync)
+            .unwrap();
+        let (_, b) = store
+            .create(Some("two"), turn("second"), Durability::NoSync)
+            .unwrap();
+        store.repack(&RepackOptions::default()).unwrap();
+        (a, b)
+    };
+    let files = tables(&path);
+    assert_eq!(files.len(), 1);
+    let t = Table::open(&files[0]).unwrap();
+    assert_eq!(t.version(), INDEX_FORMAT_VERSION);
+    assert_eq!(
+        t.get(&reverse(&a, "refs/heads/one")).unwrap(),
+        Some(Some(&b""[..]))
+    );
+    assert_eq!(
+        t.get(&reverse(&b, "refs/heads/two")).unwrap(),
+        Some(Some(&b""[..]))
+    );
+    drop(t);
+
+    // Moving a ref takes its old target's key away.
+    {
+        let store = open(&path);
+        let c = store
+            .commit("one", None, turn("more"), Durability::NoSync)
+            .unwrap();
+        store.repack(&RepackOptions::default()).unwrap();
+        let stale = reverse(&a, "refs/heads/one");
+        let fresh = reverse(&c, "refs/heads/one");
+        let newest = Table::open(tables(&path).last().unwrap()).unwrap();
+        assert!(matches!(newest.get(&stale).unwrap(), None | Some(None)));
+        assert_eq!(newest.get(&fresh).unwrap(), Some(Some(&b""[..])));
+        assert_eq!(
+            store.refs_to(&[a, b, c]).unwrap(),
+            [
+                (RefName::conversation("one").unwrap(), c),
+                (RefName::conversation("two").unwrap(), b)
+            ]
+        );
+    }
+    let want = open(&path).refs_to(&[b]).unwrap();
+    assert_eq!(want.len(), 1);
+
+    // The tables as a sessctl before version 2 wrote them: no `t:` keys.
+    for f in tables(&path) {
+        let t = Table::open(&f).unwrap();
+        let entries: Vec<(Vec<u8>, Option<Vec<u8>>)> = t
+            .prefix(b"")
+            .unwrap()
+            .map(Result::unwrap)
+            .filter(|(k, _)| !k.starts_with(b"t:"))
+            .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
+            .collect();
+        let bytes = encode_table_as(
+            t.meta(),
+            INDEX_FORMAT_V1,
+            entries.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
+        )
+        .unwrap();
+        drop(t);
+        std::fs::write(&f, bytes).unwrap();
+    }
+    let store = open(&path);
+    assert_eq!(store.refs_to(&[b]).unwrap(), want);
+    assert!(store.take_recovery_notes().is_empty());
+    // reindex writes version 2 again, `t:` keys and all.
+    store.reindex().unwrap();
+    for f in tables(&path) {
+        assert_eq!(Table::open(&f).unwrap().version(), INDEX_FORMAT_VERSION);
+    }
+    assert_eq!(store.refs_to(&[b]).unwrap(), want);
+    assert_eq!(open(&path).refs_to(&[b]).unwrap(), want);
+}

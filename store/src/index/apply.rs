@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::conversations::activity_key;
 use super::encoding::{read_session, PreviewAt};
-use super::refs::{target_bytes, target_from};
+use super::refs::{reverse_key, target_bytes, target_from};
 use super::runs::claim_bytes;
 use super::summary::{ConversationInfo, RunClaim, SessionInfo};
 use super::{key, Index};
@@ -206,9 +206,17 @@ impl Index {
 /// object is read, so a writer applies only this under the write lock
 /// ([`Index::catch_up_refs`]) and the rest after it.
 pub(super) fn ref_effects(op: &Operation) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
-    let mut out = Vec::with_capacity(2 * op.refs.len() + op.runs.len());
+    let mut out = Vec::with_capacity(4 * op.refs.len() + op.runs.len());
     for (u, entry) in op.refs.iter().zip(op.reflog_entries()) {
         let full = u.name.to_string();
+        // The reverse keys (`t:`, see `refs_to`): the old target's goes,
+        // the new one's comes (in that order, for a move onto itself).
+        if let Some(RefTarget::Session(old)) = &u.old {
+            out.push((reverse_key(old, full.as_bytes()), None));
+        }
+        if let Some(RefTarget::Session(new)) = &u.new {
+            out.push((reverse_key(new, full.as_bytes()), Some(Vec::new())));
+        }
         out.push((key("r:", full.as_bytes()), u.new.as_ref().map(target_bytes)));
         out.push((key("h:", full.as_bytes()), Some(entry.hash().to_vec())));
     }

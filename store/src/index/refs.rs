@@ -21,6 +21,17 @@ pub(super) fn target_bytes(t: &RefTarget) -> Vec<u8> {
     }
 }
 
+/// `t:<id><ref>`: the ref `name` (its full name's bytes) points at `id`
+/// (objects-format.md, "Index"), so that the refs to a session are a
+/// prefix scan, not a pass over every ref.
+pub(super) fn reverse_key(id: &ObjectId, name: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(2 + crate::hash::ID_LEN + name.len());
+    k.extend_from_slice(b"t:");
+    k.extend_from_slice(id.as_bytes());
+    k.extend_from_slice(name);
+    k
+}
+
 pub(super) fn target_from(b: &[u8]) -> Option<RefTarget> {
     match b.split_first()? {
         (1, id) => ObjectId::from_slice(id).map(RefTarget::Session),
@@ -59,12 +70,66 @@ impl Index {
     }
 
     /// The refs whose target is one of `ids` (`HEAD`'s symbolic link not
-    /// followed), sorted by name. Reads every ref's entry in place, copying
-    /// only those that name one of `ids`, then confirms each against the
-    /// newest entry of its name: what `log -n` and `show` decorate with, at
-    /// a small fraction of [`Index::refs`]'s cost (still one pass over the
-    /// refs, as `git log --decorate` reads them all).
+    /// followed), sorted by name: what `log -n` and `show` decorate with.
+    /// Candidates come from the `t:` keys under each id (a prefix scan per
+    /// id, whatever the number of refs), each confirmed against the newest
+    /// `r:` entry of its name; with a version-1 table in the stack, whose
+    /// `t:` keys are missing, from one pass over every ref's entry instead.
     pub fn refs_to(&self, ids: &[ObjectId]) -> Result<Vec<(RefName, ObjectId)>> {
+        let candidates = if self.view().stack.reverse_refs_complete() {
+            self.reverse_candidates(ids)?
+        } else {
+            self.scanned_candidates(ids)?
+        };
+        let mut out = Vec::new();
+        for k in candidates {
+            let Some(v) = self.get(&k)? else { continue };
+            let name = std::str::from_utf8(&k[2..])
+                .ok()
+                .and_then(|n| RefName::parse(n).ok());
+            if let (Some(n), Some(RefTarget::Session(id))) = (name, target_from(&v)) {
+                if ids.contains(&id) {
+                    out.push((n, id));
+                }
+            }
+        }
+        out.sort_by_key(|a| a.0.to_string());
+        Ok(out)
+    }
+
+    /// The `r:` keys that `t:` keys under one of `ids` name, in the
+    /// operations read ahead, the overlay and every table (a stale one, of
+    /// a ref moved since, is weeded out by the caller's check).
+    fn reverse_candidates(&self, ids: &[ObjectId]) -> Result<std::collections::BTreeSet<Vec<u8>>> {
+        let mut candidates = std::collections::BTreeSet::new();
+        let view = self.view();
+        for id in ids {
+            let prefix = reverse_key(id, b"");
+            let end = super::prefix_end(&prefix).expect("a t: prefix ends");
+            let mut take = |k: &[u8]| {
+                candidates.insert([&b"r:"[..], &k[prefix.len()..]].concat());
+            };
+            for map in [&view.ahead, &view.overlay] {
+                for (k, v) in map.range(prefix.clone()..end.clone()) {
+                    if v.is_some() {
+                        take(k);
+                    }
+                }
+            }
+            for t in view.stack.tables() {
+                t.each_under(&prefix, |k, v| {
+                    if v.is_some() {
+                        take(k);
+                    }
+                })?;
+            }
+        }
+        Ok(candidates)
+    }
+
+    /// The `r:` keys whose entry, in any source, names one of `ids`: one
+    /// pass over every ref's entry, read in place.
+    fn scanned_candidates(&self, ids: &[ObjectId]) -> Result<std::collections::BTreeSet<Vec<u8>>> {
         let mut sorted: Vec<&[u8]> = ids.iter().map(|id| &id.as_bytes()[..]).collect();
         sorted.sort_unstable();
         let names_one = |v: &[u8]| {
@@ -90,20 +155,7 @@ impl Index {
                 })?;
             }
         }
-        let mut out = Vec::new();
-        for k in candidates {
-            let Some(v) = self.get(&k)? else { continue };
-            let name = std::str::from_utf8(&k[2..])
-                .ok()
-                .and_then(|n| RefName::parse(n).ok());
-            if let (Some(n), Some(RefTarget::Session(id))) = (name, target_from(&v)) {
-                if ids.contains(&id) {
-                    out.push((n, id));
-                }
-            }
-        }
-        out.sort_by_key(|a| a.0.to_string());
-        Ok(out)
+        Ok(candidates)
     }
 
     /// The hash of a ref's newest reflog entry.

@@ -223,6 +223,14 @@ impl Stack {
         self.tables.iter().all(|t| t.table.is_current())
     }
 
+    /// Whether the tables' `t:` keys name every ref's target: none of them
+    /// is a version-1 table (objects-format.md, "Index tables").
+    pub(super) fn reverse_refs_complete(&self) -> bool {
+        self.tables
+            .iter()
+            .all(|t| t.table.version() != table::INDEX_FORMAT_V1)
+    }
+
     /// The last operation the tables cover, and its hash.
     pub(super) fn covered(&self) -> Option<(u64, Hash)> {
         self.tables
@@ -268,7 +276,9 @@ impl Stack {
             .iter()
             .filter(|(_, v)| !(bottom && v.is_none()))
             .map(|(k, v)| (k.as_slice(), v.as_deref()));
-        let new = write(dir, &meta, entries)?;
+        // This handle applied every operation of the delta, `t:` keys
+        // and all.
+        let new = write(dir, &meta, table::INDEX_FORMAT_VERSION, entries)?;
         let mut tables = vec![new];
         tables.extend(self.tables.iter().cloned());
         while tables.len() >= 2 && tables[0].table.file_len() * 2 >= tables[1].table.file_len() {
@@ -283,7 +293,19 @@ impl Stack {
                 table::merge(&[&newer.table, &older.table], bottom)
                     .collect::<std::result::Result<_, _>>()
                     .map_err(|e| newer.corrupt(e))?;
-            let m = write(dir, &meta, merged.into_iter())?;
+            let v1 = newer.table.version() == table::INDEX_FORMAT_V1
+                || older.table.version() == table::INDEX_FORMAT_V1;
+            let m = if !v1 {
+                write(dir, &meta, table::INDEX_FORMAT_VERSION, merged.into_iter())?
+            } else if bottom {
+                // A bottom table holds every live ref: its `t:` keys are
+                // made from its `r:` entries, and it is version 2 from then on.
+                let reverse = reverse_refs_of(&merged);
+                let entries = with_reverse_refs(&merged, &reverse);
+                write(dir, &meta, table::INDEX_FORMAT_VERSION, entries.into_iter())?
+            } else {
+                write(dir, &meta, table::INDEX_FORMAT_V1, merged.into_iter())?
+            };
             tables.splice(0..2, [m]);
         }
         Ok(Stack { tables })
@@ -308,7 +330,7 @@ impl Stack {
                 }
             }
             if dropped > 0 {
-                write(dir, t.meta(), kept.into_iter())?;
+                write(dir, t.meta(), t.table.version(), kept.into_iter())?;
                 written += 1;
             }
         }
@@ -364,13 +386,48 @@ impl Stack {
     }
 }
 
+/// The `t:` keys of a bottom table's live `r:` entries (ascending).
+fn reverse_refs_of(entries: &[(&[u8], Option<&[u8]>)]) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = entries
+        .iter()
+        .filter_map(|(k, v)| {
+            let name = k.strip_prefix(b"r:")?;
+            match super::refs::target_from(v.as_ref()?)? {
+                crate::refs::RefTarget::Session(id) => Some(super::refs::reverse_key(&id, name)),
+                crate::refs::RefTarget::Symbolic(_) => None,
+            }
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// `entries` with their `t:` keys replaced by `reverse` (all sorted).
+fn with_reverse_refs<'a>(
+    entries: &[(&'a [u8], Option<&'a [u8]>)],
+    reverse: &'a [Vec<u8>],
+) -> Vec<(&'a [u8], Option<&'a [u8]>)> {
+    let mut out: Vec<(&[u8], Option<&[u8]>)> = Vec::with_capacity(entries.len() + reverse.len());
+    let mut rest = entries
+        .iter()
+        .filter(|(k, _)| !k.starts_with(b"t:"))
+        .peekable();
+    while let Some(e) = rest.next_if(|(k, _)| *k < &b"t:"[..]) {
+        out.push(*e);
+    }
+    out.extend(reverse.iter().map(|k| (k.as_slice(), Some(&b""[..]))));
+    out.extend(rest.copied());
+    out
+}
+
 fn write<'a>(
     dir: &Path,
     meta: &TableMeta,
+    version: u32,
     entries: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>,
 ) -> Result<Arc<Loaded>> {
     let corrupt = |e: table::TableError| table_error(&dir.join(table::table_file_name(meta)), e);
-    let bytes = table::encode_table(meta, entries).map_err(corrupt)?;
+    let bytes = table::encode_table_as(meta, version, entries).map_err(corrupt)?;
     let path = table::write_table_file(dir, meta, &bytes).map_err(corrupt)?;
     let t = Table::open(&path).map_err(corrupt)?;
     Ok(Arc::new(Loaded { table: t, path }))

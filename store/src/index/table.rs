@@ -30,8 +30,12 @@ macro_rules! bail {
     };
 }
 
-/// objects-format.md, "Index tables".
-pub const INDEX_FORMAT_VERSION: u32 = 1;
+/// objects-format.md, "Index tables": 2, a table whose entries hold a
+/// `t:` key for each ref target its `r:` entries set or clear (the layout
+/// is version 1's, which still reads: see [`Table::version`]).
+pub const INDEX_FORMAT_VERSION: u32 = 2;
+/// The first version, read as it is: its tables hold no `t:` keys.
+pub const INDEX_FORMAT_V1: u32 = 1;
 /// objects-format.md, "Index tables". Not the pack index's `SIDX`.
 pub const TABLE_MAGIC: [u8; 4] = *b"SITB";
 /// The header's length, up to and including the fan-out.
@@ -116,12 +120,27 @@ pub fn encode_table<'a>(
     meta: &TableMeta,
     entries: impl IntoIterator<Item = Entry<'a>>,
 ) -> Result<Vec<u8>, TableError> {
-    let entries: Vec<Entry<'a>> = entries.into_iter().collect();
-    encode(meta, &entries).map_err(|r| TableError(format!("cannot encode an index table: {r}")))
+    encode_table_as(meta, INDEX_FORMAT_VERSION, entries)
 }
 
-fn encode(meta: &TableMeta, entries: &[Entry<'_>]) -> Result<Vec<u8>, String> {
+/// [`encode_table`] under the header's `version`, [`INDEX_FORMAT_VERSION`]
+/// or [`INDEX_FORMAT_V1`] (a merge that takes a version-1 table along: its
+/// `t:` keys are not complete).
+pub fn encode_table_as<'a>(
+    meta: &TableMeta,
+    version: u32,
+    entries: impl IntoIterator<Item = Entry<'a>>,
+) -> Result<Vec<u8>, TableError> {
+    let entries: Vec<Entry<'a>> = entries.into_iter().collect();
+    encode(meta, version, &entries)
+        .map_err(|r| TableError(format!("cannot encode an index table: {r}")))
+}
+
+fn encode(meta: &TableMeta, version: u32, entries: &[Entry<'_>]) -> Result<Vec<u8>, String> {
     meta.check()?;
+    if version != INDEX_FORMAT_VERSION && version != INDEX_FORMAT_V1 {
+        bail!("there is no version {version}");
+    }
     let Ok(n) = u32::try_from(entries.len()) else {
         bail!("too many entries")
     };
@@ -153,7 +172,7 @@ fn encode(meta: &TableMeta, entries: &[Entry<'_>]) -> Result<Vec<u8>, String> {
         .ok_or("too large")?;
     let mut out = Vec::with_capacity(total);
     out.extend_from_slice(&TABLE_MAGIC);
-    out.extend_from_slice(&INDEX_FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&meta.first.to_le_bytes());
     out.extend_from_slice(&meta.last.to_le_bytes());
     out.extend_from_slice(&meta.last_hash);
@@ -190,6 +209,7 @@ enum Bytes {
 #[derive(Debug, Clone, Copy)]
 struct Layout {
     meta: TableMeta,
+    version: u32,
     n: usize,
     heap_start: usize,
     heap_len: u64,
@@ -239,8 +259,10 @@ fn parse_header(b: &[u8]) -> Result<Layout, String> {
     }
     let short = || "truncated header".to_string();
     let version = le_u32(b, 4).ok_or_else(short)?;
-    if version != INDEX_FORMAT_VERSION {
-        bail!("format version {version}; this sessctl reads {INDEX_FORMAT_VERSION}");
+    if version != INDEX_FORMAT_VERSION && version != INDEX_FORMAT_V1 {
+        bail!(
+            "format version {version}; this sessctl reads {INDEX_FORMAT_V1} and {INDEX_FORMAT_VERSION}"
+        );
     }
     let mut last_hash = [0u8; 32];
     last_hash.copy_from_slice(&b[24..56]);
@@ -283,6 +305,7 @@ fn parse_header(b: &[u8]) -> Result<Layout, String> {
     let n = n as usize;
     Ok(Layout {
         meta,
+        version,
         n,
         heap_start: TABLE_HEADER_LEN + 8 * n,
         heap_len,
@@ -435,6 +458,12 @@ impl Table {
 
     pub fn meta(&self) -> &TableMeta {
         &self.layout.meta
+    }
+
+    /// The header's version: [`INDEX_FORMAT_VERSION`], or
+    /// [`INDEX_FORMAT_V1`] for a table that holds no `t:` keys.
+    pub fn version(&self) -> u32 {
+        self.layout.version
     }
 
     /// The number of entries, tombstones included.

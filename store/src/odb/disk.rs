@@ -15,7 +15,7 @@ use super::journal::{self, FrameBuilder, Journal};
 use super::layout::{check_format, raise_format, STORE_FORMAT_PACK2, STORE_FORMAT_RAW};
 use super::lock::{LockFile, LockGuard};
 use super::oplog::{oplog_files, read_oplog_file, write_oplog_file};
-use super::pack::{self, Pack, RecordLoc};
+use super::pack::{self, Pack, PackOptions, RecordLoc};
 use super::{
     ObjectBackend, OdbStats, OpenOptions, RawOp, RepackOptions, RepackStats, SyncTicket, WriteLock,
 };
@@ -370,6 +370,11 @@ impl DiskBackend {
     /// copied as it is (its compressed bytes and table entry); a block with
     /// a doomed object is inflated and its survivors written again. The
     /// caller holds the pack lock.
+    /// With `every_pack` (a full repack), every pack is merged, not only
+    /// those the geometric merge takes along, and when `opts` are not the
+    /// hot ones packs are written with every block is written again with
+    /// them (a cold repack: larger blocks, a higher level), one block at a
+    /// time: memory for the segments' objects only, never for every object.
     fn sweep_these(
         &self,
         opts: &RepackOptions,
@@ -377,7 +382,11 @@ impl DiskBackend {
         rescue: Option<&super::Rescue<'_>>,
         before: OdbStats,
         sealed: Vec<u64>,
+        every_pack: bool,
     ) -> Result<RepackStats> {
+        let hot = PackOptions::hot();
+        let recompress = every_pack
+            && (opts.pack.block_target, opts.pack.zstd_level) != (hot.block_target, hot.zstd_level);
         let packs = self.packs();
         let (mut chosen, mut untouched) = (Vec::new(), Vec::new());
         let mut new_objects = 0;
@@ -387,7 +396,12 @@ impl DiskBackend {
         // dictionaries outlives them (see below).
         let mut losing: HashSet<String> = HashSet::new();
         for p in packs {
-            let gone = p.count_in(doomed)?;
+            // Nothing to drop (auto-pack): no pass over every pack's ids.
+            let gone = if doomed.is_empty() {
+                0
+            } else {
+                p.count_in(doomed)?
+            };
             if gone > 0 {
                 losing.insert(p.name().to_owned());
                 dropping = true;
@@ -404,7 +418,11 @@ impl DiskBackend {
             .filter(|id| !doomed.contains(id))
             .collect();
         new_objects += segment_ids.len();
-        chosen.extend(geometric_merge(new_objects, untouched));
+        if every_pack {
+            chosen.extend(untouched);
+        } else {
+            chosen.extend(geometric_merge(new_objects, untouched));
+        }
         // Nothing dropped from a pack, no segment to pack, and at most one
         // small pack to "merge": writing it again would change nothing.
         let current = chosen
@@ -483,6 +501,8 @@ impl DiskBackend {
                 w.train_dictionary(&records)?;
             }
         }
+        // A full repack names the sessions it packed (`RepackStats::sessions`).
+        let mut sessions: Vec<ObjectId> = Vec::new();
         for (i, p) in chosen.iter().enumerate() {
             // An object another chosen pack holds too (a packer that died
             // between its rename and its deletions) goes in once, the
@@ -504,7 +524,7 @@ impl DiskBackend {
             // and what fails is left behind with its pack.
             let verbatim = p.checksum_holds();
             let keeps_no_dictionary = losing.contains(p.name()) && p.dictionary_count() > 0;
-            let plan = p.sweep_plan(&skip, !verbatim || keeps_no_dictionary)?;
+            let plan = p.sweep_plan(&skip, !verbatim || keeps_no_dictionary || recompress)?;
             let mut new_block = vec![u32::MAX; plan.blocks()];
             for n in 0..plan.blocks() as u32 {
                 if !plan.used(n) {
@@ -524,6 +544,9 @@ impl DiskBackend {
                         }
                         match read {
                             Ok((kind, _, Some(payload))) => {
+                                if every_pack && *kind == ObjectKind::Session {
+                                    sessions.push(*id);
+                                }
                                 if let Err(e) = w.push(*id, *kind, payload) {
                                     failed = Some(e);
                                 }
@@ -541,15 +564,32 @@ impl DiskBackend {
                     return Err(e);
                 }
             }
+            let mut copied: Vec<Vec<&pack::BlockRecord>> = Vec::new();
+            if every_pack {
+                copied.resize_with(plan.blocks(), Vec::new);
+            }
             for (block, r) in plan.clean_records() {
                 let nb = new_block[block as usize];
                 if nb != u32::MAX {
                     w.copied_object(nb, r);
+                    if let Some(c) = copied.get_mut(block as usize) {
+                        c.push(r);
+                    }
+                }
+            }
+            for (n, records) in copied.iter().enumerate() {
+                if !records.is_empty() {
+                    sessions.extend(p.sessions_among(n as u32, records)?);
                 }
             }
             for r in plan.strays() {
                 match p.read(&r.id) {
-                    Ok(Some(o)) => w.push(o.id(), o.kind(), o.payload())?,
+                    Ok(Some(o)) => {
+                        if every_pack && o.kind() == ObjectKind::Session {
+                            sessions.push(o.id());
+                        }
+                        w.push(o.id(), o.kind(), o.payload())?
+                    }
                     Ok(None) => return Err(Error::NotFound { id: r.id }),
                     Err(e) if e.is_corruption() => {
                         corrupt.push(e.to_string());
@@ -560,6 +600,9 @@ impl DiskBackend {
             }
         }
         for o in Self::pack_order(objects) {
+            if every_pack && o.kind() == ObjectKind::Session {
+                sessions.push(o.id());
+            }
             w.push(o.id(), o.kind(), o.payload())?;
         }
         let written = if w.objects() == 0 {
@@ -567,9 +610,13 @@ impl DiskBackend {
         } else {
             Some(w.finish()?)
         };
+        let wrote = written.is_some();
         let mut stats = self.publish(written, &chosen, &keep_packs, &sealed, rescue, before)?;
         stats.corrupt = corrupt;
         stats.rewritten_blocks = rewritten;
+        if every_pack && wrote {
+            stats.sessions = Some(sessions);
+        }
         Ok(stats)
     }
 
@@ -934,6 +981,16 @@ impl ObjectBackend for DiskBackend {
                 ..RepackStats::default()
             });
         }
+        if keep.is_none() {
+            // Into one pack, each pack's blocks in the order its writer gave
+            // them and the segments' objects in pack order: memory for the
+            // segments' objects only, never for every object the store
+            // holds (gigabytes at millions of sessions). With the hot
+            // options the blocks of every sound pack are copied as they
+            // are; with others (the default, cold) each block is inflated
+            // and its objects written again with them, a block at a time.
+            return self.sweep_these(opts, &IdSet::default(), rescue, before, sealed, true);
+        }
         self.repack_these(opts, keep, rescue, before, sealed, old)
     }
 
@@ -944,7 +1001,7 @@ impl ObjectBackend for DiskBackend {
         rescue: Option<&super::Rescue<'_>>,
     ) -> Result<RepackStats> {
         let (_one_at_a_time, before, sealed) = self.start_packing()?;
-        self.sweep_these(opts, doomed, rescue, before, sealed)
+        self.sweep_these(opts, doomed, rescue, before, sealed, false)
     }
 
     fn scan(
@@ -1054,11 +1111,19 @@ impl ObjectBackend for DiskBackend {
             return Ok(None);
         }
         let before = self.stats()?;
-        let merge = geometric_merge(self.journal.ids_in(&sealed).len(), self.packs());
-        let mut stats =
-            self.repack_these(&RepackOptions::hot(), None, None, before, sealed, merge)?;
-        // Only part of the store: not every session.
-        stats.sessions = None;
+        // gc's sweep with nothing to drop: the sealed segments' objects
+        // written anew, the packs the geometric merge takes along copied
+        // block by block, never inflated. Rewriting them object by object
+        // (as a full repack does) made a bulk import's cost grow with
+        // n log n objects inflated, verified and compressed again.
+        let stats = self.sweep_these(
+            &RepackOptions::hot(),
+            &IdSet::default(),
+            None,
+            before,
+            sealed,
+            false,
+        )?;
         Ok(Some(stats))
     }
 

@@ -304,6 +304,19 @@ impl Pack {
     }
 
     /// How many of the pack's objects `set` holds.
+    /// The sessions among `records` of block `n`, by each record's kind
+    /// byte: a repack that copies the block whole names the sessions it
+    /// packed (for the lineage index) without checking their hashes, which
+    /// whoever reads one does. A record outside the block is left out.
+    pub fn sessions_among(&self, n: u32, records: &[&BlockRecord]) -> Result<Vec<ObjectId>> {
+        let data = self.inflate(n).map_err(Error::Invalid)?;
+        Ok(records
+            .iter()
+            .filter(|r| data.get(r.offset as usize) == Some(&ObjectKind::Session.code()))
+            .map(|r| r.id)
+            .collect())
+    }
+
     pub fn count_in(&self, set: &crate::hash::IdSet) -> Result<usize> {
         self.ensure_index()?;
         Ok(self.view().ids().filter(|id| set.contains(id)).count())
