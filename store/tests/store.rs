@@ -1161,6 +1161,24 @@ fn refs_to_reads_reverse_keys_and_version_1_tables_still_answer() {
     let store = open(&path);
     assert_eq!(store.refs_to(&[b]).unwrap(), want);
     assert!(store.take_recovery_notes().is_empty());
+    // A table that merges into the bottom of the stack makes its `t:` keys
+    // from its `r:` entries: version 2 from then on.
+    let d = store
+        .commit("two", None, turn("and more"), Durability::NoSync)
+        .unwrap();
+    store.repack(&RepackOptions::default()).unwrap();
+    let files = tables(&path);
+    assert_eq!(files.len(), 1, "merged into one: {files:?}");
+    let t = Table::open(&files[0]).unwrap();
+    assert_eq!(t.version(), INDEX_FORMAT_VERSION);
+    assert_eq!(
+        t.get(&reverse(&d, "refs/heads/two")).unwrap(),
+        Some(Some(&b""[..]))
+    );
+    drop(t);
+    let want = open(&path).refs_to(&[d]).unwrap();
+    assert_eq!(want, [(RefName::conversation("two").unwrap(), d)]);
+    let b = d;
     // reindex writes version 2 again, `t:` keys and all.
     store.reindex().unwrap();
     for f in tables(&path) {
