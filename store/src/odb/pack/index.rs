@@ -402,7 +402,10 @@ impl<'a> IndexView<'a> {
             match self.id_bytes(g) {
                 Some(id) if id < &key[..] => {
                     lo = g + 1;
-                    vlo = value(id).max(vlo);
+                    // Clamped: in a damaged index an id in this fan-out
+                    // range may start with another byte, and its value
+                    // says nothing (the bounds must stay ordered).
+                    vlo = value(id).clamp(vlo, vhi);
                 }
                 Some(id) => {
                     hi = g;
@@ -489,6 +492,45 @@ mod tests {
                 prop_assert_eq!(end, ids.partition_point(|i| i[0] <= key[0]));
                 let found = view.position(&ObjectId::from_bytes(*key));
                 prop_assert_eq!(found, ids.binary_search(key).ok());
+            }
+        }
+    }
+
+    proptest! {
+        /// A damaged index (ids out of order, or starting with another
+        /// byte than their fan-out range says): lookups may miss, never
+        /// panic.
+        #[test]
+        fn lookups_in_a_damaged_index_never_panic(
+            mut ids in prop::collection::vec(any::<[u8; ID_LEN]>(), 17..300),
+            damage in prop::collection::vec(
+                (
+                    any::<prop::sample::Index>(),
+                    // Random bytes, or a later first byte with a small value:
+                    // an id above every key whose value is below theirs.
+                    prop_oneof![any::<[u8; 9]>(), Just([0xff, 0, 0, 0, 0, 0, 0, 0, 0])],
+                ),
+                1..20,
+            ),
+            probes in prop::collection::vec(any::<[u8; ID_LEN]>(), 1..20),
+        ) {
+            // One fan-out range, long enough to interpolate in.
+            for id in ids.iter_mut() {
+                id[0] = 0;
+            }
+            let mut bytes = index_of(&mut ids);
+            let n = ids.len();
+            let ids_at = 16 + FANOUT_LEN;
+            for (at, b) in &damage {
+                let at = ids_at + at.index(n) * ID_LEN;
+                bytes[at..at + 9].copy_from_slice(b);
+            }
+            let view = IndexView::parse(&bytes).unwrap();
+            for key in ids.iter().chain(&probes) {
+                let mut key = *key;
+                key[0] = 0;
+                let _ = view.lower_bound(&key);
+                let _ = view.position(&ObjectId::from_bytes(key));
             }
         }
     }
