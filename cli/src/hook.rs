@@ -587,13 +587,7 @@ pub fn catch_up(
         }
         if let (Some(m), None) = (memo.as_deref_mut(), finished) {
             if let Some(report) = go_on(store, unit, m, no_sync)? {
-                let mut record = BTreeMap::new();
-                record.insert("files", states);
-                record.insert("refs", json!(refs_digest(store, unit)?));
-                record.insert("held_back", json!(report.held_back));
-                if report.skipped.is_empty() {
-                    cursors.put(unit, &json!(record));
-                }
+                put_cursor(store, cursors, unit, states, &report)?;
                 return Ok(Some(report));
             }
         }
@@ -633,15 +627,29 @@ pub fn catch_up(
         if let Some(Memo(Some(left))) = memo.as_deref_mut() {
             left.refs = refs_digest(store, unit)?;
         }
-        let mut record = BTreeMap::new();
-        record.insert("files", states);
-        record.insert("refs", json!(refs_digest(store, unit)?));
-        record.insert("held_back", json!(report.held_back));
-        if report.skipped.is_empty() {
-            cursors.put(unit, &json!(record));
-        }
+        put_cursor(store, cursors, unit, states, &report)?;
         return Ok(Some(report));
     }
+}
+
+/// Records what a catch-up left (the files' states, the refs' digest, the
+/// turns held back) as the unit's cursor, unless it skipped lines: those
+/// are read again next time.
+fn put_cursor(
+    store: &Store,
+    cursors: &Cursors,
+    unit: &Unit,
+    states: Value,
+    report: &ImportReport,
+) -> CmdResult<()> {
+    let mut record = BTreeMap::new();
+    record.insert("files", states);
+    record.insert("refs", json!(refs_digest(store, unit)?));
+    record.insert("held_back", json!(report.held_back));
+    if report.skipped.is_empty() {
+        cursors.put(unit, &json!(record));
+    }
+    Ok(())
 }
 
 /// The text of the last assistant message of a Claude Code transcript (its

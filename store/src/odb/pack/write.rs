@@ -56,6 +56,17 @@ impl Default for PackOptions {
     }
 }
 
+/// Dictionary `d` of `pack` and its checksum, checked; a damaged one is
+/// `CorruptFile` naming the pack.
+fn checked_dictionary(pack: &Pack, d: usize) -> Result<(&[u8], [u8; 32])> {
+    pack.dictionary_bytes(d)
+        .map_err(|reason| Error::CorruptFile {
+            path: pack.paths()[0].to_path_buf(),
+            offset: 0,
+            reason,
+        })
+}
+
 /// What a pack write produced.
 #[derive(Debug, Clone)]
 pub struct WrittenPack {
@@ -181,13 +192,7 @@ impl PackWriter {
     /// copies from there name already.
     pub fn adopt_dictionary(&mut self, pack: &Pack, d: usize) -> Result<()> {
         let here = self.carry_dictionary(pack, d)?;
-        let (bytes, _) = pack
-            .dictionary_bytes(d)
-            .map_err(|reason| Error::CorruptFile {
-                path: pack.paths()[0].to_path_buf(),
-                offset: 0,
-                reason,
-            })?;
+        let (bytes, _) = checked_dictionary(pack, d)?;
         self.use_dictionary(here, bytes)
     }
 
@@ -220,13 +225,7 @@ impl PackWriter {
     /// Dictionary `d` of `pack` in this pack: written here unless a copy of
     /// it (the same checksum) is already; its table index here.
     fn carry_dictionary(&mut self, pack: &Pack, d: usize) -> Result<u32> {
-        let (bytes, sum) = pack
-            .dictionary_bytes(d)
-            .map_err(|reason| Error::CorruptFile {
-                path: pack.paths()[0].to_path_buf(),
-                offset: 0,
-                reason,
-            })?;
+        let (bytes, sum) = checked_dictionary(pack, d)?;
         if let Some(i) = self.dictionaries.iter().position(|e| e.2 == sum) {
             return Ok(i as u32);
         }
