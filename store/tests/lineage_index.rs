@@ -861,3 +861,46 @@ fn a_version_1_file_is_still_read_and_rewritten_as_version_2() {
         assert_eq!(std::fs::read(lineage::path_in(&root)).unwrap(), v2);
     }
 }
+
+/// Lookups in large fan-out ranges (the search interpolates there): every
+/// id is found at its position, and ids the file lacks are not, whether the
+/// ids are uniform (hashes) or crowd the bytes interpolation reads.
+#[test]
+fn lookups_find_every_id_in_large_files() {
+    for crowded in [false, true] {
+        let mut facts = std::collections::BTreeMap::new();
+        let mut prev: Option<ObjectId> = None;
+        let id_of = |k: u32| {
+            let mut b = *blake3::hash(&k.to_le_bytes()).as_bytes();
+            if crowded {
+                b[0] &= 0x03;
+                b[1..9].fill(0x7f * (k % 3) as u8);
+            }
+            ObjectId::from_bytes(b)
+        };
+        for k in 0..20_000u32 {
+            let id = id_of(k);
+            let parents: Vec<ObjectId> = prev.filter(|_| k % 50 != 0).into_iter().collect();
+            facts.insert(
+                id,
+                lineage::SessionFacts {
+                    parents,
+                    created_at: i64::from(k),
+                    conversation: id,
+                    messages: 0,
+                },
+            );
+            prev = Some(id);
+        }
+        let ix =
+            LineageIndex::from_bytes("big.lgi".into(), lineage::build(&facts).unwrap()).unwrap();
+        assert_eq!(ix.len(), facts.len());
+        for pos in 0..ix.len() as u32 {
+            let id = ix.id(pos).unwrap();
+            assert_eq!(ix.lookup(&id).unwrap(), Some(pos), "crowded {crowded}");
+        }
+        for k in 20_000..21_000u32 {
+            assert_eq!(ix.lookup(&id_of(k)).unwrap(), None, "crowded {crowded}");
+        }
+    }
+}
