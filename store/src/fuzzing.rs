@@ -481,11 +481,21 @@ pub fn lineage_index(data: &[u8]) {
     if ix.check().is_err() {
         return;
     }
+    // Records in generation order, then id order (version 2), or in id
+    // order (version 1).
+    let by_generation = ix.bytes()[4..8] != 1u32.to_le_bytes();
+    let order = |pos: u32| {
+        let g = if by_generation { ix.generation(pos) } else { 0 };
+        (std::cmp::Reverse(g), ix.id(pos))
+    };
     let mut previous: Option<ObjectId> = None;
     for pos in 0..n as u32 {
         let id = ix.id(pos).expect("every position has an id");
-        assert!(previous < Some(id), "ids are not sorted at {pos}");
-        previous = Some(id);
+        assert!(
+            pos == 0 || order(pos - 1) < order(pos),
+            "records are not in order at {pos}"
+        );
+        previous = previous.max(Some(id));
         assert_eq!(ix.position(&id), Some(pos), "the fan-out misleads for {id}");
         assert_eq!(ix.lookup(&id).ok(), Some(Some(pos)));
         let parents: Vec<u32> = ix.parents(pos).expect("a checked record").collect();

@@ -895,8 +895,9 @@ fn a_self_parent_at_the_largest_generation_is_refused() {
     );
 }
 
-/// The spec's example with its root made its own parent, both generations
-/// set to u32::MAX and the checksum made right again.
+/// The spec's example with its first record (the continuation) made its own
+/// parent, both generations set to u32::MAX and the checksum made right
+/// again.
 fn self_parent_at_max_generation() -> Vec<u8> {
     use sessctl_store::lineage_index::{CHECKSUM_LEN, FANOUT_LEN, HEADER_LEN, RECORD_LEN};
     let mut lgi = golden_lineage_file();

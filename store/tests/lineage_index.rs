@@ -434,7 +434,7 @@ fn sessions_whose_ancestry_is_missing_stay_out_of_the_file() {
         graph::merge_bases_all(&store, octopus, kids[0]).unwrap(),
         vec![kids[0]]
     );
-    assert_eq!(LINEAGE_FORMAT_VERSION, 1);
+    assert_eq!(LINEAGE_FORMAT_VERSION, 2);
     let _ = Path::new("");
 }
 
@@ -653,4 +653,254 @@ fn a_record_that_fails_its_check_midway_is_ignored_with_a_note() {
     let store = Store::open(&root, &OpenOptions::default()).unwrap();
     store.refresh_lineage().unwrap();
     assert_eq!(std::fs::read(lineage::path_in(&root)).unwrap(), good);
+}
+
+/// Version 2 lays records out in generation order (descending, then by
+/// id): every parent comes after its children, so a walk down a line of
+/// history reads the file forward; the id-order list finds each id.
+#[test]
+fn records_are_in_generation_order_and_found_through_the_id_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("s");
+    let store = Store::init(&root).unwrap();
+    let mut rng = Rng::new(21);
+    let (mut ids, mut lens) = (Vec::new(), Vec::new());
+    grow(&store, &mut rng, &mut ids, &mut lens, 150);
+    store.refresh_lineage().unwrap();
+    let ix = store.lineage_index().unwrap();
+    assert_eq!(ix.bytes()[4..8], 2u32.to_le_bytes());
+    ix.verify().unwrap();
+    let n = ix.len() as u32;
+    let mut seen = BTreeSet::new();
+    for pos in 0..n {
+        let id = ix.id(pos).unwrap();
+        assert!(seen.insert(id));
+        assert_eq!(ix.lookup(&id).unwrap(), Some(pos));
+        for p in ix.parents(pos).unwrap() {
+            assert!(p > pos, "parent {p} of {pos} comes before it");
+        }
+        if pos > 0 {
+            let prev = ix.id(pos - 1).unwrap();
+            let g = (ix.generation(pos - 1), ix.generation(pos));
+            assert!(g.0 > g.1 || (g.0 == g.1 && prev < id), "order at {pos}");
+        }
+    }
+    // The id-order list is the ids sorted.
+    let list_at = ix.bytes().len() - 32 - 4 * n as usize;
+    let listed: Vec<ObjectId> = ix.bytes()[list_at..list_at + 4 * n as usize]
+        .chunks(4)
+        .map(|c| ix.id(u32::from_le_bytes(c.try_into().unwrap())).unwrap())
+        .collect();
+    assert_eq!(listed, seen.into_iter().collect::<Vec<_>>());
+    // Damaged where a lookup lands: an entry of the id order repeats its
+    // neighbour. The lookup reports the file, the walks answer as without
+    // it, with a note, and fsck finds the disorder.
+    drop(ix);
+    drop(store);
+    let good = std::fs::read(lineage::path_in(&root)).unwrap();
+    let mut bad = good.clone();
+    let k = list_at + 4 * (n as usize / 2);
+    let a = bad[k..k + 4].to_vec();
+    bad[k + 4..k + 8].copy_from_slice(&a);
+    std::fs::write(lineage::path_in(&root), &bad).unwrap();
+    let ix = LineageIndex::open(&root).unwrap().unwrap();
+    let swapped = ix.id(u32::from_le_bytes(a.try_into().unwrap())).unwrap();
+    let err = ix.lookup(&swapped).unwrap_err();
+    assert!(ix.is_own_error(&err), "{err}");
+    assert!(ix.check().unwrap_err().to_string().contains("id order"));
+    let store = Store::open(&root, &OpenOptions::default()).unwrap();
+    let tip = ids[ids.len() - 1];
+    let (with, _) = both_logs(&store, &[tip, swapped], Follow::All);
+    let (plain, _) = both_logs(store.odb(), &[tip, swapped], Follow::All);
+    assert_eq!(with, plain);
+    assert!(store
+        .take_recovery_notes()
+        .iter()
+        .any(|n| n.contains("ignoring the lineage index")));
+    check_same(&store, &ids, 21, "a damaged id order");
+    let r = store
+        .fsck(&FsckOptions { full: true }, &mut |_, _| {})
+        .unwrap();
+    assert!(
+        r.problems.iter().any(|p| p.contains("graph.lgi")),
+        "{:?}",
+        r.problems
+    );
+}
+
+/// A version-2 file made into the version-1 layout that sessctl wrote
+/// before: records in id order (parents renumbered), no id-order list.
+fn to_version_1(v2: &[u8]) -> Vec<u8> {
+    use lineage::{CHECKSUM_LEN, EXTRA_FLAG, FANOUT_LEN, HEADER_LEN, NO_PARENT, RECORD_LEN};
+    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let (n, c, e) = (
+        u32_at(v2, 8) as usize,
+        u32_at(v2, 12) as usize,
+        u32_at(v2, 16) as usize,
+    );
+    let ids_at = HEADER_LEN + FANOUT_LEN;
+    let records_at = ids_at + 32 * n;
+    let extra_at = records_at + RECORD_LEN * n + 32 * c;
+    let list_at = extra_at + 4 * e;
+    // Old position (id order) of each new one, and back.
+    let sorted: Vec<usize> = (0..n)
+        .map(|k| u32_at(v2, list_at + 4 * k) as usize)
+        .collect();
+    let mut rank = vec![0u32; n];
+    for (k, &pos) in sorted.iter().enumerate() {
+        rank[pos] = k as u32;
+    }
+    let renumber = |p: u32| {
+        if p == NO_PARENT || p & EXTRA_FLAG != 0 {
+            p
+        } else {
+            rank[p as usize]
+        }
+    };
+    let mut out = v2[..ids_at].to_vec();
+    out[4..8].copy_from_slice(&1u32.to_le_bytes());
+    for &pos in &sorted {
+        out.extend_from_slice(&v2[ids_at + 32 * pos..ids_at + 32 * (pos + 1)]);
+    }
+    // Extra edges, in the order of the records that own them.
+    let mut extra = Vec::new();
+    let mut records = Vec::new();
+    for &pos in &sorted {
+        let r = &v2[records_at + RECORD_LEN * pos..records_at + RECORD_LEN * (pos + 1)];
+        let mut second = u32_at(r, 4);
+        if second != NO_PARENT && second & EXTRA_FLAG != 0 {
+            let mut k = (second & !EXTRA_FLAG) as usize;
+            second = extra.len() as u32 | EXTRA_FLAG;
+            loop {
+                let v = u32_at(v2, extra_at + 4 * k);
+                extra.push(rank[(v & !EXTRA_FLAG) as usize] | (v & EXTRA_FLAG));
+                if v & EXTRA_FLAG != 0 {
+                    break;
+                }
+                k += 1;
+            }
+        }
+        records.extend_from_slice(&renumber(u32_at(r, 0)).to_le_bytes());
+        records.extend_from_slice(&renumber(second).to_le_bytes());
+        records.extend_from_slice(&r[8..]);
+    }
+    out.extend_from_slice(&records);
+    out.extend_from_slice(&v2[records_at + RECORD_LEN * n..extra_at]);
+    for v in extra {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    let sum = blake3::hash(&out);
+    out.extend_from_slice(sum.as_bytes());
+    assert_eq!(out.len(), v2.len() - 4 * n);
+    let _ = CHECKSUM_LEN;
+    out
+}
+
+/// Files written before version 2 (records in id order) still read: walks
+/// answer from one as from the objects, its checks pass, gc builds rather
+/// than filters it, and the next rewrite makes it version 2.
+#[test]
+fn a_version_1_file_is_still_read_and_rewritten_as_version_2() {
+    // The converter makes what sessctl wrote: the committed fixture's file.
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/store-sled-index");
+    let old = std::fs::read(lineage::path_in(&fixture)).unwrap();
+    assert_eq!(old[4..8], 1u32.to_le_bytes());
+    let ix = LineageIndex::open(&fixture).unwrap().unwrap();
+    ix.verify().unwrap();
+    let facts: std::collections::BTreeMap<ObjectId, lineage::SessionFacts> = (0..ix.len() as u32)
+        .map(|pos| (ix.id(pos).unwrap(), ix.facts(pos).unwrap().unwrap()))
+        .collect();
+    assert_eq!(to_version_1(&lineage::build(&facts).unwrap()), old);
+
+    for seed in [31, 32, 33] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("s");
+        let store = Store::init(&root).unwrap();
+        let mut rng = Rng::new(seed);
+        let (mut ids, mut lens) = (Vec::new(), Vec::new());
+        grow(&store, &mut rng, &mut ids, &mut lens, 120);
+        tag_all(&store, &ids, 0);
+        store.repack(&RepackOptions::default()).unwrap();
+        let v2 = std::fs::read(lineage::path_in(&root)).unwrap();
+        drop(store);
+        let v1 = to_version_1(&v2);
+        lineage::write_file(&root, &v1).unwrap();
+        let store = Store::open(&root, &OpenOptions::default()).unwrap();
+        let ix = store.lineage_index().unwrap();
+        assert_eq!(ix.bytes(), &v1[..]);
+        ix.verify().unwrap();
+        for (pos, id) in ids.iter().enumerate().take(30) {
+            let p = ix.lookup(id).unwrap().unwrap();
+            assert_eq!(ix.id(p), Some(*id), "{pos}");
+        }
+        // Gc's filter needs version 2.
+        assert!(lineage::filtered(&ix, &|_| true).is_none());
+        drop(ix);
+        check_same(&store, &ids, seed, "a version-1 file");
+        for _ in 0..10 {
+            let a = ids[rng.below(ids.len() as u64) as usize];
+            let (by_ids, by_nodes) = both_logs(&store, &[a], Follow::All);
+            assert_eq!(by_ids, by_nodes);
+            assert_eq!(by_ids, both_logs(store.odb(), &[a], Follow::All).0);
+        }
+        assert!(store.take_recovery_notes().is_empty());
+        // The next rewrite: version 2, as a fresh build.
+        let stats = store.refresh_lineage().unwrap().unwrap();
+        assert!(stats.written);
+        assert_eq!(stats.reused, ids.len());
+        assert_eq!(std::fs::read(lineage::path_in(&root)).unwrap(), v2);
+        // And gc, from a version-1 file, builds the same.
+        lineage::write_file(&root, &v1).unwrap();
+        let store = Store::open(&root, &OpenOptions::default()).unwrap();
+        store
+            .gc(&GcOptions {
+                prune: Prune::Now,
+                ..GcOptions::default()
+            })
+            .unwrap();
+        assert_eq!(std::fs::read(lineage::path_in(&root)).unwrap(), v2);
+    }
+}
+
+/// Lookups in large fan-out ranges (the search interpolates there): every
+/// id is found at its position, and ids the file lacks are not, whether the
+/// ids are uniform (hashes) or crowd the bytes interpolation reads.
+#[test]
+fn lookups_find_every_id_in_large_files() {
+    for crowded in [false, true] {
+        let mut facts = std::collections::BTreeMap::new();
+        let mut prev: Option<ObjectId> = None;
+        let id_of = |k: u32| {
+            let mut b = *blake3::hash(&k.to_le_bytes()).as_bytes();
+            if crowded {
+                b[0] &= 0x03;
+                b[1..9].fill(0x7f * (k % 3) as u8);
+            }
+            ObjectId::from_bytes(b)
+        };
+        for k in 0..20_000u32 {
+            let id = id_of(k);
+            let parents: Vec<ObjectId> = prev.filter(|_| k % 50 != 0).into_iter().collect();
+            facts.insert(
+                id,
+                lineage::SessionFacts {
+                    parents,
+                    created_at: i64::from(k),
+                    conversation: id,
+                    messages: 0,
+                },
+            );
+            prev = Some(id);
+        }
+        let ix =
+            LineageIndex::from_bytes("big.lgi".into(), lineage::build(&facts).unwrap()).unwrap();
+        assert_eq!(ix.len(), facts.len());
+        for pos in 0..ix.len() as u32 {
+            let id = ix.id(pos).unwrap();
+            assert_eq!(ix.lookup(&id).unwrap(), Some(pos), "crowded {crowded}");
+        }
+        for k in 20_000..21_000u32 {
+            assert_eq!(ix.lookup(&id_of(k)).unwrap(), None, "crowded {crowded}");
+        }
+    }
 }

@@ -488,6 +488,28 @@ impl<'a, L: Lineage + ?Sized> KeyWalk<'a, L> {
             0 => Ok(None),
             1 => {
                 let k = self.pending.pop().expect("one pending");
+                if self.walker.in_file(k) {
+                    // The hot loop (a line of history inside the file): no
+                    // parents buffer, no allocation, no hashing.
+                    let ix = &self.walker.ix;
+                    match self.walker.follow {
+                        Follow::All => {
+                            for q in ix.parents(k)? {
+                                if self.seen.insert(q) {
+                                    self.pending.push(q);
+                                }
+                            }
+                        }
+                        Follow::FirstParent => {
+                            if let Some(q) = ix.first_parent(k)? {
+                                if self.seen.insert(q) {
+                                    self.pending.push(q);
+                                }
+                            }
+                        }
+                    }
+                    return Ok(Some(k));
+                }
                 self.walker.parents(k, &mut self.buf)?;
                 for &q in &self.buf {
                     if self.seen.insert(q) {

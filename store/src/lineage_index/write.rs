@@ -60,10 +60,14 @@ pub fn build(sessions: &BTreeMap<ObjectId, SessionFacts>) -> Result<Vec<u8>> {
             generation.insert(id, g);
         }
     }
-    let kept: Vec<(&ObjectId, &SessionFacts, u32)> = sessions
+    // In id order here; the records go in generation order (descending,
+    // then by id), so that a walk down parents moves forward in the file.
+    let by_id: Vec<(&ObjectId, &SessionFacts, u32)> = sessions
         .iter()
         .filter_map(|(id, f)| Some((id, f, generation.get(id).copied().flatten()?)))
         .collect();
+    let mut kept = by_id.clone();
+    kept.sort_by_key(|(id, _, g)| (std::cmp::Reverse(*g), **id));
     let n = kept.len();
     let position: HashMap<ObjectId, u32> = kept
         .iter()
@@ -112,7 +116,7 @@ pub fn build(sessions: &BTreeMap<ObjectId, SessionFacts>) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(
         HEADER_LEN
             + FANOUT_LEN
-            + n * (ID_LEN + RECORD_LEN)
+            + n * (ID_LEN + RECORD_LEN + 4)
             + conversations.len() * ID_LEN
             + extra.len() * 4
             + CHECKSUM_LEN,
@@ -146,6 +150,9 @@ pub fn build(sessions: &BTreeMap<ObjectId, SessionFacts>) -> Result<Vec<u8>> {
     for e in &extra {
         out.extend_from_slice(&e.to_le_bytes());
     }
+    for (id, _, _) in &by_id {
+        out.extend_from_slice(&position[*id].to_le_bytes());
+    }
     let sum = blake3::hash(&out);
     out.extend_from_slice(sum.as_bytes());
     Ok(out)
@@ -158,7 +165,9 @@ pub fn build(sessions: &BTreeMap<ObjectId, SessionFacts>) -> Result<Vec<u8>> {
 /// then [`build`] would leave it out, and the caller builds.
 pub fn filtered(previous: &LineageIndex, keep: &dyn Fn(&ObjectId) -> bool) -> Option<Vec<u8>> {
     // Records are copied, not re-derived: the whole file is checked first
-    // (readers check only the records a walk touches).
+    // (readers check only the records a walk touches). A version-1 file's
+    // records are in id order: [`build`] puts them in generation order.
+    previous.order_at?;
     previous.check().ok()?;
     let n_old = previous.len();
     let mut new_pos: Vec<u32> = vec![NO_PARENT; n_old];
@@ -221,7 +230,7 @@ pub fn filtered(previous: &LineageIndex, keep: &dyn Fn(&ObjectId) -> bool) -> Op
     let mut out = Vec::with_capacity(
         HEADER_LEN
             + FANOUT_LEN
-            + n * (ID_LEN + RECORD_LEN)
+            + n * (ID_LEN + RECORD_LEN + 4)
             + conversations as usize * ID_LEN
             + extra.len() * 4
             + CHECKSUM_LEN,
@@ -256,6 +265,14 @@ pub fn filtered(previous: &LineageIndex, keep: &dyn Fn(&ObjectId) -> bool) -> Op
     }
     for e in &extra {
         out.extend_from_slice(&e.to_le_bytes());
+    }
+    // The kept sessions keep their generations (their parents are kept),
+    // so their records stay in order, and so do their ids.
+    for k in 0..n_old {
+        let pos = previous.sorted(k)?;
+        if new_pos[pos as usize] != NO_PARENT {
+            out.extend_from_slice(&new_pos[pos as usize].to_le_bytes());
+        }
     }
     let sum = blake3::hash(&out);
     out.extend_from_slice(sum.as_bytes());
