@@ -61,16 +61,36 @@ const ROOT: u8 = 1 << 3;
 
 /// Objects gathered to be hashed together: each one's identity header and
 /// payload back to back in one buffer (the kernel reads each input as one
-/// contiguous run), so that a payload can be handed on from here once its
-/// id is known.
+/// contiguous run), so that a payload can be handed on from there once its
+/// id is known. The buffer may be a caller's, which then keeps the
+/// payloads ([`IdBatch::over`], [`IdBatch::into_frames`]).
 #[derive(Debug, Default)]
 pub(crate) struct IdBatch {
     frames: Vec<u8>,
-    /// Per object: where its header starts, where its payload starts, its end.
+    /// Per object not yet forgotten: where its header starts, where its
+    /// payload starts, its end.
     items: Vec<(usize, usize, usize)>,
 }
 
 impl IdBatch {
+    /// A batch that appends to `frames` (what it holds stays as it is).
+    pub(crate) fn over(frames: Vec<u8>) -> Self {
+        IdBatch {
+            frames,
+            items: Vec::new(),
+        }
+    }
+
+    /// The buffer: what it held before, and every object pushed since.
+    pub(crate) fn into_frames(self) -> Vec<u8> {
+        self.frames
+    }
+
+    /// Makes room for `bytes` more bytes of headers and payloads.
+    pub(crate) fn reserve(&mut self, bytes: usize) {
+        self.frames.reserve(bytes);
+    }
+
     /// Adds an object of `kind` with `payload` (copied).
     pub(crate) fn push(&mut self, kind: ObjectKind, payload: &[u8]) {
         let mut header = [0u8; ID_HEADER_MAX];
@@ -82,18 +102,30 @@ impl IdBatch {
         self.items.push((start, start + n, self.frames.len()));
     }
 
-    /// Bytes held (headers and payloads).
+    /// Bytes held of the objects not yet forgotten (headers and payloads).
     pub(crate) fn bytes(&self) -> usize {
-        self.frames.len()
+        self.items
+            .first()
+            .map_or(0, |&(start, _, _)| self.frames.len() - start)
+    }
+
+    /// The buffer.
+    pub(crate) fn frames(&self) -> &[u8] {
+        &self.frames
+    }
+
+    /// Where object `n`'s payload lies in the buffer.
+    pub(crate) fn payload_range(&self, n: usize) -> std::ops::Range<usize> {
+        let (_, from, to) = self.items[n];
+        from..to
     }
 
     /// Object `n`'s payload.
     pub(crate) fn payload(&self, n: usize) -> &[u8] {
-        let (_, from, to) = self.items[n];
-        &self.frames[from..to]
+        &self.frames[self.payload_range(n)]
     }
 
-    /// Every object's id, in the order they were pushed.
+    /// The id of every object not yet forgotten, in the order pushed.
     pub(crate) fn ids(&self) -> Vec<ObjectId> {
         let inputs: Vec<&[u8]> = self
             .items
@@ -106,9 +138,16 @@ impl IdBatch {
             .collect()
     }
 
-    /// Empties the batch, keeping its memory.
+    /// Forgets the objects, keeping their bytes in the buffer.
+    pub(crate) fn forget(&mut self) {
+        self.items.clear();
+    }
+
+    /// Forgets the objects and drops their bytes from the buffer.
     pub(crate) fn clear(&mut self) {
-        self.frames.clear();
+        if let Some(&(start, _, _)) = self.items.first() {
+            self.frames.truncate(start);
+        }
         self.items.clear();
     }
 }
@@ -426,8 +465,17 @@ mod tests {
         for k in 0..payloads.len() {
             assert_eq!(ids[k] == other[k], k != 20, "{k}");
         }
+        // Over a buffer: what it held stays, the objects follow.
+        let mut over = IdBatch::over(b"kept".to_vec());
+        over.push(ObjectKind::Blob, &payloads[3]);
+        assert_eq!(over.ids(), vec![ids[3]]);
+        assert_eq!(over.payload(0), &payloads[3][..]);
+        over.forget();
+        assert_eq!(over.bytes(), 0);
+        let frames = over.into_frames();
+        assert!(frames.starts_with(b"kept") && frames.ends_with(&payloads[3]));
         batch.clear();
         assert_eq!(batch.bytes(), 0);
-        assert!(batch.ids().is_empty());
+        assert!(batch.ids().is_empty() && batch.frames().is_empty());
     }
 }
