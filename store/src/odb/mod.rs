@@ -829,9 +829,11 @@ fn check_every_position(seen: usize, ids: &[ObjectId]) -> Result<()> {
 /// what [`Odb::load_message_bytes`] and [`Odb::blob_bytes`] return.
 ///
 /// The bytes are held in a few buffers (one per reader thread), not one
-/// allocation per message. Each [`RawMessage`] turns into its JSON text or
-/// a `serde_json::Value` on demand.
-#[derive(Clone, PartialEq, Eq)]
+/// allocation per message, where other bytes may lie between messages
+/// (those they were verified with). Each [`RawMessage`] turns into its
+/// JSON text or a `serde_json::Value` on demand. Two are equal when they
+/// hold the same messages, however their buffers are laid out.
+#[derive(Clone)]
 pub struct MessageBytes {
     ids: Vec<ObjectId>,
     chunks: Vec<Vec<u8>>,
@@ -881,6 +883,18 @@ impl MessageBytes {
         Ok(out)
     }
 }
+
+impl PartialEq for MessageBytes {
+    fn eq(&self, other: &Self) -> bool {
+        self.ids == other.ids
+            && self
+                .iter()
+                .zip(other.iter())
+                .all(|(a, b)| a.bytes() == b.bytes())
+    }
+}
+
+impl Eq for MessageBytes {}
 
 impl std::fmt::Debug for MessageBytes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
