@@ -321,3 +321,70 @@ fn a_flipped_byte_in_a_pack_is_an_error_never_other_bytes() {
     }
     fs::write(&pack, &full).unwrap();
 }
+
+/// Points `victim`'s entry in the pack index at `donor`'s record: the
+/// block inflates and passes its checksum, the index lookup succeeds, and
+/// only re-hashing the record can tell that the bytes are not `victim`'s.
+fn forge_index_entry(path: &Path, victim: &ObjectId, donor: &ObjectId) {
+    let idx = fs::read_dir(path.join("packs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "idx"))
+        .unwrap();
+    let mut bytes = fs::read(&idx).unwrap();
+    // A version-2 index: header, fan-out, ids, entries (objects-format.md,
+    // "Pack index").
+    let objects = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
+    let ids_at = 24 + 256 * 4;
+    let entries_at = ids_at + objects * 32;
+    let position = |id: &ObjectId| {
+        (0..objects)
+            .find(|&i| &bytes[ids_at + i * 32..ids_at + (i + 1) * 32] == id.as_bytes())
+            .unwrap()
+    };
+    let (v, d) = (position(victim), position(donor));
+    let entry = bytes[entries_at + d * 12..entries_at + (d + 1) * 12].to_vec();
+    bytes[entries_at + v * 12..entries_at + (v + 1) * 12].copy_from_slice(&entry);
+    fs::write(&idx, bytes).unwrap();
+}
+
+/// A record that inflates cleanly but is not the object asked for (an
+/// index entry pointing at another message) is an error naming that
+/// object on every batch read, wherever it sits in the batch: what only
+/// verifying each message's bytes against its id catches.
+#[test]
+fn a_packed_message_that_is_another_is_an_error_naming_it() {
+    for victim_at in [0, 137, 299] {
+        let (_d, path) = new_store();
+        let odb = Odb::open(&path, &OpenOptions::default()).unwrap();
+        let mut rng = Rng::new(29);
+        let (head, len) = chain(&odb, &mut rng, None, 0, 75, 4);
+        assert_eq!(len, 300);
+        odb.repack(&RepackOptions::default()).unwrap();
+        let history = odb.history(&head).unwrap();
+        drop(odb);
+        let victim = history[victim_at];
+        forge_index_entry(&path, &victim, &history[(victim_at + 1) % history.len()]);
+        let odb = Odb::open(&path, &OpenOptions::default()).unwrap();
+        for err in [
+            odb.load_message_bytes(&head).unwrap_err(),
+            odb.load_messages(&head).unwrap_err(),
+            odb.blob_bytes(&history).unwrap_err(),
+        ] {
+            assert!(
+                err.is_corruption() && err.to_string().contains(&victim.to_hex()),
+                "message {victim_at}: {err}"
+            );
+        }
+        // Read alone, as `read` reads it, the same.
+        let err = odb.blob(&victim).unwrap_err();
+        assert!(err.is_corruption(), "{err}");
+        // Every other message reads.
+        let others: Vec<ObjectId> = history
+            .iter()
+            .filter(|id| **id != victim)
+            .copied()
+            .collect();
+        assert_eq!(odb.blob_bytes(&others).unwrap().len(), 299);
+    }
+}

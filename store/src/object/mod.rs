@@ -9,6 +9,7 @@
 
 pub(crate) mod blob;
 pub(crate) mod cbor;
+pub(crate) mod id_batch;
 pub mod raw;
 mod session;
 pub(crate) mod wire;
@@ -112,22 +113,32 @@ pub fn object_id(kind: ObjectKind, payload: &[u8]) -> ObjectId {
 /// the object's id without holding the payload.
 pub fn id_hasher(kind: ObjectKind, len: usize) -> blake3::Hasher {
     let mut hasher = blake3::Hasher::new();
-    // "<kind> <version> <len>\0", formatted on the stack: this runs once
-    // per object read, and two `to_string`s cost more than hashing a short
-    // message.
-    let mut header = [0u8; 64];
-    let name = kind.name().as_bytes();
-    header[..name.len()].copy_from_slice(name);
-    let mut at = name.len();
-    header[at] = b' ';
-    at += 1;
-    at += write_decimal(&mut header[at..], u64::from(OBJECT_FORMAT_VERSION));
-    header[at] = b' ';
-    at += 1;
-    at += write_decimal(&mut header[at..], len as u64);
-    header[at] = 0;
-    hasher.update(&header[..=at]);
+    let mut header = [0u8; ID_HEADER_MAX];
+    let n = id_header(kind, len, &mut header);
+    hasher.update(&header[..n]);
     hasher
+}
+
+/// Room for any identity header: a kind name, two 20-digit numbers, two
+/// spaces and the NUL.
+pub(crate) const ID_HEADER_MAX: usize = 64;
+
+/// Writes the identity header of an object of `kind` with a `len`-byte
+/// payload, `"<kind> <version> <len>\0"`, at the start of `out`; returns
+/// its length. Formatted on the stack: this runs once per object read, and
+/// two `to_string`s cost more than hashing a short message.
+pub(crate) fn id_header(kind: ObjectKind, len: usize, out: &mut [u8; ID_HEADER_MAX]) -> usize {
+    let name = kind.name().as_bytes();
+    out[..name.len()].copy_from_slice(name);
+    let mut at = name.len();
+    out[at] = b' ';
+    at += 1;
+    at += write_decimal(&mut out[at..], u64::from(OBJECT_FORMAT_VERSION));
+    out[at] = b' ';
+    at += 1;
+    at += write_decimal(&mut out[at..], len as u64);
+    out[at] = 0;
+    at + 1
 }
 
 /// Writes `v` in decimal at the start of `out` (which has room for 20
@@ -155,12 +166,14 @@ fn write_decimal(out: &mut [u8], mut v: u64) -> usize {
 pub(crate) fn verify_id(id: &ObjectId, kind: ObjectKind, payload: &[u8]) -> Result<(), String> {
     let actual = object_id(kind, payload);
     if actual != *id {
-        return Err(format!(
-            "content hashes to {actual} ({kind}, {} bytes), not to its id",
-            payload.len()
-        ));
+        return Err(mismatch(&actual, kind, payload.len()));
     }
     Ok(())
+}
+
+/// Why an object whose bytes hash to `actual` is not the one asked for.
+pub(crate) fn mismatch(actual: &ObjectId, kind: ObjectKind, len: usize) -> String {
+    format!("content hashes to {actual} ({kind}, {len} bytes), not to its id")
 }
 
 /// An object as stored: its kind, its canonical payload and the id they hash

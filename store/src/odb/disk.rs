@@ -764,6 +764,42 @@ impl DiskBackend {
     }
 }
 
+/// Where a batch read finds each of its objects: the packs at hand, the
+/// journal's entries and each pack's records (each with its position among
+/// the ids), and the positions found in neither (written or moved by
+/// another process since this handle looked).
+type Located = (
+    Vec<Arc<Pack>>,
+    Vec<(journal::EntryLoc, usize)>,
+    Vec<Vec<(RecordLoc, usize)>>,
+    Vec<usize>,
+);
+
+impl DiskBackend {
+    /// Where `read` would find each of `ids`: the journal first, then the
+    /// packs in order.
+    fn locate_many(&self, ids: &[ObjectId]) -> Result<Located> {
+        let packs = self.packs();
+        let mut in_journal = Vec::new();
+        let mut in_packs: Vec<Vec<(RecordLoc, usize)>> = vec![Vec::new(); packs.len()];
+        let mut elsewhere = Vec::new();
+        'ids: for (i, id) in ids.iter().enumerate() {
+            if let Some(at) = self.journal.locate(id) {
+                in_journal.push((at, i));
+                continue;
+            }
+            for (p, wanted) in packs.iter().zip(&mut in_packs) {
+                if let Some(at) = p.locate(id)? {
+                    wanted.push((at, i));
+                    continue 'ids;
+                }
+            }
+            elsewhere.push(i);
+        }
+        Ok((packs, in_journal, in_packs, elsewhere))
+    }
+}
+
 impl ObjectBackend for DiskBackend {
     fn write_lock(&self) -> Result<WriteLock<'_>> {
         let guard = self.lock_write()?;
@@ -872,24 +908,7 @@ impl ObjectBackend for DiskBackend {
     }
 
     fn read_many(&self, ids: &[ObjectId], visit: &mut super::Visit<'_>) -> Result<()> {
-        let packs = self.packs();
-        let mut in_journal = Vec::new();
-        let mut in_packs: Vec<Vec<(RecordLoc, usize)>> = vec![Vec::new(); packs.len()];
-        let mut elsewhere = Vec::new();
-        'ids: for (i, id) in ids.iter().enumerate() {
-            // Where `read` would find it: the journal first, then the packs.
-            if let Some(at) = self.journal.locate(id) {
-                in_journal.push((at, i));
-                continue;
-            }
-            for (p, wanted) in packs.iter().zip(&mut in_packs) {
-                if let Some(at) = p.locate(id)? {
-                    wanted.push((at, i));
-                    continue 'ids;
-                }
-            }
-            elsewhere.push(i);
-        }
+        let (packs, mut in_journal, mut in_packs, mut elsewhere) = self.locate_many(ids)?;
         for (p, wanted) in packs.iter().zip(&mut in_packs) {
             if !wanted.is_empty() {
                 p.read_records(wanted, ids, visit)?;
@@ -901,6 +920,32 @@ impl ObjectBackend for DiskBackend {
         for i in elsewhere {
             let obj = self.read(&ids[i])?.ok_or(Error::NotFound { id: ids[i] })?;
             visit(i, obj.kind(), obj.payload())?;
+        }
+        Ok(())
+    }
+
+    fn read_many_into(
+        &self,
+        ids: &[ObjectId],
+        out: &mut Vec<u8>,
+        visit: &mut super::VisitInto<'_>,
+    ) -> Result<()> {
+        let (packs, mut in_journal, mut in_packs, mut elsewhere) = self.locate_many(ids)?;
+        // Pack records are verified in `out` itself; the rest copied there.
+        for (p, wanted) in packs.iter().zip(&mut in_packs) {
+            if !wanted.is_empty() {
+                p.read_records_into(wanted, ids, out, visit)?;
+            }
+        }
+        let mut copy = |i: usize, kind: ObjectKind, payload: &[u8]| {
+            let start = out.len();
+            out.extend_from_slice(payload);
+            visit(i, kind, start..out.len())
+        };
+        elsewhere.extend(self.journal.read_records(&mut in_journal, ids, &mut copy)?);
+        for i in elsewhere {
+            let obj = self.read(&ids[i])?.ok_or(Error::NotFound { id: ids[i] })?;
+            copy(i, obj.kind(), obj.payload())?;
         }
         Ok(())
     }

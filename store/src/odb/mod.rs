@@ -80,6 +80,11 @@ impl WriteLock<'_> {
 /// stops the read and is its result.
 pub type Visit<'a> = dyn FnMut(usize, ObjectKind, &[u8]) -> Result<()> + 'a;
 
+/// What [`ObjectBackend::read_many_into`] hands each object to: its
+/// position among the ids asked for, its kind, and where its verified
+/// payload lies in the caller's buffer.
+pub type VisitInto<'a> = dyn FnMut(usize, ObjectKind, std::ops::Range<usize>) -> Result<()> + 'a;
+
 /// Called by a repack that drops objects (gc), under the write lock, just
 /// before it deletes the files that held them: the ids among the dropped
 /// that writers have come to use since the objects to keep were chosen.
@@ -160,6 +165,23 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
             visit(i, obj.kind(), obj.payload())?;
         }
         Ok(())
+    }
+    /// [`ObjectBackend::read_many`] for a caller that keeps the payloads:
+    /// each verified payload is appended to `out` (which may hold other
+    /// bytes as well: the bytes between payloads are unspecified) and
+    /// `visit` is given its range there. Saves a copy of every payload
+    /// where a backend verifies into the buffer it returns.
+    fn read_many_into(
+        &self,
+        ids: &[ObjectId],
+        out: &mut Vec<u8>,
+        visit: &mut VisitInto<'_>,
+    ) -> Result<()> {
+        self.read_many(ids, &mut |i, kind, payload| {
+            let start = out.len();
+            out.extend_from_slice(payload);
+            visit(i, kind, start..out.len())
+        })
     }
     fn contains(&self, id: &ObjectId) -> Result<bool>;
     /// Ids that start with `prefix` (deduplicated, sorted).
@@ -641,24 +663,29 @@ impl Odb {
             let mut data = Vec::new();
             let mut spans = vec![(0usize, 0usize); part.len()];
             let mut seen = 0;
-            self.backend.read_many(part, &mut |i, kind, payload| {
-                let start = data.len();
-                match kind {
-                    ObjectKind::Blob => data.extend_from_slice(payload),
-                    // An imported line kept verbatim: the canonical bytes of
-                    // the value it reads as.
-                    _ => {
-                        let value = message_value(&part[i], kind, payload)?;
-                        let canonical = blob::encode_value(&value)
-                            .map_err(|e| Error::corrupt(part[i], e.to_string()))?;
-                        data.extend_from_slice(&canonical);
+            // Not a blob: read first, made canonical (or refused) below.
+            let mut others = Vec::new();
+            self.backend
+                .read_many_into(part, &mut data, &mut |i, kind, at| {
+                    spans[i] = (at.start, at.end);
+                    if kind != ObjectKind::Blob {
+                        others.push((i, kind));
                     }
-                }
-                spans[i] = (start, data.len());
-                seen += 1;
-                Ok(())
-            })?;
+                    seen += 1;
+                    Ok(())
+                })?;
             check_every_position(seen, part)?;
+            for (i, kind) in others {
+                // An imported line kept verbatim: the canonical bytes of
+                // the value it reads as.
+                let (start, end) = spans[i];
+                let value = message_value(&part[i], kind, &data[start..end])?;
+                let canonical = blob::encode_value(&value)
+                    .map_err(|e| Error::corrupt(part[i], e.to_string()))?;
+                let start = data.len();
+                data.extend_from_slice(&canonical);
+                spans[i] = (start, data.len());
+            }
             Ok((data, spans))
         })?;
         let mut bytes = MessageBytes {
@@ -802,9 +829,11 @@ fn check_every_position(seen: usize, ids: &[ObjectId]) -> Result<()> {
 /// what [`Odb::load_message_bytes`] and [`Odb::blob_bytes`] return.
 ///
 /// The bytes are held in a few buffers (one per reader thread), not one
-/// allocation per message. Each [`RawMessage`] turns into its JSON text or
-/// a `serde_json::Value` on demand.
-#[derive(Clone, PartialEq, Eq)]
+/// allocation per message, where other bytes may lie between messages
+/// (those they were verified with). Each [`RawMessage`] turns into its
+/// JSON text or a `serde_json::Value` on demand. Two are equal when they
+/// hold the same messages, however their buffers are laid out.
+#[derive(Clone)]
 pub struct MessageBytes {
     ids: Vec<ObjectId>,
     chunks: Vec<Vec<u8>>,
@@ -854,6 +883,18 @@ impl MessageBytes {
         Ok(out)
     }
 }
+
+impl PartialEq for MessageBytes {
+    fn eq(&self, other: &Self) -> bool {
+        self.ids == other.ids
+            && self
+                .iter()
+                .zip(other.iter())
+                .all(|(a, b)| a.bytes() == b.bytes())
+    }
+}
+
+impl Eq for MessageBytes {}
 
 impl std::fmt::Debug for MessageBytes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
