@@ -1,0 +1,218 @@
+//! End to end on a remote store (`--store postgres://...?objects=s3://...`)
+//! against real PostgreSQL and S3 servers on loopback (see
+//! store/tests/support/servers.rs): the real binary, its stdout, stderr and
+//! exit codes, as on a local store.
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+#[path = "../../store/tests/support/servers.rs"]
+mod servers;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use serde_json::{json, Value};
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `sessctl --store STORE ARGS...` with the S3 variables of `r`.
+fn sessctl_at(r: &servers::Remote, store: &str, args: &[&str], stdin: Option<&str>) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sessctl"))
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .env_remove("SESSCTL_STORE")
+        .envs(r.env.iter().map(|(k, v)| (k, v)))
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+fn ok(r: &servers::Remote, args: &[&str], stdin: Option<&str>) -> String {
+    let run = sessctl_at(r, &r.url, args, stdin);
+    assert_eq!((run.code, run.stderr.as_str()), (0, ""), "{args:?}");
+    run.stdout
+}
+
+fn id_of(out: &str) -> String {
+    let id = out.strip_suffix('\n').unwrap();
+    assert!(
+        id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{out:?}"
+    );
+    id.to_owned()
+}
+
+fn msgs(items: &[(&str, &str)]) -> String {
+    Value::Array(
+        items
+            .iter()
+            .map(|(role, content)| json!({"role": role, "content": content}))
+            .collect(),
+    )
+    .to_string()
+}
+
+#[test]
+fn every_verb_of_a_session_works_on_a_remote_store() {
+    let Some(r) = servers::remote() else {
+        return;
+    };
+    let out = ok(&r, &["init"], None);
+    assert!(
+        out.starts_with("Initialized empty sessctl store in postgres://sessctl@127.0.0.1:"),
+        "{out}"
+    );
+    let out = ok(&r, &["init"], None);
+    assert!(
+        out.starts_with("Reinitialized existing sessctl store"),
+        "{out}"
+    );
+
+    let id1 = id_of(&ok(
+        &r,
+        &["commit", "--new", "demo", "--messages", "-"],
+        Some(&msgs(&[
+            ("user", "Fix the flaky test"),
+            ("assistant", "Looking"),
+        ])),
+    ));
+    let id2 = id_of(&ok(
+        &r,
+        &["commit", "demo", "--messages", "-"],
+        Some(&msgs(&[("user", "go on"), ("assistant", "done")])),
+    ));
+    // Through HEAD, as on a local store.
+    let id3 = id_of(&ok(
+        &r,
+        &["commit", "--messages", "-"],
+        Some(&msgs(&[("user", "thanks")])),
+    ));
+
+    assert_eq!(log_ids(&r, &r.url), [id3.clone(), id2.clone(), id1.clone()]);
+    let show: Value = serde_json::from_str(&ok(&r, &["show", "--json", "demo"], None)).unwrap();
+    assert_eq!(show["id"], id3.as_str());
+    assert_eq!(show["history_length"], 5);
+    assert_eq!(
+        show["shown_messages"][0]["value"]["content"], "thanks",
+        "{show}"
+    );
+    let ls = ok(&r, &["ls", "--json"], None);
+    let ls: Value = serde_json::from_str(&ls).unwrap();
+    assert_eq!(ls.as_array().unwrap().len(), 1, "{ls}");
+    assert_eq!(ls[0]["name"], "demo");
+
+    // A second start of the same conversation loses its compare-and-swap
+    // (the ref must not exist): exit 1, one line.
+    let stale = sessctl_at(
+        &r,
+        &r.url,
+        &["commit", "--new", "demo", "--messages", "-"],
+        Some(&msgs(&[("user", "late")])),
+    );
+    assert_eq!(stale.code, 1, "{}", stale.stderr);
+    assert_eq!(stale.stderr.lines().count(), 1, "{}", stale.stderr);
+    assert!(stale.stderr.starts_with("sessctl: "), "{}", stale.stderr);
+
+    // checkout -o writes the runtime layout.
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("seed");
+    ok(
+        &r,
+        &["checkout", "demo", "-o", out_dir.to_str().unwrap()],
+        None,
+    );
+    let display: Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("display_messages.json")).unwrap())
+            .unwrap();
+    assert_eq!(display.as_array().unwrap().len(), 5, "{display}");
+    assert!(out_dir.join("state.json").is_file());
+
+    assert_eq!(ok(&r, &["fsck", "--full"], None), "");
+    let fsck: Value = serde_json::from_str(&ok(&r, &["fsck", "--full", "--json"], None)).unwrap();
+    assert_eq!(fsck["problems"], json!([]), "{fsck}");
+    assert_eq!(fsck["sessions"], 3, "{fsck}");
+
+    // SESSCTL_STORE names it as well as --store does.
+    let out = Command::new(env!("CARGO_BIN_EXE_sessctl"))
+        .args(["log", "--json", "-n", "1"])
+        .env("SESSCTL_STORE", &r.url)
+        .envs(r.env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let log: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(log[0]["id"], id3.as_str());
+}
+
+/// The ids `log` prints, newest first.
+fn log_ids(r: &servers::Remote, store: &str) -> Vec<String> {
+    let run = sessctl_at(r, store, &["log", "--json"], None);
+    assert_eq!((run.code, run.stderr.as_str()), (0, ""));
+    let log: Value = serde_json::from_str(&run.stdout).unwrap();
+    log.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn an_unreachable_or_missing_remote_store_is_one_clear_error() {
+    let Some(r) = servers::remote() else {
+        return;
+    };
+    // Not initialised.
+    let run = sessctl_at(&r, &r.url, &["log"], None);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.ends_with("holds no sessctl store\n"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.stderr.lines().count(), 1);
+    // No server on that port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let gone = format!("postgres://sessctl:secret@127.0.0.1:{port}/db?objects=s3://b/p");
+    let run = sessctl_at(&r, &gone, &["ls"], None);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr.starts_with(&format!(
+            "sessctl: postgres://sessctl@127.0.0.1:{port}/db: "
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("secret"), "{}", run.stderr);
+    // A URL without its bucket.
+    let run = sessctl_at(&r, "postgres://u@127.0.0.1/db", &["ls"], None);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("names no bucket"), "{}", run.stderr);
+}
