@@ -550,3 +550,72 @@ fn postgres_refuses_a_ref_move_from_a_stale_target() {
         .unwrap();
     assert_eq!(open(&r).resolve_ref(&name).unwrap(), Some(s2));
 }
+
+/// PostgreSQL stopped and started again under an open handle: the write
+/// meanwhile is one clear error that changes nothing; the handle connects
+/// again and the next write and reads work.
+#[test]
+fn a_postgres_restart_is_one_error_then_writes_go_on() {
+    let Some(r) = servers::remote_private() else {
+        return;
+    };
+    assert!(RemoteBackend::init(&r.url, &settings(&r)).unwrap());
+    let store = open(&r);
+    let (_, root) = store
+        .create(Some("a"), turn(&["start"]), Durability::Sync)
+        .unwrap();
+    r.servers.stop_postgres();
+    let err = store
+        .commit("a", Some(root), turn(&["while down"]), Durability::Sync)
+        .unwrap_err();
+    assert!(matches!(err, Error::Remote { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.starts_with("postgres://sessctl@127.0.0.1:"), "{text}");
+    assert!(!text.contains('\n'), "{text}");
+    r.servers.start_postgres();
+    let s1 = store
+        .commit("a", Some(root), turn(&["after"]), Durability::Sync)
+        .unwrap();
+    let fresh = open(&r);
+    assert_eq!(contents(&fresh, &s1), ["start", "after"]);
+    let entries = fresh.reflog_entries().unwrap();
+    assert_eq!(entries.len(), 3, "create (a, HEAD) and one commit");
+}
+
+/// The S3 server gone at commit time: one clear error naming the bucket,
+/// nothing in PostgreSQL; once it is back, the next commit works.
+#[test]
+fn an_s3_outage_is_one_error_and_leaves_nothing_half_visible() {
+    let Some(r) = servers::remote_private() else {
+        return;
+    };
+    assert!(RemoteBackend::init(&r.url, &settings(&r)).unwrap());
+    let store = open(&r);
+    let (_, root) = store
+        .create(Some("a"), turn(&["start"]), Durability::Sync)
+        .unwrap();
+    let ops = || r.servers.psql(&r.name, "SELECT count(*) FROM sessctl.ops");
+    let before = ops();
+    r.servers.stop_moto();
+    let err = store
+        .commit("a", Some(root), turn(&["while down"]), Durability::Sync)
+        .unwrap_err();
+    assert!(matches!(err, Error::Remote { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.starts_with(&format!("s3://{}/store: ", r.name)), "{text}");
+    assert!(!text.contains('\n'), "{text}");
+    assert_eq!(ops(), before);
+    assert_eq!(
+        open(&r).resolve_ref(&RefName::conversation("a").unwrap()).unwrap(),
+        Some(root)
+    );
+    // moto keeps nothing across a restart: the bucket is made again, and
+    // this handle still holds the parent it read.
+    r.servers.start_moto();
+    r.servers.create_bucket(&r.name);
+    let s1 = store
+        .commit("a", Some(root), turn(&["after"]), Durability::Sync)
+        .unwrap();
+    assert_eq!(contents(&store, &s1), ["start", "after"]);
+    assert_eq!(open(&r).odb().session(&s1).unwrap().parents, [root]);
+}
