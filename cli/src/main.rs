@@ -152,7 +152,8 @@ enum Command {
     Hook(hook::HookArgs),
     /// Write, check or apply a bundle: sessions, their objects and refs in one file.
     Bundle(remote::BundleArgs),
-    /// Copy a store (every ref, record and object) into a new directory.
+    /// Copy a store (every ref, record and object) into a new directory or
+    /// an empty remote store.
     Clone(remote::CloneArgs),
     /// Send conversations to another store: only the objects it lacks;
     /// refs are created or fast-forwarded, a diverged one refuses all
@@ -293,9 +294,7 @@ impl Ctx {
     /// The remote store's URL, when the store given is one
     /// (`postgres://...`) rather than a directory.
     pub fn remote_url(&self) -> Option<&str> {
-        self.store
-            .to_str()
-            .filter(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
+        remote_url(&self.store)
     }
 
     /// Opens the store for writing, printing what recovery did.
@@ -358,6 +357,52 @@ impl Ctx {
         }
         Ok(odb)
     }
+}
+
+/// The remote store's URL when `store` names one (`postgres://...`)
+/// rather than a directory.
+pub fn remote_url(store: &std::path::Path) -> Option<&str> {
+    store
+        .to_str()
+        .filter(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
+}
+
+/// A store as messages and the ref log name it: a directory, or a remote
+/// store's URL without its password.
+pub fn show_store(store: &std::path::Path) -> String {
+    let Some(url) = remote_url(store) else {
+        return store.display().to_string();
+    };
+    match url.split_once("://").and_then(|(scheme, rest)| {
+        let (user, host) = rest.split_once('@')?;
+        let (user, _) = user.split_once(':')?;
+        Some(format!("{scheme}://{user}:***@{host}"))
+    }) {
+        Some(shown) => shown,
+        None => url.to_owned(),
+    }
+}
+
+/// Opens the store at a directory or a remote store's URL.
+pub fn open_any_store(store: &std::path::Path, opts: &OpenOptions) -> CmdResult<Store> {
+    match remote_url(store) {
+        Some(url) => open_remote_store(url, opts),
+        None => Ok(Store::open(store, opts)?),
+    }
+}
+
+/// Creates the remote store `url` if it does not exist yet (its schema;
+/// the bucket is checked) and opens it for writing.
+#[cfg(feature = "remote")]
+pub fn init_remote_store(url: &str, opts: &OpenOptions) -> CmdResult<Store> {
+    let s3 = sessctl_store::odb::S3Settings::from_env();
+    sessctl_store::odb::RemoteBackend::init(url, &s3)?;
+    Ok(Store::open_remote_with(url, opts, &s3)?)
+}
+
+#[cfg(not(feature = "remote"))]
+pub fn init_remote_store(_url: &str, _opts: &OpenOptions) -> CmdResult<Store> {
+    Err(no_remote())
 }
 
 #[cfg(feature = "remote")]

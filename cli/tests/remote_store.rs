@@ -167,6 +167,18 @@ fn every_verb_of_a_session_works_on_a_remote_store() {
     assert_eq!(log[0]["id"], id3.as_str());
 }
 
+/// The ids `log --all` prints, newest first.
+fn log_ids_all(r: &servers::Remote, store: &str) -> Vec<String> {
+    let run = sessctl_at(r, store, &["log", "--all", "--json"], None);
+    assert_eq!((run.code, run.stderr.as_str()), (0, ""));
+    let log: Value = serde_json::from_str(&run.stdout).unwrap();
+    log.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// The ids `log` prints, newest first.
 fn log_ids(r: &servers::Remote, store: &str) -> Vec<String> {
     let run = sessctl_at(r, store, &["log", "--json"], None);
@@ -215,4 +227,100 @@ fn an_unreachable_or_missing_remote_store_is_one_clear_error() {
     let run = sessctl_at(&r, "postgres://u@127.0.0.1/db", &["ls"], None);
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(run.stderr.contains("names no bucket"), "{}", run.stderr);
+}
+
+/// `for-each-ref`'s lines.
+fn refs_of(r: &servers::Remote, store: &str) -> String {
+    let run = sessctl_at(r, store, &["for-each-ref"], None);
+    assert_eq!((run.code, run.stderr.as_str()), (0, ""));
+    run.stdout
+}
+
+/// Local -> remote -> local: the same ids and refs at each step; a second
+/// push sends nothing; a pull brings back what was pushed.
+#[test]
+fn clone_local_to_remote_to_local_keeps_ids_and_refs() {
+    let Some(r) = servers::remote() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a").to_str().unwrap().to_owned();
+    let b = dir.path().join("b").to_str().unwrap().to_owned();
+    let at = |store: &str, args: &[&str], stdin: Option<&str>| {
+        let run = sessctl_at(&r, store, args, stdin);
+        assert_eq!((run.code, run.stderr.as_str()), (0, ""), "{store} {args:?}");
+        run.stdout
+    };
+    at(&a, &["init"], None);
+    for (conv, texts) in [("one", ["a", "b"]), ("two", ["c", "d"])] {
+        at(
+            &a,
+            &["commit", "--new", conv, "--messages", "-"],
+            Some(&msgs(&[("user", texts[0])])),
+        );
+        at(
+            &a,
+            &["commit", conv, "--messages", "-"],
+            Some(&msgs(&[("assistant", texts[1])])),
+        );
+    }
+    at(&a, &["fork", "one~1", "--as", "side"], None);
+
+    let out = at(&a, &["clone", &a, &r.url], None);
+    assert!(
+        out.starts_with(&format!("cloned {a} into postgres://")),
+        "{out}"
+    );
+    assert!(out.contains(": 3 conversations, 3 refs,"), "{out}");
+    at(&a, &["clone", &r.url, &b], None);
+    let all = |store: &str| {
+        let run = sessctl_at(&r, store, &["log", "--all", "--json"], None);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        run.stdout
+    };
+    assert_eq!(refs_of(&r, &r.url), refs_of(&r, &a));
+    assert_eq!(refs_of(&r, &b), refs_of(&r, &a));
+    assert_eq!(all(&r.url), all(&a));
+    assert_eq!(all(&b), all(&a));
+    assert_eq!(at(&b, &["fsck", "--full"], None), "");
+
+    // Cloning into it again is refused: it holds conversations now.
+    let again = sessctl_at(&r, &a, &["clone", &a, &r.url], None);
+    assert_eq!(again.code, 1, "{}", again.stderr);
+    assert!(
+        again.stderr.contains("already holds conversations"),
+        "{}",
+        again.stderr
+    );
+
+    // A new turn pushed; pushed again, nothing is sent.
+    at(
+        &a,
+        &["commit", "one", "--messages", "-"],
+        Some(&msgs(&[("user", "e")])),
+    );
+    let first: Value = serde_json::from_str(&at(&a, &["push", &r.url, "--json"], None)).unwrap();
+    assert!(first["objects"].as_u64().unwrap() >= 2, "{first}");
+    let second: Value = serde_json::from_str(&at(&a, &["push", &r.url, "--json"], None)).unwrap();
+    assert_eq!(second["objects"], 0, "{second}");
+    assert!(
+        second["refs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["outcome"] == "up-to-date"),
+        "{second}"
+    );
+    // Pulled back into b, whose conversations then match a's again (a
+    // pull leaves HEAD where it is; a's commit moved a's).
+    at(&b, &["pull", &r.url], None);
+    let heads = |store: &str| {
+        refs_of(&r, store)
+            .lines()
+            .filter(|l| !l.ends_with(" HEAD"))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(heads(&b), heads(&a));
+    assert_eq!(log_ids_all(&r, &b), log_ids_all(&r, &a));
 }

@@ -602,11 +602,16 @@ fn an_s3_outage_is_one_error_and_leaves_nothing_half_visible() {
         .unwrap_err();
     assert!(matches!(err, Error::Remote { .. }), "{err}");
     let text = err.to_string();
-    assert!(text.starts_with(&format!("s3://{}/store: ", r.name)), "{text}");
+    assert!(
+        text.starts_with(&format!("s3://{}/store: ", r.name)),
+        "{text}"
+    );
     assert!(!text.contains('\n'), "{text}");
     assert_eq!(ops(), before);
     assert_eq!(
-        open(&r).resolve_ref(&RefName::conversation("a").unwrap()).unwrap(),
+        open(&r)
+            .resolve_ref(&RefName::conversation("a").unwrap())
+            .unwrap(),
         Some(root)
     );
     // moto keeps nothing across a restart: the bucket is made again, and
