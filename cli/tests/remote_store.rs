@@ -125,8 +125,7 @@ fn every_verb_of_a_session_works_on_a_remote_store() {
     assert_eq!(ls.as_array().unwrap().len(), 1, "{ls}");
     assert_eq!(ls[0]["name"], "demo");
 
-    // A second start of the same conversation loses its compare-and-swap
-    // (the ref must not exist): exit 1, one line.
+    // A second start of the same conversation is refused: exit 1, one line.
     let stale = sessctl_at(
         &r,
         &r.url,

@@ -223,6 +223,18 @@ fn a_pack_altered_in_the_bucket_is_corruption() {
     assert!(err.to_string().contains(&keys[0]), "{err}");
     let report = fresh.fsck(&FsckOptions::default(), &mut |_, _| {}).unwrap();
     assert!(!report.problems.is_empty());
+
+    // The same database with a prefix that holds no store is a wrong URL,
+    // not damage.
+    let elsewhere = r.url.replace("/store", "/elsewhere");
+    let wrong =
+        Store::open_remote_with(&elsewhere, &OpenOptions::default(), &settings(&r)).unwrap();
+    let err = wrong.odb().read(&root).unwrap_err();
+    assert!(!err.is_corruption(), "{err}");
+    assert_eq!(
+        err.to_string(),
+        format!("s3://{bucket}/elsewhere: holds no sessctl store (no sessctl-store object there)")
+    );
 }
 
 /// A store that was never initialised, a server that is not there and a

@@ -659,16 +659,26 @@ impl RemoteBackend {
         {
             Ok(b) => b,
             Err(object_store::Error::NotFound { .. }) => {
-                return Err(Error::CorruptFile {
-                    path: format!("{}/{key}", self.url.s3_shown()).into(),
-                    offset: 0,
-                    reason: "the pack is missing from the bucket".into(),
-                })
+                // A bucket or prefix that is not this store's (a wrong
+                // URL) says so; in this store's bucket a missing pack is
+                // damage.
+                let marker = self.url.key("sessctl-store");
+                return Err(match self.rt.block_on(self.s3.head(&marker)) {
+                    Err(object_store::Error::NotFound { .. }) => Error::Remote {
+                        what: self.url.s3_shown(),
+                        reason: "holds no sessctl store (no sessctl-store object there)".into(),
+                    },
+                    _ => Error::CorruptFile {
+                        path: format!("s3://{}/{key}", self.url.bucket).into(),
+                        offset: 0,
+                        reason: "the pack is missing from the bucket".into(),
+                    },
+                });
             }
             Err(e) => return Err(self.s3_error(e)),
         };
         let body = pack::open(&row.key, &bytes).map_err(|reason| Error::CorruptFile {
-            path: format!("{}/{key}", self.url.s3_shown()).into(),
+            path: format!("s3://{}/{key}", self.url.bucket).into(),
             offset: 0,
             reason,
         })?;
