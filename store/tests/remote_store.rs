@@ -274,12 +274,27 @@ fn bad_urls_and_absent_servers_are_one_clear_error() {
         assert!(err.to_string().contains(says), "{url}: {err}");
     }
 
-    // init against an S3 endpoint that is not there: the schema is made,
-    // the bucket check fails, naming the bucket.
+    // init against an S3 endpoint that is not there, or a bucket that
+    // does not exist: one error naming the bucket, and no schema made.
     let mut no_s3 = s3.clone();
     no_s3.endpoint = Some(format!("http://127.0.0.1:{port}"));
     let err = RemoteBackend::init(&r.url, &no_s3).unwrap_err();
-    assert!(err.to_string().starts_with("s3://"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with(&format!("s3://{}/store: ", r.name)),
+        "{err}"
+    );
+    let no_bucket = r.url.replace("s3://", "s3://not-");
+    let err = RemoteBackend::init(&no_bucket, &s3).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "s3://not-{}/store: there is no bucket not-{} (sessctl does not create buckets)",
+            r.name, r.name
+        )
+    );
+    let err = Store::open_remote_with(&r.url, &opts, &s3).unwrap_err();
+    assert!(err.to_string().ends_with("holds no sessctl store"), "{err}");
 }
 
 const CHILD_URL: &str = "SESSCTL_REMOTE_TEST_CHILD_URL";

@@ -366,12 +366,14 @@ impl RemoteBackend {
         Ok(backend)
     }
 
-    /// Creates (or upgrades) the schema of the remote store `url`, applying
-    /// the migrations it lacks in one transaction, and checks that the
-    /// bucket takes a create-only write and gives it back. Returns whether
+    /// Checks that the bucket of the remote store `url` takes a create-only
+    /// write and gives it back, then creates (or upgrades) the schema,
+    /// applying the migrations it lacks in one transaction. Returns whether
     /// the schema was new. Safe to run again, and from several processes.
     pub fn init(url: &str, s3: &S3Settings) -> Result<bool> {
         let backend = RemoteBackend::connect(url, &OpenOptions::default(), s3)?;
+        // The bucket first: an init that fails there leaves no schema.
+        backend.check_bucket()?;
         let was_new = backend.with_writer_conn(|c| {
             let mut tx = c.transaction()?;
             // One initialiser at a time (the lock ends with the transaction).
@@ -400,7 +402,6 @@ impl RemoteBackend {
             tx.commit()?;
             Ok(have == 0)
         })?;
-        backend.check_bucket()?;
         Ok(was_new)
     }
 
@@ -542,6 +543,15 @@ impl RemoteBackend {
         ));
         match put {
             Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => {}
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(Error::Remote {
+                    what: self.url.s3_shown(),
+                    reason: format!(
+                        "there is no bucket {} (sessctl does not create buckets)",
+                        self.url.bucket
+                    ),
+                })
+            }
             Err(e) => return Err(self.s3_error(e)),
         }
         let got = self
