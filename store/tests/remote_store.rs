@@ -127,6 +127,36 @@ fn behaviour(store: &Store, reopen: &dyn Fn() -> Store) -> (Vec<(RefName, RefTar
         Some(o3)
     );
 
+    // The other verbs that move refs and records: merge, tag, rename,
+    // archive and back, a run claimed and committed, reset, delete.
+    let m = store
+        .merge("fix", &[f1], turn(&["merged"]), Durability::Sync)
+        .unwrap();
+    assert_eq!(store.odb().session(&m).unwrap().parents, [o3, f1]);
+    store.tag("v1", s1, false, Durability::Sync).unwrap();
+    store.rename(&fork, "side", Durability::Sync).unwrap();
+    store.archive("side", Durability::Sync).unwrap();
+    let side = RefName::conversation("side").unwrap();
+    assert_eq!(store.resolve_ref(&side).unwrap(), None);
+    store.unarchive("side", Durability::Sync).unwrap();
+    let run = store.begin_run("fix").unwrap();
+    let busy = other
+        .commit("fix", Some(m), turn(&["while running"]), Durability::Sync)
+        .unwrap_err();
+    assert!(matches!(busy, Error::Busy { .. }), "{busy}");
+    let r1 = store
+        .commit_run(&run, turn(&["ran"]), false, Durability::Sync)
+        .unwrap();
+    store.reset("side", root, Durability::Sync).unwrap();
+    store.delete("side", Durability::Sync).unwrap();
+    assert_eq!(
+        other
+            .resolve_ref(&RefName::conversation("fix").unwrap())
+            .unwrap(),
+        Some(r1)
+    );
+    assert_eq!(other.tags().unwrap(), [("v1".to_owned(), s1)]);
+
     let report = store.fsck(&FsckOptions::default(), &mut |_, _| {}).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     (store.refs().unwrap(), store.reflog_entries().unwrap().len())
