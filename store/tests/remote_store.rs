@@ -25,6 +25,7 @@ fn settings(r: &servers::Remote) -> S3Settings {
         secret_access_key: r.var("AWS_SECRET_ACCESS_KEY").map(str::to_owned),
         region: r.var("AWS_REGION").map(str::to_owned),
         allow_http: true,
+        cache_dir: r.var("SESSCTL_CACHE_DIR").map(Into::into),
     }
 }
 
@@ -246,8 +247,13 @@ fn a_pack_altered_in_the_bucket_is_corruption() {
         s.read_to_string(&mut answer).unwrap();
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     }
-    // A fresh handle (no cached pack) reads it.
-    let fresh = open(&r);
+    // A fresh handle without the pack cache (this process may have cached
+    // the pack before it was altered) reads it.
+    let uncached = S3Settings {
+        cache_dir: None,
+        ..settings(&r)
+    };
+    let fresh = Store::open_remote_with(&r.url, &OpenOptions::default(), &uncached).unwrap();
     let err = fresh.odb().read(&root).unwrap_err();
     assert!(err.is_corruption(), "{err}");
     assert!(err.to_string().contains(&keys[0]), "{err}");
@@ -257,8 +263,7 @@ fn a_pack_altered_in_the_bucket_is_corruption() {
     // The same database with a prefix that holds no store is a wrong URL,
     // not damage.
     let elsewhere = r.url.replace("/store", "/elsewhere");
-    let wrong =
-        Store::open_remote_with(&elsewhere, &OpenOptions::default(), &settings(&r)).unwrap();
+    let wrong = Store::open_remote_with(&elsewhere, &OpenOptions::default(), &uncached).unwrap();
     let err = wrong.odb().read(&root).unwrap_err();
     assert!(!err.is_corruption(), "{err}");
     assert_eq!(
@@ -680,4 +685,38 @@ fn an_s3_outage_is_one_error_and_leaves_nothing_half_visible() {
         .unwrap();
     assert_eq!(contents(&store, &s1), ["start", "after"]);
     assert_eq!(open(&r).odb().session(&s1).unwrap().parents, [root]);
+}
+
+/// Fetched packs are kept on disk, named by their hash: a new handle reads
+/// them with the S3 server gone; a cached file that no longer hashes to its
+/// name is never read as data (it is dropped and fetched again).
+#[test]
+fn fetched_packs_are_cached_and_a_damaged_cache_file_is_never_data() {
+    let Some(r) = servers::remote_private() else {
+        return;
+    };
+    assert!(RemoteBackend::init(&r.url, &settings(&r)).unwrap());
+    let store = open(&r);
+    let (_, root) = store
+        .create(Some("a"), turn(&["kept", "here"]), Durability::Sync)
+        .unwrap();
+    assert_eq!(contents(&open(&r), &root), ["kept", "here"]);
+    let cache = std::path::PathBuf::from(r.var("SESSCTL_CACHE_DIR").unwrap());
+    let files: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let keys = r.servers.list_keys(&r.name, "store/packs/");
+    assert!(keys[0].ends_with(files[0].file_name().unwrap().to_str().unwrap()));
+
+    r.servers.stop_moto();
+    assert_eq!(contents(&open(&r), &root), ["kept", "here"]);
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&files[0], bytes).unwrap();
+    let err = open(&r).odb().read(&root).unwrap_err();
+    assert!(matches!(err, Error::Remote { .. }), "{err}");
+    assert!(!files[0].exists());
 }

@@ -123,6 +123,11 @@ impl Remote {
                 ("AWS_SECRET_ACCESS_KEY".into(), "testing".into()),
                 ("AWS_REGION".into(), "us-east-1".into()),
                 ("AWS_ALLOW_HTTP".into(), "true".into()),
+                // Fetched packs: beside the servers, never in ~/.cache.
+                (
+                    "SESSCTL_CACHE_DIR".into(),
+                    servers.dir().join("pack-cache").display().to_string(),
+                ),
             ],
             name,
             servers,

@@ -74,6 +74,12 @@ pub struct S3Settings {
     pub region: Option<String>,
     /// `AWS_ALLOW_HTTP=true`: talk to the endpoint without TLS.
     pub allow_http: bool,
+    /// Where fetched packs are kept (`SESSCTL_CACHE_DIR`, else
+    /// `$XDG_CACHE_HOME/sessctl/packs`, else `~/.cache/sessctl/packs`;
+    /// `None`: in memory only). Packs are immutable and named by their
+    /// hash, so one cache serves every store and is never stale; a file
+    /// that does not hash to its name is fetched again.
+    pub cache_dir: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for S3Settings {
@@ -87,6 +93,7 @@ impl std::fmt::Debug for S3Settings {
             )
             .field("region", &self.region)
             .field("allow_http", &self.allow_http)
+            .field("cache_dir", &self.cache_dir)
             .finish()
     }
 }
@@ -101,6 +108,14 @@ impl S3Settings {
             secret_access_key: var("AWS_SECRET_ACCESS_KEY"),
             region: var("AWS_REGION").or_else(|| var("AWS_DEFAULT_REGION")),
             allow_http: var("AWS_ALLOW_HTTP").is_some_and(|v| v.eq_ignore_ascii_case("true")),
+            cache_dir: var("SESSCTL_CACHE_DIR")
+                .map(std::path::PathBuf::from)
+                .or_else(|| {
+                    var("XDG_CACHE_HOME")
+                        .map(std::path::PathBuf::from)
+                        .or_else(|| var("HOME").map(|h| std::path::Path::new(&h).join(".cache")))
+                        .map(|c| c.join("sessctl").join("packs"))
+                }),
         }
     }
 }
@@ -269,6 +284,8 @@ pub struct RemoteBackend {
     current: AtomicBool,
     /// Inflated pack bodies fetched, by pack row.
     bodies: Mutex<HashMap<i64, Arc<Vec<u8>>>>,
+    /// Fetched packs as fetched, by name (see [`S3Settings::cache_dir`]).
+    cache_dir: Option<std::path::PathBuf>,
     staged: Mutex<Option<Staged>>,
 }
 
@@ -407,6 +424,7 @@ impl RemoteBackend {
 
     fn connect(url: &str, opts: &OpenOptions, s3: &S3Settings) -> Result<RemoteBackend> {
         let url = StoreUrl::parse(url)?;
+        let s3_settings_cache = s3.cache_dir.clone();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -453,6 +471,7 @@ impl RemoteBackend {
             known: RwLock::new(Known::default()),
             current: AtomicBool::new(false),
             bodies: Mutex::new(HashMap::new()),
+            cache_dir: s3_settings_cache,
             staged: Mutex::new(None),
         };
         // Connect now: an unreachable server is one clear error at open.
@@ -663,6 +682,14 @@ impl RemoteBackend {
                 reason: format!("an object names pack row {pack}, which is not there"),
             })?;
         let key = self.url.key(&pack_key(&row.key));
+        if let Some(body) = self.cached(&row.key) {
+            let body = Arc::new(body);
+            self.bodies
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(pack, Arc::clone(&body));
+            return Ok(body);
+        }
         let bytes = match self
             .rt
             .block_on(async { self.s3.get(&key).await?.bytes().await })
@@ -692,12 +719,48 @@ impl RemoteBackend {
             offset: 0,
             reason,
         })?;
+        self.keep(&row.key, &bytes);
         let body = Arc::new(body);
         self.bodies
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(pack, Arc::clone(&body));
         Ok(body)
+    }
+
+    /// The inflated body of the pack `name` from the cache, when a file
+    /// there hashes to its name (one that does not is removed).
+    fn cached(&self, name: &str) -> Option<Vec<u8>> {
+        let path = self.cache_dir.as_ref()?.join(format!("{name}.srpk"));
+        let bytes = std::fs::read(&path).ok()?;
+        match pack::open(name, &bytes) {
+            Ok(body) => Some(body),
+            Err(_) => {
+                let _ = std::fs::remove_file(&path);
+                None
+            }
+        }
+    }
+
+    /// Keeps a fetched pack in the cache: written under a temporary name
+    /// and renamed, so that a reader never sees half a file. A cache that
+    /// cannot be written is no error: the pack is fetched again next time.
+    fn keep(&self, name: &str, bytes: &[u8]) {
+        let Some(dir) = &self.cache_dir else {
+            return;
+        };
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let tmp = dir.join(format!(
+            ".tmp-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let kept = std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&tmp, bytes))
+            .and_then(|()| std::fs::rename(&tmp, dir.join(format!("{name}.srpk"))));
+        if kept.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
     }
 
     /// Moves one ref by compare-and-swap in the open transaction.
