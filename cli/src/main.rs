@@ -374,9 +374,11 @@ pub fn show_store(store: &std::path::Path) -> String {
         return store.display().to_string();
     };
     match url.split_once("://").and_then(|(scheme, rest)| {
-        let (user, host) = rest.split_once('@')?;
+        // The user information ends at the authority's last '@'.
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (user, host) = rest[..end].rsplit_once('@')?;
         let (user, _) = user.split_once(':')?;
-        Some(format!("{scheme}://{user}:***@{host}"))
+        Some(format!("{scheme}://{user}:***@{host}{}", &rest[end..]))
     }) {
         Some(shown) => shown,
         None => url.to_owned(),

@@ -46,16 +46,7 @@ fn init_remote(url: &str) -> CmdResult {
     // Open it as every other command will: the URL, the schema, the bucket.
     let store = sessctl_store::Store::open_remote_with(url, &Default::default(), &s3)?;
     drop(store);
-    let shown = url.split('?').next().unwrap_or(url);
-    let shown = match shown.split_once("://").and_then(|(_, r)| r.split_once('@')) {
-        Some((user, host)) if user.contains(':') => {
-            format!(
-                "postgres://{}@{host}",
-                user.split(':').next().unwrap_or_default()
-            )
-        }
-        _ => shown.to_owned(),
-    };
+    let shown = crate::show_store(std::path::Path::new(url.split('?').next().unwrap_or(url)));
     print(&format!(
         "{} sessctl store in {shown} (objects in {})\n",
         if new {

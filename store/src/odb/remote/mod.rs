@@ -206,10 +206,12 @@ fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    match rest.split_once('@') {
+    // The user information ends at the authority's last '@'.
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    match rest[..authority_end].rsplit_once('@') {
         Some((user, host)) if user.contains(':') => {
             let user = user.split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}:***@{host}")
+            format!("{scheme}://{user}:***@{host}{}", &rest[authority_end..])
         }
         _ => url.to_owned(),
     }
@@ -1213,5 +1215,29 @@ impl ObjectBackend for RemoteBackend {
             }
         }
         problems
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_never_shows() {
+        for (url, shown) in [
+            (
+                "postgres://u:p@ss@h:1/db?objects=s3://b",
+                "postgres://u:***@h:1/db?objects=s3://b",
+            ),
+            ("postgres://u:pw@h/db", "postgres://u:***@h/db"),
+            ("postgres://u@h/db?x=a@b", "postgres://u@h/db?x=a@b"),
+        ] {
+            assert_eq!(redact(url), shown);
+        }
+        let err = StoreUrl::parse("postgres://u:secret@h:notaport/db?objects=s3://b")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(!err.contains("secret"), "{err}");
     }
 }
