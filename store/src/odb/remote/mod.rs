@@ -1153,6 +1153,21 @@ impl ObjectBackend for RemoteBackend {
         })
     }
 
+    /// gc's sweep: nothing to drop is nothing to do; dropping objects from
+    /// the bucket is not built yet, and is refused.
+    fn sweep(
+        &self,
+        opts: &RepackOptions,
+        doomed: &IdSet,
+        rescue: Option<&super::Rescue<'_>>,
+    ) -> Result<RepackStats> {
+        if doomed.is_empty() {
+            return self.repack_filtered(opts, None, rescue);
+        }
+        let keep = |id: &ObjectId| !doomed.contains(id);
+        self.repack_filtered(opts, Some(&keep), rescue)
+    }
+
     fn stored_at(&self) -> Result<HashMap<ObjectId, i64>> {
         self.refresh()?;
         let known = self.known.read().unwrap_or_else(|p| p.into_inner());
