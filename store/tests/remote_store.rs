@@ -720,3 +720,52 @@ fn fetched_packs_are_cached_and_a_damaged_cache_file_is_never_data() {
     assert!(matches!(err, Error::Remote { .. }), "{err}");
     assert!(!files[0].exists());
 }
+
+/// fsck --full checks PostgreSQL's own records against the operations: a
+/// refs row, an operation's hash column and the chain head, each altered
+/// behind the store's back, is one problem line naming it.
+#[test]
+fn fsck_full_checks_the_postgres_records_against_the_operations() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    let (_, root) = store
+        .create(Some("a"), turn(&["start"]), Durability::Sync)
+        .unwrap();
+    store
+        .commit("a", Some(root), turn(&["more"]), Durability::Sync)
+        .unwrap();
+    let full = FsckOptions { full: true };
+    let problems = |s: &Store| s.fsck(&full, &mut |_, _| {}).unwrap().problems;
+    assert_eq!(problems(&open(&r)), Vec::<String>::new());
+    r.servers.psql(
+        &r.name,
+        &format!("UPDATE sessctl.refs SET target = '{root}' WHERE name = 'refs/heads/a'"),
+    );
+    r.servers.psql(
+        &r.name,
+        "UPDATE sessctl.ops SET hash = decode(repeat('00', 32), 'hex') WHERE seq = 1",
+    );
+    r.servers
+        .psql(&r.name, "UPDATE sessctl.chain_head SET seq = 7");
+    let found = problems(&open(&r));
+    assert_eq!(found.len(), 3, "{found:#?}");
+    assert!(
+        found
+            .iter()
+            .any(|p| p.contains("the refs table says refs/heads/a is")),
+        "{found:#?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|p| p.contains("operation row 1's hash column")),
+        "{found:#?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|p| p.contains("the chain head names operation 7")),
+        "{found:#?}"
+    );
+}

@@ -873,6 +873,83 @@ impl RemoteBackend {
     }
 }
 
+impl RemoteBackend {
+    /// See [`ObjectBackend::verify_storage`]: the table side.
+    fn verify_tables(&self) -> Result<Vec<String>> {
+        let (ops, head, refs) = self.with_reader(|c| {
+            // One snapshot: a commit meanwhile cannot look like damage.
+            let mut tx = c
+                .build_transaction()
+                .read_only(true)
+                .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                .start()?;
+            let ops = tx.query("SELECT seq, hash, body FROM sessctl.ops ORDER BY seq", &[])?;
+            let head = tx.query_one("SELECT seq, hash FROM sessctl.chain_head", &[])?;
+            let refs = tx.query("SELECT name, target FROM sessctl.refs", &[])?;
+            tx.commit()?;
+            Ok((ops, head, refs))
+        })?;
+        let shown = &self.url.shown;
+        let mut problems = Vec::new();
+        let mut derived: HashMap<String, String> = HashMap::new();
+        let mut last: (i64, Option<Vec<u8>>) = (0, None);
+        for row in &ops {
+            let seq: i64 = row.get(0);
+            let hash: Vec<u8> = row.get(1);
+            let body: Vec<u8> = row.get(2);
+            let op = match Operation::decode(&body) {
+                Ok(op) => op,
+                Err(e) => {
+                    problems.push(format!("{shown}: operation row {seq} does not decode: {e}"));
+                    continue;
+                }
+            };
+            if op.seq as i64 != seq || seq != last.0 + 1 {
+                problems.push(format!(
+                    "{shown}: operation row {seq} holds operation {} after operation {}",
+                    op.seq, last.0
+                ));
+            }
+            if op.hash()[..] != hash[..] {
+                problems.push(format!(
+                    "{shown}: operation row {seq}'s hash column is not its operation's hash"
+                ));
+            }
+            for u in &op.refs {
+                match &u.new {
+                    Some(t) => derived.insert(u.name.to_string(), t.to_string()),
+                    None => derived.remove(&u.name.to_string()),
+                };
+            }
+            last = (seq, Some(hash));
+        }
+        let head: (i64, Option<Vec<u8>>) = (head.get(0), head.get(1));
+        if head != last {
+            problems.push(format!(
+                "{shown}: the chain head names operation {}, the last operation row is {}",
+                head.0, last.0
+            ));
+        }
+        let table: HashMap<String, String> = refs
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
+            .collect();
+        let mut names: Vec<&String> = table.keys().chain(derived.keys()).collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            if table.get(name) != derived.get(name) {
+                problems.push(format!(
+                    "{shown}: the refs table says {name} is {}, the operations leave it at {}",
+                    table.get(name).map_or("absent", String::as_str),
+                    derived.get(name).map_or("absent", String::as_str)
+                ));
+            }
+        }
+        Ok(problems)
+    }
+}
+
 /// An error and its sources on one line, each said once.
 fn one_line(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
@@ -1190,9 +1267,14 @@ impl ObjectBackend for RemoteBackend {
     }
 
     /// Fetches every pack and checks it against its name, and every
-    /// object row against the pack's own entry for it.
+    /// object row against the pack's own entry for it; checks PostgreSQL's
+    /// own records against the operations: each `ops.hash`, the chain head,
+    /// and the `refs` table (the refs the operations leave).
     fn verify_storage(&self) -> Vec<String> {
-        let mut problems = Vec::new();
+        let mut problems = match self.verify_tables() {
+            Ok(p) => p,
+            Err(e) => return vec![e.to_string()],
+        };
         if let Err(e) = self.refresh() {
             return vec![e.to_string()];
         }
