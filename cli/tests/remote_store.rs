@@ -344,3 +344,58 @@ fn clone_local_to_remote_to_local_keeps_ids_and_refs() {
     assert_eq!(heads(&b), heads(&a));
     assert_eq!(log_ids_all(&r, &b), log_ids_all(&r, &a));
 }
+
+/// A writer that holds the remote write lock (the chain-head row) longer
+/// than --wait: the other write fails with exit 4, as on a local store, and
+/// goes through once it is released.
+#[test]
+fn a_held_remote_write_lock_is_exit_4_after_wait() {
+    let Some(r) = servers::remote() else {
+        return;
+    };
+    ok(&r, &["init"], None);
+    ok(
+        &r,
+        &["commit", "--new", "demo", "--messages", "-"],
+        Some(&msgs(&[("user", "hi")])),
+    );
+    // Held for 3 s; psql's first statement takes the row.
+    let mut holder = r.servers.psql_background(
+        &r.name,
+        "BEGIN; SELECT seq FROM sessctl.chain_head FOR UPDATE; SELECT pg_sleep(3); COMMIT;",
+    );
+    // Until the row is taken, a no-wait write may still pass: wait for the
+    // holder to show in pg_locks.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let n = r.servers.psql(
+            &r.name,
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(3)%' AND state = 'active' AND pid <> pg_backend_pid()",
+        );
+        if n.trim() != "0" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the holder never ran");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let run = sessctl_at(
+        &r,
+        &r.url,
+        &["--wait", "0.2", "commit", "demo", "--messages", "-"],
+        Some(&msgs(&[("user", "blocked")])),
+    );
+    assert_eq!(run.code, 4, "{}", run.stderr);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("is in use by another process"),
+        "{}",
+        run.stderr
+    );
+    assert!(holder.wait().unwrap().success());
+    ok(
+        &r,
+        &["commit", "demo", "--messages", "-"],
+        Some(&msgs(&[("user", "after")])),
+    );
+    assert_eq!(log_ids(&r, &r.url).len(), 2);
+}

@@ -336,6 +336,28 @@ impl Servers {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// Starts psql running `sql` (which should hold something for a
+    /// while); the caller waits for it.
+    pub fn psql_background(&self, db: &str, sql: &str) -> Child {
+        Command::new(self.bin.join("psql"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "sessctl",
+                "-d",
+                db,
+                "-AtX",
+                "-c",
+                sql,
+            ])
+            .arg("-p")
+            .arg(self.pg_port.to_string())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
     pub fn start_moto(&self) {
         let log = std::fs::File::create(self.dir.path().join("moto.log")).unwrap();
         let child = Command::new(&self.moto_cmd)
