@@ -155,6 +155,44 @@ fn every_verb_of_a_session_works_on_a_remote_store() {
     assert_eq!(fsck["problems"], json!([]), "{fsck}");
     assert_eq!(fsck["sessions"], 3, "{fsck}");
 
+    // import: an OpenAI chat file becomes a conversation; importing it
+    // again writes nothing.
+    let chat = dir.path().join("chat.json");
+    std::fs::write(
+        &chat,
+        json!({"messages": [
+            {"role": "user", "content": "imported question"},
+            {"role": "assistant", "content": "imported answer"},
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let chat = chat.to_str().unwrap();
+    let import = |what: &str| -> Value {
+        let out = ok(&r, &["import", "--from", "openai", "--json", chat], None);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{what}: {e}: {out}"))
+    };
+    let first = import("first");
+    assert_eq!(first["sessions_written"], 1, "{first}");
+    let ls: Value = serde_json::from_str(&ok(&r, &["ls", "--json"], None)).unwrap();
+    let names: Vec<String> = ls
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names.len(), 2, "{ls}");
+    let name = names.iter().find(|n| n.starts_with("openai-")).unwrap();
+    let show: Value = serde_json::from_str(&ok(&r, &["show", "--json", name], None)).unwrap();
+    assert_eq!(show["history_length"], 2, "{show}");
+    assert_eq!(
+        show["shown_messages"][1]["value"]["content"], "imported answer",
+        "{show}"
+    );
+    let again = import("again");
+    assert_eq!(again["sessions_written"], 0, "{again}");
+    assert_eq!(again["refs_moved"], 0, "{again}");
+
     // gc marks as locally; with nothing to drop it succeeds; dropping
     // objects from the bucket is not built yet: refused in one line, and
     // the object stays readable.
