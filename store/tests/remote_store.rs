@@ -487,9 +487,9 @@ fn eight_processes_commit_fifty_turns_each_over_two_conversations() {
     assert_eq!(rows.lines().collect::<Vec<_>>(), want);
 }
 
-/// A writer that dies between its upload and PostgreSQL's commit leaves
-/// an unreferenced pack and nothing else: no ref names a missing object,
-/// fsck is clean, the next commit works.
+/// A writer killed (SIGKILL) between its upload and PostgreSQL's commit
+/// leaves an unreferenced pack and nothing else: no ref names a missing
+/// object, fsck is clean, the next commit works.
 #[test]
 fn a_writer_killed_before_the_database_commit_leaves_only_an_orphan_pack() {
     let Some((r, store)) = remote_store() else {
@@ -502,15 +502,30 @@ fn a_writer_killed_before_the_database_commit_leaves_only_an_orphan_pack() {
         .create(Some("b"), turn(&["other"]), Durability::Sync)
         .unwrap();
     let packs_before = r.servers.list_keys(&r.name, "store/packs/").len();
-    let out = spawn_writer(
+    let mut child = spawn_writer(
         &r,
         0,
         1,
         &[(sessctl_store::odb::remote::CRASH_BEFORE_COMMIT_VAR, "1")],
-    )
-    .wait_with_output()
-    .unwrap();
-    assert!(!out.status.success(), "the child should have died");
+    );
+    // It says when it is between the upload and the commit; kill -9 then.
+    let stderr = child.stderr.take().unwrap();
+    let mut said = String::new();
+    for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+        let line = line.unwrap();
+        said.push_str(&line);
+        said.push('\n');
+        if line == sessctl_store::odb::remote::STOPPED_BEFORE_COMMIT {
+            break;
+        }
+    }
+    assert!(
+        said.contains(sessctl_store::odb::remote::STOPPED_BEFORE_COMMIT),
+        "the writer never reached the commit: {said}"
+    );
+    child.kill().unwrap(); // SIGKILL
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
     assert!(!String::from_utf8_lossy(&out.stdout).contains("ack "));
     // Its pack is in the bucket; PostgreSQL has no row for it.
     let keys = r.servers.list_keys(&r.name, "store/packs/");

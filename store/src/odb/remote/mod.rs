@@ -55,10 +55,14 @@ pub const SCHEMA_VERSION: i32 = 1;
 /// The migrations, in order: version and SQL (`store/migrations/`).
 const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../../../migrations/0001_init.sql"))];
 
-/// Test-only: a write that finds this variable set aborts the process after
-/// uploading its pack and running its statements, before PostgreSQL
-/// commits (the crash the protocol must survive).
-pub const CRASH_BEFORE_COMMIT_VAR: &str = "SESSCTL_TEST_CRASH_BEFORE_DB_COMMIT";
+/// Test-only: a write that finds this variable set stops after uploading
+/// its pack and running its statements, before PostgreSQL commits: it says
+/// [`STOPPED_BEFORE_COMMIT`] on stderr and sleeps, for a test to `kill -9`
+/// it there (the crash the protocol must survive).
+pub const CRASH_BEFORE_COMMIT_VAR: &str = "SESSCTL_TEST_STOP_BEFORE_DB_COMMIT";
+
+/// The line a write stopped by [`CRASH_BEFORE_COMMIT_VAR`] prints.
+pub const STOPPED_BEFORE_COMMIT: &str = "sessctl-test: stopped before the database commit";
 
 /// Where a remote store's S3 client connects, and as whom: the standard
 /// AWS variables by default ([`S3Settings::from_env`]).
@@ -1048,8 +1052,12 @@ impl ObjectBackend for RemoteBackend {
         let c = conn.as_mut().expect("a held lock has its connection");
         let (pack_row, seq) = self.record(c, lock, pack.as_ref().map(|p| (p, &new[..])), ops)?;
         if std::env::var_os(CRASH_BEFORE_COMMIT_VAR).is_some() {
-            // Test-only: the crash between the upload and the commit.
-            std::process::abort();
+            // Test-only: wait here to be killed, between the upload and
+            // the commit.
+            eprintln!("{STOPPED_BEFORE_COMMIT}");
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
         }
         c.batch_execute("COMMIT")
             .map_err(|e| match self.pg_error(e) {
