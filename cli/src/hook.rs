@@ -147,6 +147,13 @@ fn run(ctx: &Ctx, args: HookArgs) -> CmdResult {
             Unit::single(Format::Codex, path)
         }
     };
+    if ctx.remote_url().is_some() {
+        // Its cursors are files beside a local store (objects-format.md,
+        // "SYNOPSIS": capture/); a remote store has no directory for them.
+        return Err(CommandError::Failed(
+            "hook does not work on a remote store yet: use a local store and push".into(),
+        ));
+    }
     let store = ctx.open_store()?;
     let cursors = Cursors::new(&ctx.store);
     let outcome = catch_up(

@@ -50,8 +50,11 @@ const GLOBAL: &str = "Global options";
 #[command(name = "sessctl", version, after_help = EXIT_CODES, max_term_width = 100)]
 struct Cli {
     /// The store to use (default: the nearest .sessctl in this directory or
-    /// a parent; init creates ./.sessctl).
-    #[arg(long, global = true, env = "SESSCTL_STORE", value_name = "DIR", help_heading = GLOBAL)]
+    /// a parent; init creates ./.sessctl): a directory, or a remote store
+    /// 'postgres://USER@HOST:PORT/DB?objects=s3://BUCKET/PREFIX' (S3 settings
+    /// from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    /// AWS_REGION, AWS_ALLOW_HTTP).
+    #[arg(long, global = true, env = "SESSCTL_STORE", value_name = "DIR|URL", help_heading = GLOBAL)]
     store: Option<PathBuf>,
     /// How many seconds a write waits for another process's short hold of the
     /// store's write lock (default 5; 0: fail at once). Reads never wait.
@@ -149,7 +152,8 @@ enum Command {
     Hook(hook::HookArgs),
     /// Write, check or apply a bundle: sessions, their objects and refs in one file.
     Bundle(remote::BundleArgs),
-    /// Copy a store (every ref, record and object) into a new directory.
+    /// Copy a store (every ref, record and object) into a new directory or
+    /// an empty remote store.
     Clone(remote::CloneArgs),
     /// Send conversations to another store: only the objects it lacks;
     /// refs are created or fast-forwarded, a diverged one refuses all
@@ -287,6 +291,12 @@ impl Ctx {
         Ok(&self.store)
     }
 
+    /// The remote store's URL, when the store given is one
+    /// (`postgres://...`) rather than a directory.
+    pub fn remote_url(&self) -> Option<&str> {
+        remote_url(&self.store)
+    }
+
     /// Opens the store for writing, printing what recovery did.
     pub fn open_write(&self) -> CmdResult<Odb> {
         self.open(false)
@@ -317,14 +327,15 @@ impl Ctx {
     }
 
     fn open_store_with(&self, read_only: bool, wait: Option<Duration>) -> CmdResult<Store> {
-        let store = Store::open(
-            self.store_path()?,
-            &OpenOptions {
-                read_only,
-                wait,
-                ..OpenOptions::default()
-            },
-        )?;
+        let opts = OpenOptions {
+            read_only,
+            wait,
+            ..OpenOptions::default()
+        };
+        let store = match self.remote_url() {
+            Some(url) => open_remote_store(url, &opts)?,
+            None => Store::open(self.store_path()?, &opts)?,
+        };
         for note in store.take_recovery_notes() {
             eprintln!("sessctl: warning: {note}");
         }
@@ -332,19 +343,96 @@ impl Ctx {
     }
 
     fn open(&self, read_only: bool) -> CmdResult<Odb> {
-        let odb = Odb::open(
-            self.store_path()?,
-            &OpenOptions {
-                read_only,
-                wait: (!read_only).then(|| self.writer_wait()),
-                ..OpenOptions::default()
-            },
-        )?;
+        let opts = OpenOptions {
+            read_only,
+            wait: (!read_only).then(|| self.writer_wait()),
+            ..OpenOptions::default()
+        };
+        let odb = match self.remote_url() {
+            Some(url) => open_remote_odb(url, &opts)?,
+            None => Odb::open(self.store_path()?, &opts)?,
+        };
         for note in odb.take_recovery_notes() {
             eprintln!("sessctl: warning: {note}");
         }
         Ok(odb)
     }
+}
+
+/// The remote store's URL when `store` names one (`postgres://...`)
+/// rather than a directory.
+pub fn remote_url(store: &std::path::Path) -> Option<&str> {
+    store
+        .to_str()
+        .filter(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
+}
+
+/// A store as messages and the ref log name it: a directory, or a remote
+/// store's URL without its password.
+pub fn show_store(store: &std::path::Path) -> String {
+    let Some(url) = remote_url(store) else {
+        return store.display().to_string();
+    };
+    match url.split_once("://").and_then(|(scheme, rest)| {
+        // The user information ends at the authority's last '@'.
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (user, host) = rest[..end].rsplit_once('@')?;
+        let (user, _) = user.split_once(':')?;
+        Some(format!("{scheme}://{user}:***@{host}{}", &rest[end..]))
+    }) {
+        Some(shown) => shown,
+        None => url.to_owned(),
+    }
+}
+
+/// Opens the store at a directory or a remote store's URL.
+pub fn open_any_store(store: &std::path::Path, opts: &OpenOptions) -> CmdResult<Store> {
+    match remote_url(store) {
+        Some(url) => open_remote_store(url, opts),
+        None => Ok(Store::open(store, opts)?),
+    }
+}
+
+/// Creates the remote store `url` if it does not exist yet (its schema;
+/// the bucket is checked) and opens it for writing.
+#[cfg(feature = "remote")]
+pub fn init_remote_store(url: &str, opts: &OpenOptions) -> CmdResult<Store> {
+    let s3 = sessctl_store::odb::S3Settings::from_env();
+    sessctl_store::odb::RemoteBackend::init(url, &s3)?;
+    Ok(Store::open_remote_with(url, opts, &s3)?)
+}
+
+#[cfg(not(feature = "remote"))]
+pub fn init_remote_store(_url: &str, _opts: &OpenOptions) -> CmdResult<Store> {
+    Err(no_remote())
+}
+
+#[cfg(feature = "remote")]
+fn open_remote_store(url: &str, opts: &OpenOptions) -> CmdResult<Store> {
+    Ok(Store::open_remote(url, opts)?)
+}
+
+#[cfg(feature = "remote")]
+fn open_remote_odb(url: &str, opts: &OpenOptions) -> CmdResult<Odb> {
+    let backend = sessctl_store::odb::RemoteBackend::open(url, opts)?;
+    Ok(Odb::with_backend(std::sync::Arc::new(backend)))
+}
+
+#[cfg(not(feature = "remote"))]
+fn open_remote_store(_url: &str, _opts: &OpenOptions) -> CmdResult<Store> {
+    Err(no_remote())
+}
+
+#[cfg(not(feature = "remote"))]
+fn open_remote_odb(_url: &str, _opts: &OpenOptions) -> CmdResult<Odb> {
+    Err(no_remote())
+}
+
+#[cfg(not(feature = "remote"))]
+pub(crate) fn no_remote() -> CommandError {
+    CommandError::Failed(
+        "this sessctl was built without remote stores (cargo feature `remote`)".into(),
+    )
 }
 
 fn main() -> ExitCode {

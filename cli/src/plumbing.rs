@@ -12,6 +12,9 @@ use crate::output::print;
 use crate::{CmdResult, CommandError, Ctx};
 
 pub fn init(ctx: &Ctx) -> CmdResult {
+    if let Some(url) = ctx.remote_url() {
+        return init_remote(url);
+    }
     // `cd .sessctl/journal && sessctl init` would nest a store in a store's
     // own files, where gc and repack do not expect one.
     let target = std::env::current_dir()?.join(&ctx.store);
@@ -32,6 +35,34 @@ pub fn init(ctx: &Ctx) -> CmdResult {
         "Initialized empty sessctl store in {}\n",
         ctx.store.display()
     ))
+}
+
+/// `init --store postgres://...`: the schema (migrations it lacks) and a
+/// check that the bucket takes a create-only write.
+#[cfg(feature = "remote")]
+fn init_remote(url: &str) -> CmdResult {
+    let s3 = sessctl_store::odb::S3Settings::from_env();
+    let new = sessctl_store::odb::RemoteBackend::init(url, &s3)?;
+    // Open it as every other command will: the URL, the schema, the bucket.
+    let store = sessctl_store::Store::open_remote_with(url, &Default::default(), &s3)?;
+    drop(store);
+    let shown = crate::show_store(std::path::Path::new(url.split('?').next().unwrap_or(url)));
+    print(&format!(
+        "{} sessctl store in {shown} (objects in {})\n",
+        if new {
+            "Initialized empty"
+        } else {
+            "Reinitialized existing"
+        },
+        url.split("objects=")
+            .nth(1)
+            .map_or("", |o| o.split('&').next().unwrap_or(o))
+    ))
+}
+
+#[cfg(not(feature = "remote"))]
+fn init_remote(_url: &str) -> CmdResult {
+    Err(crate::no_remote())
 }
 
 #[derive(Debug, Args)]

@@ -13,7 +13,9 @@ use sessctl_store::{Durability, Error, OpenOptions, RefName, Store};
 
 use crate::output::print;
 use crate::progress::Bar;
-use crate::{CmdResult, CommandError, Ctx};
+use crate::{
+    init_remote_store, open_any_store, remote_url, show_store, CmdResult, CommandError, Ctx,
+};
 
 #[derive(Debug, Args)]
 pub struct BundleArgs {
@@ -74,9 +76,12 @@ struct UnbundleArgs {
 
 #[derive(Debug, Args)]
 pub struct CloneArgs {
-    /// The store to copy (opened read-only).
+    /// The store to copy (opened read-only): a directory or a remote
+    /// store's URL (postgres://...?objects=s3://...).
     path: PathBuf,
-    /// The new store's directory: must not exist, or be empty.
+    /// The new store: a directory that must not exist, or be empty; or a
+    /// remote store's URL (created if need be; it must hold no
+    /// conversation yet).
     dest: PathBuf,
     /// Print one JSON object: every ref and what became of it, and the
     /// totals.
@@ -86,7 +91,7 @@ pub struct CloneArgs {
 
 #[derive(Debug, Args)]
 pub struct RemoteArgs {
-    /// The other store's directory.
+    /// The other store: a directory or a remote store's URL.
     remote: PathBuf,
     /// Conversations to transfer (default: every ref).
     #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::complete::conversations))]
@@ -292,12 +297,32 @@ fn finish(report: &TransferReport, verb: &str, json: bool) -> CmdResult {
 
 /// Copies a store, then prints one summary (a store may hold thousands of
 /// refs): conversations, refs, objects, bytes and time.
-pub fn clone(_ctx: &Ctx, args: CloneArgs) -> CmdResult {
+pub fn clone(ctx: &Ctx, args: CloneArgs) -> CmdResult {
     let started = Instant::now();
     let bar = Bar::new("clone");
-    let cloned = remote::clone_with(&args.path, &args.dest, &bar);
+    let source = show_store(&args.path);
+    let cloned = match (remote_url(&args.path), remote_url(&args.dest)) {
+        (None, None) => remote::clone_with(&args.path, &args.dest, &bar).map(|(_, r)| r),
+        // Into a remote store: created if need be, and refused unless it
+        // holds no conversation yet.
+        (_, Some(url)) => {
+            let from = open_remote(ctx, &args.path, false)?;
+            let into = init_remote_store(
+                url,
+                &OpenOptions {
+                    wait: Some(ctx.writer_wait()),
+                    ..OpenOptions::default()
+                },
+            )?;
+            remote::clone_into(&from, &into, &source, &bar)
+        }
+        (Some(_), None) => {
+            let from = open_remote(ctx, &args.path, false)?;
+            remote::clone_from(&from, &source, &args.dest, &bar).map(|(_, r)| r)
+        }
+    };
     drop(bar);
-    let (_, report) = cloned?;
+    let report = cloned?;
     let elapsed = started.elapsed();
     let conversations = report
         .refs
@@ -313,8 +338,8 @@ pub fn clone(_ctx: &Ctx, args: CloneArgs) -> CmdResult {
     }
     print(&format!(
         "cloned {} into {}: {conversations} conversation{}, {} ref{}, {} objects ({} bytes) in {:.1}s\n",
-        args.path.display(),
-        args.dest.display(),
+        source,
+        show_store(&args.dest),
         if conversations == 1 { "" } else { "s" },
         report.refs.len(),
         if report.refs.len() == 1 { "" } else { "s" },
@@ -328,7 +353,7 @@ pub fn clone(_ctx: &Ctx, args: CloneArgs) -> CmdResult {
 /// Opens the other store: for writing (each write waiting up to `--wait` for
 /// its write lock) or read-only.
 fn open_remote(ctx: &Ctx, path: &Path, write: bool) -> CmdResult<Store> {
-    let store = Store::open(
+    let store = open_any_store(
         path,
         &OpenOptions {
             read_only: !write,
@@ -337,7 +362,7 @@ fn open_remote(ctx: &Ctx, path: &Path, write: bool) -> CmdResult<Store> {
         },
     )?;
     for note in store.take_recovery_notes() {
-        eprintln!("sessctl: warning: {}: {note}", path.display());
+        eprintln!("sessctl: warning: {}: {note}", show_store(path));
     }
     Ok(store)
 }

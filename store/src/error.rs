@@ -88,6 +88,11 @@ pub enum Error {
     Locked { path: PathBuf, pid: Option<u32> },
     #[error("the store is open read-only")]
     ReadOnly,
+    /// A remote store's server (PostgreSQL or the S3 bucket) failed or
+    /// could not be reached: `what` names it (never with a password),
+    /// `reason` says what it answered.
+    #[error("{what}: {reason}")]
+    Remote { what: String, reason: String },
     /// A durable write failed; nothing written after it can be trusted to be
     /// on disk, so the store refuses further writes until it is reopened.
     #[error("the store stopped accepting writes after a failed sync: {0}")]

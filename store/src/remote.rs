@@ -594,6 +594,30 @@ pub fn clone_with(
             )));
         }
     }
+    if dest.exists() && std::fs::read_dir(dest).is_ok_and(|mut d| d.next().is_some()) {
+        // Checked before the source is opened, as clone_from checks it.
+        return Err(Error::NotEmpty {
+            path: dest.to_path_buf(),
+        });
+    }
+    let from = Store::open(
+        source,
+        &OpenOptions {
+            read_only: true,
+            ..OpenOptions::default()
+        },
+    )?;
+    clone_from(&from, &source.display().to_string(), dest, progress)
+}
+
+/// [`clone`] of a store already open (whatever its backend), named
+/// `source`, into a new local store at `dest`.
+pub fn clone_from(
+    from: &Store,
+    source: &str,
+    dest: &Path,
+    progress: &dyn Progress,
+) -> Result<(Store, TransferReport)> {
     if dest.exists() {
         let empty = std::fs::read_dir(dest)
             .map_err(|e| Error::Io {
@@ -608,26 +632,32 @@ pub fn clone_with(
             });
         }
     }
-    let from = Store::open(
-        source,
-        &OpenOptions {
-            read_only: true,
-            ..OpenOptions::default()
-        },
-    )?;
     let store = Store::init(dest)?;
-    let bundle = pack_for_with(&from, &store, &[], progress)?;
-    let report = apply_with(
-        &store,
-        &bundle,
-        "clone",
-        &source.display().to_string(),
-        Durability::Sync,
-        progress,
-    )?;
+    let report = clone_into(from, &store, source, progress)?;
+    Ok((store, report))
+}
+
+/// [`clone`] between stores already open, whatever their backends (a
+/// local store into a remote one, or back): copies every ref, record and
+/// reachable object of `from` into `into`, which must hold no ref yet, and
+/// points `into`'s `HEAD` where `from`'s does when it names a conversation.
+/// `source` names `from` in the ref log.
+pub fn clone_into(
+    from: &Store,
+    into: &Store,
+    source: &str,
+    progress: &dyn Progress,
+) -> Result<TransferReport> {
+    if into.refs()?.iter().any(|(n, _)| *n != RefName::Head) {
+        return Err(Error::Invalid(
+            "the store to clone into already holds conversations".into(),
+        ));
+    }
+    let bundle = pack_for_with(from, into, &[], progress)?;
+    let report = apply_with(into, &bundle, "clone", source, Durability::Sync, progress)?;
     if let Some(RefTarget::Symbolic(head)) = from.get_ref(&RefName::Head)? {
-        if store.get_ref(&head)?.is_some() {
-            store.transact(
+        if into.get_ref(&head)?.is_some() {
+            into.transact(
                 Transaction {
                     reason: "clone".into(),
                     edits: vec![RefEdit {
@@ -641,5 +671,5 @@ pub fn clone_with(
             )?;
         }
     }
-    Ok((store, report))
+    Ok(report)
 }

@@ -821,7 +821,7 @@ impl ObjectBackend for DiskBackend {
         });
         self.collect_notes();
         caught_up?;
-        Ok(WriteLock(Some(guard)))
+        Ok(WriteLock(super::Held::File(guard)))
     }
 
     fn append_locked(
@@ -830,7 +830,7 @@ impl ObjectBackend for DiskBackend {
         objects: &[EncodedObject],
         ops: &[RawOp],
     ) -> Result<(usize, SyncTicket)> {
-        let guard = lock.0.as_ref().ok_or(Error::ReadOnly)?;
+        let guard = lock.file().ok_or(Error::ReadOnly)?;
         let (n, end) = self.append_frame(guard, objects, ops, true)?;
         Ok((n, SyncTicket(end)))
     }

@@ -15,6 +15,8 @@ mod disk;
 mod layout;
 mod memory;
 mod oplog;
+#[cfg(feature = "remote")]
+pub mod remote;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -36,6 +38,8 @@ pub use layout::{
     STORE_FORMAT_RAW, STORE_FORMAT_VERSION,
 };
 pub use memory::MemoryBackend;
+#[cfg(feature = "remote")]
+pub use remote::{RemoteBackend, S3Settings};
 
 /// How long a write waits for the write lock by default: far longer than
 /// any write holds it (a commit holds it for well under a millisecond; gc
@@ -65,12 +69,33 @@ pub type RawOp = (u64, Vec<u8>);
 /// current. Hold it for a few syscalls, never across a wait for the disk or
 /// a person. Dropping it releases the lock.
 #[derive(Debug)]
-pub struct WriteLock<'a>(Option<lock::LockGuard<'a>>);
+pub struct WriteLock<'a>(Held<'a>);
+
+/// What a [`WriteLock`] holds, by backend.
+#[derive(Debug)]
+enum Held<'a> {
+    /// Nothing: one process, whose store state lock orders its writers.
+    InProcess,
+    /// The store's lock file (the disk backend).
+    File(lock::LockGuard<'a>),
+    /// An open PostgreSQL transaction holding the chain-head row (the
+    /// remote backend); dropped uncommitted, it rolls back.
+    #[cfg(feature = "remote")]
+    Remote(remote::RemoteLock<'a>),
+}
 
 impl WriteLock<'_> {
     /// A lock for a backend that shares nothing across processes.
-    pub fn in_process() -> WriteLock<'static> {
-        WriteLock(None)
+    pub fn in_process<'a>() -> WriteLock<'a> {
+        WriteLock(Held::InProcess)
+    }
+
+    /// The lock file's guard, when this is the disk backend's lock.
+    fn file(&self) -> Option<&lock::LockGuard<'_>> {
+        match &self.0 {
+            Held::File(g) => Some(g),
+            _ => None,
+        }
     }
 }
 
@@ -113,6 +138,13 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
         objects: &[EncodedObject],
         ops: &[RawOp],
     ) -> Result<(usize, SyncTicket)>;
+    /// Prepares to append `objects` before the write lock is taken (the
+    /// remote backend uploads them as one pack here, so that the lock is
+    /// held for the database transaction only); a no-op for the others.
+    /// Harmless when the write then fails: what it stores is unreferenced.
+    fn stage(&self, _objects: &[EncodedObject]) -> Result<()> {
+        Ok(())
+    }
     /// [`ObjectBackend::append_locked`] under a lock of its own.
     fn append(&self, objects: &[EncodedObject], ops: &[RawOp]) -> Result<(usize, SyncTicket)> {
         let lock = self.write_lock()?;

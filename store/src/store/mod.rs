@@ -143,6 +143,34 @@ impl Store {
         Ok(store)
     }
 
+    /// Opens the remote store `url`
+    /// (`postgres://USER@HOST:PORT/DB?objects=s3://BUCKET/PREFIX`:
+    /// operations and refs in PostgreSQL, objects in an S3 bucket;
+    /// objects-format.md, "Remote store"), with the S3 settings of the
+    /// standard AWS variables. Its index is derived in memory from the
+    /// operations, as for a store in memory; writes take the remote write
+    /// lock (see [`crate::odb::RemoteBackend`]).
+    #[cfg(feature = "remote")]
+    pub fn open_remote(url: &str, opts: &OpenOptions) -> Result<Store> {
+        Store::open_remote_with(url, opts, &crate::odb::S3Settings::from_env())
+    }
+
+    /// [`Store::open_remote`] with explicit S3 settings.
+    #[cfg(feature = "remote")]
+    pub fn open_remote_with(
+        url: &str,
+        opts: &OpenOptions,
+        s3: &crate::odb::S3Settings,
+    ) -> Result<Store> {
+        let backend = crate::odb::RemoteBackend::open_with(url, opts, s3)?;
+        Store::assemble(
+            Odb::with_backend(Arc::new(backend)),
+            Index::temporary()?,
+            !opts.read_only,
+            None,
+        )
+    }
+
     /// A store in memory only.
     pub fn in_memory() -> Result<Store> {
         Store::assemble(Odb::in_memory(), Index::temporary()?, true, None)

@@ -133,6 +133,9 @@ impl Store {
         if !self.writable {
             return Err(Error::ReadOnly);
         }
+        // Before any lock: a remote backend uploads the objects now (a
+        // content-addressed pack, harmless should the write then fail).
+        self.odb.backend().stage(&tx.objects)?;
         let mut st = self.state.lock().expect("state lock");
         // The store's write lock, for the few syscalls from here to the
         // append: what other processes appended is read, only as far as

@@ -1,0 +1,439 @@
+//! End to end on a remote store (`--store postgres://...?objects=s3://...`)
+//! against real PostgreSQL and S3 servers on loopback (see
+//! store/tests/support/servers.rs): the real binary, its stdout, stderr and
+//! exit codes, as on a local store.
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+#[path = "../../store/tests/support/servers.rs"]
+mod servers;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use serde_json::{json, Value};
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `sessctl --store STORE ARGS...` with the S3 variables of `r`.
+fn sessctl_at(r: &servers::Remote, store: &str, args: &[&str], stdin: Option<&str>) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sessctl"))
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .env_remove("SESSCTL_STORE")
+        .envs(r.env.iter().map(|(k, v)| (k, v)))
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+fn ok(r: &servers::Remote, args: &[&str], stdin: Option<&str>) -> String {
+    let run = sessctl_at(r, &r.url, args, stdin);
+    assert_eq!((run.code, run.stderr.as_str()), (0, ""), "{args:?}");
+    run.stdout
+}
+
+fn id_of(out: &str) -> String {
+    let id = out.strip_suffix('\n').unwrap();
+    assert!(
+        id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{out:?}"
+    );
+    id.to_owned()
+}
+
+fn msgs(items: &[(&str, &str)]) -> String {
+    Value::Array(
+        items
+            .iter()
+            .map(|(role, content)| json!({"role": role, "content": content}))
+            .collect(),
+    )
+    .to_string()
+}
+
+#[test]
+fn every_verb_of_a_session_works_on_a_remote_store() {
+    let Some(r) = servers::remote() else {
+        return;
+    };
+    let out = ok(&r, &["init"], None);
+    assert!(
+        out.starts_with("Initialized empty sessctl store in postgres://sessctl@127.0.0.1:"),
+        "{out}"
+    );
+    let out = ok(&r, &["init"], None);
+    assert!(
+        out.starts_with("Reinitialized existing sessctl store"),
+        "{out}"
+    );
+
+    let id1 = id_of(&ok(
+        &r,
+        &["commit", "--new", "demo", "--messages", "-"],
+        Some(&msgs(&[
+            ("user", "Fix the flaky test"),
+            ("assistant", "Looking"),
+        ])),
+    ));
+    let id2 = id_of(&ok(
+        &r,
+        &["commit", "demo", "--messages", "-"],
+        Some(&msgs(&[("user", "go on"), ("assistant", "done")])),
+    ));
+    // Through HEAD, as on a local store.
+    let id3 = id_of(&ok(
+        &r,
+        &["commit", "--messages", "-"],
+        Some(&msgs(&[("user", "thanks")])),
+    ));
+
+    assert_eq!(log_ids(&r, &r.url), [id3.clone(), id2.clone(), id1.clone()]);
+    let show: Value = serde_json::from_str(&ok(&r, &["show", "--json", "demo"], None)).unwrap();
+    assert_eq!(show["id"], id3.as_str());
+    assert_eq!(show["history_length"], 5);
+    assert_eq!(
+        show["shown_messages"][0]["value"]["content"], "thanks",
+        "{show}"
+    );
+    let ls = ok(&r, &["ls", "--json"], None);
+    let ls: Value = serde_json::from_str(&ls).unwrap();
+    assert_eq!(ls.as_array().unwrap().len(), 1, "{ls}");
+    assert_eq!(ls[0]["name"], "demo");
+
+    // A second start of the same conversation is refused: exit 1, one line.
+    let stale = sessctl_at(
+        &r,
+        &r.url,
+        &["commit", "--new", "demo", "--messages", "-"],
+        Some(&msgs(&[("user", "late")])),
+    );
+    assert_eq!(stale.code, 1, "{}", stale.stderr);
+    assert_eq!(stale.stderr.lines().count(), 1, "{}", stale.stderr);
+    assert!(stale.stderr.starts_with("sessctl: "), "{}", stale.stderr);
+
+    // checkout -o writes the runtime layout.
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("seed");
+    ok(
+        &r,
+        &["checkout", "demo", "-o", out_dir.to_str().unwrap()],
+        None,
+    );
+    let display: Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("display_messages.json")).unwrap())
+            .unwrap();
+    assert_eq!(display.as_array().unwrap().len(), 5, "{display}");
+    assert!(out_dir.join("state.json").is_file());
+
+    assert_eq!(ok(&r, &["fsck", "--full"], None), "");
+    let fsck: Value = serde_json::from_str(&ok(&r, &["fsck", "--full", "--json"], None)).unwrap();
+    assert_eq!(fsck["problems"], json!([]), "{fsck}");
+    assert_eq!(fsck["sessions"], 3, "{fsck}");
+
+    // import: an OpenAI chat file becomes a conversation; importing it
+    // again writes nothing.
+    let chat = dir.path().join("chat.json");
+    std::fs::write(
+        &chat,
+        json!({"messages": [
+            {"role": "user", "content": "imported question"},
+            {"role": "assistant", "content": "imported answer"},
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let chat = chat.to_str().unwrap();
+    let import = |what: &str| -> Value {
+        let out = ok(&r, &["import", "--from", "openai", "--json", chat], None);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{what}: {e}: {out}"))
+    };
+    let first = import("first");
+    assert_eq!(first["sessions_written"], 1, "{first}");
+    let ls: Value = serde_json::from_str(&ok(&r, &["ls", "--json"], None)).unwrap();
+    let names: Vec<String> = ls
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names.len(), 2, "{ls}");
+    let name = names.iter().find(|n| n.starts_with("openai-")).unwrap();
+    let show: Value = serde_json::from_str(&ok(&r, &["show", "--json", name], None)).unwrap();
+    assert_eq!(show["history_length"], 2, "{show}");
+    assert_eq!(
+        show["shown_messages"][1]["value"]["content"], "imported answer",
+        "{show}"
+    );
+    let again = import("again");
+    assert_eq!(again["sessions_written"], 0, "{again}");
+    assert_eq!(again["refs_moved"], 0, "{again}");
+
+    // gc marks as locally; with nothing to drop it succeeds; dropping
+    // objects from the bucket is not built yet: refused in one line, and
+    // the object stays readable.
+    let gc = ok(&r, &["gc", "--prune", "now"], None);
+    assert!(gc.starts_with("pruned 0 of "), "{gc}");
+    let loose = id_of(&ok(
+        &r,
+        &["hash-object", "-w", "--stdin"],
+        Some(r#"{"loose":true}"#),
+    ));
+    let gc = sessctl_at(&r, &r.url, &["gc", "--prune", "now"], None);
+    assert_eq!(gc.code, 1, "{}", gc.stderr);
+    assert!(
+        gc.stderr
+            .ends_with("dropping objects from a remote store (gc's sweep) is not supported yet\n"),
+        "{}",
+        gc.stderr
+    );
+    let kept: Value = serde_json::from_str(&ok(&r, &["cat-object", "-p", &loose], None)).unwrap();
+    assert_eq!(kept, json!({"loose": true}));
+
+    // SESSCTL_STORE names it as well as --store does.
+    let out = Command::new(env!("CARGO_BIN_EXE_sessctl"))
+        .args(["log", "--json", "-n", "1"])
+        .env("SESSCTL_STORE", &r.url)
+        .envs(r.env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let log: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(log[0]["id"], id3.as_str());
+}
+
+/// The ids `log --all` prints, newest first.
+fn log_ids_all(r: &servers::Remote, store: &str) -> Vec<String> {
+    let run = sessctl_at(r, store, &["log", "--all", "--json"], None);
+    assert_eq!((run.code, run.stderr.as_str()), (0, ""));
+    let log: Value = serde_json::from_str(&run.stdout).unwrap();
+    log.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The ids `log` prints, newest first.
+fn log_ids(r: &servers::Remote, store: &str) -> Vec<String> {
+    let run = sessctl_at(r, store, &["log", "--json"], None);
+    assert_eq!((run.code, run.stderr.as_str()), (0, ""));
+    let log: Value = serde_json::from_str(&run.stdout).unwrap();
+    log.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn an_unreachable_or_missing_remote_store_is_one_clear_error() {
+    let Some(r) = servers::remote() else {
+        return;
+    };
+    // Not initialised.
+    let run = sessctl_at(&r, &r.url, &["log"], None);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.ends_with("holds no sessctl store\n"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.stderr.lines().count(), 1);
+    // No server on that port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let gone = format!("postgres://sessctl:secret@127.0.0.1:{port}/db?objects=s3://b/p");
+    let run = sessctl_at(&r, &gone, &["ls"], None);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr.starts_with(&format!(
+            "sessctl: postgres://sessctl@127.0.0.1:{port}/db: "
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("secret"), "{}", run.stderr);
+    // A URL without its bucket.
+    let run = sessctl_at(&r, "postgres://u@127.0.0.1/db", &["ls"], None);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("names no bucket"), "{}", run.stderr);
+}
+
+/// `for-each-ref`'s lines.
+fn refs_of(r: &servers::Remote, store: &str) -> String {
+    let run = sessctl_at(r, store, &["for-each-ref"], None);
+    assert_eq!((run.code, run.stderr.as_str()), (0, ""));
+    run.stdout
+}
+
+/// Local -> remote -> local: the same ids and refs at each step; a second
+/// push sends nothing; a pull brings back what was pushed.
+#[test]
+fn clone_local_to_remote_to_local_keeps_ids_and_refs() {
+    let Some(r) = servers::remote() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a").to_str().unwrap().to_owned();
+    let b = dir.path().join("b").to_str().unwrap().to_owned();
+    let at = |store: &str, args: &[&str], stdin: Option<&str>| {
+        let run = sessctl_at(&r, store, args, stdin);
+        assert_eq!((run.code, run.stderr.as_str()), (0, ""), "{store} {args:?}");
+        run.stdout
+    };
+    at(&a, &["init"], None);
+    for (conv, texts) in [("one", ["a", "b"]), ("two", ["c", "d"])] {
+        at(
+            &a,
+            &["commit", "--new", conv, "--messages", "-"],
+            Some(&msgs(&[("user", texts[0])])),
+        );
+        at(
+            &a,
+            &["commit", conv, "--messages", "-"],
+            Some(&msgs(&[("assistant", texts[1])])),
+        );
+    }
+    at(&a, &["fork", "one~1", "--as", "side"], None);
+
+    let out = at(&a, &["clone", &a, &r.url], None);
+    assert!(
+        out.starts_with(&format!("cloned {a} into postgres://")),
+        "{out}"
+    );
+    assert!(out.contains(": 3 conversations, 3 refs,"), "{out}");
+    at(&a, &["clone", &r.url, &b], None);
+    let all = |store: &str| {
+        let run = sessctl_at(&r, store, &["log", "--all", "--json"], None);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        run.stdout
+    };
+    assert_eq!(refs_of(&r, &r.url), refs_of(&r, &a));
+    assert_eq!(refs_of(&r, &b), refs_of(&r, &a));
+    assert_eq!(all(&r.url), all(&a));
+    assert_eq!(all(&b), all(&a));
+    assert_eq!(at(&b, &["fsck", "--full"], None), "");
+
+    // Cloning into it again is refused: it holds conversations now.
+    let again = sessctl_at(&r, &a, &["clone", &a, &r.url], None);
+    assert_eq!(again.code, 1, "{}", again.stderr);
+    assert!(
+        again.stderr.contains("already holds conversations"),
+        "{}",
+        again.stderr
+    );
+
+    // A new turn pushed; pushed again, nothing is sent.
+    at(
+        &a,
+        &["commit", "one", "--messages", "-"],
+        Some(&msgs(&[("user", "e")])),
+    );
+    let first: Value = serde_json::from_str(&at(&a, &["push", &r.url, "--json"], None)).unwrap();
+    assert!(first["objects"].as_u64().unwrap() >= 2, "{first}");
+    let second: Value = serde_json::from_str(&at(&a, &["push", &r.url, "--json"], None)).unwrap();
+    assert_eq!(second["objects"], 0, "{second}");
+    assert!(
+        second["refs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["outcome"] == "up-to-date"),
+        "{second}"
+    );
+    // Pulled back into b, whose conversations then match a's again (a
+    // pull leaves HEAD where it is; a's commit moved a's).
+    at(&b, &["pull", &r.url], None);
+    let heads = |store: &str| {
+        refs_of(&r, store)
+            .lines()
+            .filter(|l| !l.ends_with(" HEAD"))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(heads(&b), heads(&a));
+    assert_eq!(log_ids_all(&r, &b), log_ids_all(&r, &a));
+}
+
+/// A writer that holds the remote write lock (the chain-head row) longer
+/// than --wait: the other write fails with exit 4, as on a local store, and
+/// goes through once it is released.
+#[test]
+fn a_held_remote_write_lock_is_exit_4_after_wait() {
+    let Some(r) = servers::remote() else {
+        return;
+    };
+    ok(&r, &["init"], None);
+    ok(
+        &r,
+        &["commit", "--new", "demo", "--messages", "-"],
+        Some(&msgs(&[("user", "hi")])),
+    );
+    // Held for 3 s; psql's first statement takes the row.
+    let mut holder = r.servers.psql_background(
+        &r.name,
+        "BEGIN; SELECT seq FROM sessctl.chain_head FOR UPDATE; SELECT pg_sleep(3); COMMIT;",
+    );
+    // Until the row is taken, a no-wait write may still pass: wait for the
+    // holder to show in pg_locks.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let n = r.servers.psql(
+            &r.name,
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(3)%' AND state = 'active' AND pid <> pg_backend_pid()",
+        );
+        if n.trim() != "0" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the holder never ran");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let run = sessctl_at(
+        &r,
+        &r.url,
+        &["--wait", "0.2", "commit", "demo", "--messages", "-"],
+        Some(&msgs(&[("user", "blocked")])),
+    );
+    assert_eq!(run.code, 4, "{}", run.stderr);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("is in use by another process"),
+        "{}",
+        run.stderr
+    );
+    assert!(holder.wait().unwrap().success());
+    ok(
+        &r,
+        &["commit", "demo", "--messages", "-"],
+        Some(&msgs(&[("user", "after")])),
+    );
+    assert_eq!(log_ids(&r, &r.url).len(), 2);
+}

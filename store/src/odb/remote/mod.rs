@@ -1,0 +1,1348 @@
+//! The remote backend: operations, refs and where each object lives in
+//! PostgreSQL; the objects themselves in an S3-compatible bucket, one small
+//! immutable pack per write (objects-format.md, "Remote store").
+//!
+//! It owns the write protocol, and must never let PostgreSQL name an object
+//! the bucket does not hold:
+//!
+//! 1. [`ObjectBackend::stage`] (before any lock) uploads the write's new
+//!    objects as one content-addressed pack with a create-only PUT; one
+//!    that is already there (412) is the same bytes.
+//! 2. [`ObjectBackend::write_lock`] opens a PostgreSQL transaction and
+//!    locks the one `chain_head` row (`FOR UPDATE`, waiting as the store was
+//!    opened to): writers in every process on every machine queue there.
+//! 3. The store checks its compare-and-swaps against its index, caught up
+//!    from the `ops` table under that lock.
+//! 4. [`ObjectBackend::append_locked`] records the pack and where each new
+//!    object lives, moves each ref with `UPDATE ... WHERE target = $old`
+//!    (no row: `RefOutOfDate`), appends the operation rows, advances the
+//!    chain head, and commits: all of it or none.
+//!
+//! A crash between 1 and 4 leaves an unreferenced pack in the bucket and
+//! nothing in PostgreSQL. Reads take no lock: a pack fetched once is kept
+//! (immutable, so never stale), and every object read re-hashes to its id.
+
+mod pack;
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path as S3Path;
+use object_store::{
+    ClientOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
+};
+use postgres::error::SqlState;
+use postgres::{Client, NoTls};
+
+use super::{
+    Held, ObjectBackend, OdbStats, OpenOptions, RawOp, RepackOptions, RepackStats, SyncTicket,
+    WriteLock,
+};
+use crate::error::{Error, Result};
+use crate::hash::{IdMap, IdSet, ObjectId, Prefix};
+use crate::object::{EncodedObject, ObjectKind};
+use crate::refs::{Operation, RefUpdate};
+
+/// The schema version this sessctl writes and reads (the highest
+/// migration); objects-format.md, "Remote store".
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// The migrations, in order: version and SQL (`store/migrations/`).
+const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../../../migrations/0001_init.sql"))];
+
+/// Test-only: a write that finds this variable set stops after uploading
+/// its pack and running its statements, before PostgreSQL commits: it says
+/// [`STOPPED_BEFORE_COMMIT`] on stderr and sleeps, for a test to `kill -9`
+/// it there (the crash the protocol must survive).
+pub const CRASH_BEFORE_COMMIT_VAR: &str = "SESSCTL_TEST_STOP_BEFORE_DB_COMMIT";
+
+/// The line a write stopped by [`CRASH_BEFORE_COMMIT_VAR`] prints.
+pub const STOPPED_BEFORE_COMMIT: &str = "sessctl-test: stopped before the database commit";
+
+/// Where a remote store's S3 client connects, and as whom: the standard
+/// AWS variables by default ([`S3Settings::from_env`]).
+#[derive(Clone, Default)]
+pub struct S3Settings {
+    /// `AWS_ENDPOINT_URL`: an S3-compatible server (`None`: AWS itself).
+    pub endpoint: Option<String>,
+    /// `AWS_ACCESS_KEY_ID`.
+    pub access_key_id: Option<String>,
+    /// `AWS_SECRET_ACCESS_KEY`.
+    pub secret_access_key: Option<String>,
+    /// `AWS_REGION` (default `us-east-1`).
+    pub region: Option<String>,
+    /// `AWS_ALLOW_HTTP=true`: talk to the endpoint without TLS.
+    pub allow_http: bool,
+    /// Where fetched packs are kept (`SESSCTL_CACHE_DIR`, else
+    /// `$XDG_CACHE_HOME/sessctl/packs`, else `~/.cache/sessctl/packs`;
+    /// `None`: in memory only). Packs are immutable and named by their
+    /// hash, so one cache serves every store and is never stale; a file
+    /// that does not hash to its name is fetched again.
+    pub cache_dir: Option<std::path::PathBuf>,
+}
+
+impl std::fmt::Debug for S3Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Settings")
+            .field("endpoint", &self.endpoint)
+            .field("access_key_id", &self.access_key_id)
+            .field(
+                "secret_access_key",
+                &self.secret_access_key.as_ref().map(|_| "..."),
+            )
+            .field("region", &self.region)
+            .field("allow_http", &self.allow_http)
+            .field("cache_dir", &self.cache_dir)
+            .finish()
+    }
+}
+
+impl S3Settings {
+    /// The settings the standard AWS variables give.
+    pub fn from_env() -> S3Settings {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        S3Settings {
+            endpoint: var("AWS_ENDPOINT_URL"),
+            access_key_id: var("AWS_ACCESS_KEY_ID"),
+            secret_access_key: var("AWS_SECRET_ACCESS_KEY"),
+            region: var("AWS_REGION").or_else(|| var("AWS_DEFAULT_REGION")),
+            allow_http: var("AWS_ALLOW_HTTP").is_some_and(|v| v.eq_ignore_ascii_case("true")),
+            cache_dir: var("SESSCTL_CACHE_DIR")
+                .map(std::path::PathBuf::from)
+                .or_else(|| {
+                    var("XDG_CACHE_HOME")
+                        .map(std::path::PathBuf::from)
+                        .or_else(|| var("HOME").map(|h| std::path::Path::new(&h).join(".cache")))
+                        .map(|c| c.join("sessctl").join("packs"))
+                }),
+        }
+    }
+}
+
+/// Whether `store` names a remote store (`postgres://` or `postgresql://`)
+/// rather than a directory.
+pub fn is_remote_url(store: &str) -> bool {
+    store.starts_with("postgres://") || store.starts_with("postgresql://")
+}
+
+/// A parsed `postgres://USER@HOST:PORT/DB?objects=s3://BUCKET/PREFIX`.
+#[derive(Clone)]
+struct StoreUrl {
+    pg: postgres::Config,
+    /// The PostgreSQL side as errors name it (no password).
+    shown: String,
+    bucket: String,
+    /// Key prefix in the bucket, without a trailing `/` ("" for none).
+    prefix: String,
+}
+
+impl StoreUrl {
+    fn parse(url: &str) -> Result<StoreUrl> {
+        let bad = |reason: &str| Error::Invalid(format!("bad store URL {}: {reason}", redact(url)));
+        if !is_remote_url(url) {
+            return Err(bad("it must start with postgres://"));
+        }
+        let (base, query) = url
+            .split_once('?')
+            .ok_or_else(|| bad("it names no bucket (add ?objects=s3://BUCKET/PREFIX)"))?;
+        let mut objects = None;
+        let mut rest = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("objects", v)) => objects = Some(v.to_owned()),
+                _ => rest.push(pair),
+            }
+        }
+        let objects =
+            objects.ok_or_else(|| bad("it names no bucket (add ?objects=s3://BUCKET/PREFIX)"))?;
+        let path = objects
+            .strip_prefix("s3://")
+            .ok_or_else(|| bad("objects= takes s3://BUCKET/PREFIX"))?;
+        let (bucket, prefix) = path.split_once('/').unwrap_or((path, ""));
+        if bucket.is_empty() {
+            return Err(bad("objects= names no bucket"));
+        }
+        let pg_url = if rest.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", rest.join("&"))
+        };
+        let mut pg = postgres::Config::from_str(&pg_url).map_err(|e| bad(&e.to_string()))?;
+        if pg.get_connect_timeout().is_none() {
+            pg.connect_timeout(Duration::from_secs(10));
+        }
+        if pg.get_application_name().is_none() {
+            pg.application_name("sessctl");
+        }
+        Ok(StoreUrl {
+            shown: show_pg(&pg),
+            pg,
+            bucket: bucket.to_owned(),
+            prefix: prefix.trim_matches('/').to_owned(),
+        })
+    }
+
+    fn s3_shown(&self) -> String {
+        if self.prefix.is_empty() {
+            format!("s3://{}", self.bucket)
+        } else {
+            format!("s3://{}/{}", self.bucket, self.prefix)
+        }
+    }
+
+    /// The key of a bucket object under the prefix.
+    fn key(&self, rest: &str) -> S3Path {
+        if self.prefix.is_empty() {
+            S3Path::from(rest)
+        } else {
+            S3Path::from(format!("{}/{rest}", self.prefix))
+        }
+    }
+}
+
+/// A URL with its password, if any, taken out.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    // The user information ends at the authority's last '@'.
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    match rest[..authority_end].rsplit_once('@') {
+        Some((user, host)) if user.contains(':') => {
+            let user = user.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}{}", &rest[authority_end..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// `postgres://USER@HOST:PORT/DB`, as errors name a server.
+fn show_pg(pg: &postgres::Config) -> String {
+    let host = match pg.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(h)) => h.clone(),
+        Some(postgres::config::Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".to_owned(),
+    };
+    let port = pg.get_ports().first().copied().unwrap_or(5432);
+    format!(
+        "postgres://{}@{host}:{port}/{}",
+        pg.get_user().unwrap_or_default(),
+        pg.get_dbname().unwrap_or_default()
+    )
+}
+
+/// Where an object lives.
+#[derive(Debug, Clone, Copy)]
+struct Loc {
+    pack: i64,
+    kind: ObjectKind,
+    off: u64,
+    len: u64,
+}
+
+#[derive(Debug, Clone)]
+struct PackRow {
+    key: String,
+    bytes: u64,
+    created_at: i64,
+}
+
+/// What this handle has read of the `objects` and `packs` tables.
+#[derive(Debug, Default)]
+struct Known {
+    objects: IdMap<Loc>,
+    packs: HashMap<i64, PackRow>,
+    /// The highest pack row read: rows are numbered in commit order (see
+    /// the migration), so the next refresh reads those above it.
+    seen: i64,
+}
+
+/// A pack uploaded before the write lock, for the write that follows.
+#[derive(Debug)]
+struct Staged {
+    name: String,
+    bytes: u64,
+    entries: IdMap<pack::Entry>,
+}
+
+/// The remote backend (see the module's documentation).
+pub struct RemoteBackend {
+    url: StoreUrl,
+    read_only: bool,
+    wait: Option<Duration>,
+    /// Reads (`ops`, `objects`), never inside a write's transaction.
+    reader: Mutex<Option<Client>>,
+    /// Writes: held, with its transaction open, by a [`RemoteLock`].
+    writer: Mutex<Option<Client>>,
+    /// object_store's client is async: one small runtime per backend,
+    /// driven by `block_on` in the trait's synchronous methods.
+    rt: tokio::runtime::Runtime,
+    s3: AmazonS3,
+    known: RwLock<Known>,
+    /// Set while this handle holds the write lock, after catching up: no
+    /// other writer can commit meanwhile, so a lookup that misses needs no
+    /// round trip to PostgreSQL.
+    current: AtomicBool,
+    /// Inflated pack bodies fetched, by pack row.
+    bodies: Mutex<HashMap<i64, Arc<Vec<u8>>>>,
+    /// Fetched packs as fetched, by name (see [`S3Settings::cache_dir`]).
+    cache_dir: Option<std::path::PathBuf>,
+    staged: Mutex<Option<Staged>>,
+}
+
+impl std::fmt::Debug for RemoteBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteBackend")
+            .field("postgres", &self.url.shown)
+            .field("objects", &self.url.s3_shown())
+            .field("read_only", &self.read_only)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The remote backend's write lock: the writer connection, inside a
+/// transaction that holds the chain-head row. Dropped without a commit, it
+/// rolls back.
+pub(crate) struct RemoteLock<'a> {
+    conn: RefCell<MutexGuard<'a, Option<Client>>>,
+    open: Cell<bool>,
+    head_seq: i64,
+    head_hash: Option<Vec<u8>>,
+    current: &'a AtomicBool,
+}
+
+impl std::fmt::Debug for RemoteLock<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteLock")
+            .field("open", &self.open.get())
+            .field("head_seq", &self.head_seq)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for RemoteLock<'_> {
+    fn drop(&mut self) {
+        self.current.store(false, Ordering::Release);
+        if !self.open.get() {
+            return;
+        }
+        let mut conn = self.conn.borrow_mut();
+        let failed = conn
+            .as_mut()
+            .is_some_and(|c| c.batch_execute("ROLLBACK").is_err());
+        if failed {
+            // A connection in an unknown state is not reused.
+            **conn = None;
+        }
+    }
+}
+
+impl RemoteBackend {
+    /// Opens the remote store `url` (`postgres://...?objects=s3://...`)
+    /// with the S3 settings of the standard variables.
+    pub fn open(url: &str, opts: &OpenOptions) -> Result<RemoteBackend> {
+        RemoteBackend::open_with(url, opts, &S3Settings::from_env())
+    }
+
+    /// [`RemoteBackend::open`] with explicit S3 settings. Connects to
+    /// PostgreSQL and checks the schema; the bucket is first used by the
+    /// first read or write of an object.
+    pub fn open_with(url: &str, opts: &OpenOptions, s3: &S3Settings) -> Result<RemoteBackend> {
+        let backend = RemoteBackend::connect(url, opts, s3)?;
+        let version = backend.with_reader(|c| {
+            match c.query_one("SELECT max(version) FROM sessctl.schema_version", &[]) {
+                Ok(r) => Ok(r.get::<_, Option<i32>>(0)),
+                // No schema, or no table: nothing was initialised there.
+                Err(e)
+                    if e.code() == Some(&SqlState::UNDEFINED_TABLE)
+                        || e.code() == Some(&SqlState::INVALID_SCHEMA_NAME) =>
+                {
+                    Ok(None)
+                }
+                Err(e) => Err(e),
+            }
+        })?;
+        let no_store = || Error::Invalid(format!("{} holds no sessctl store", backend.url.shown));
+        match version {
+            None => return Err(no_store()),
+            Some(v) if v > SCHEMA_VERSION => {
+                return Err(Error::UnsupportedFormat {
+                    path: backend.url.shown.clone().into(),
+                    found: v.to_string(),
+                    supported: SCHEMA_VERSION as u32,
+                })
+            }
+            Some(v) if v < SCHEMA_VERSION => {
+                return Err(Error::Invalid(format!(
+                    "{} has schema version {v}; initialising the store again upgrades it to {SCHEMA_VERSION}",
+                    backend.url.shown
+                )))
+            }
+            Some(_) => {}
+        }
+        backend.refresh()?;
+        Ok(backend)
+    }
+
+    /// Checks that the bucket of the remote store `url` takes a create-only
+    /// write and gives it back, then creates (or upgrades) the schema,
+    /// applying the migrations it lacks in one transaction. Returns whether
+    /// the schema was new. Safe to run again, and from several processes.
+    pub fn init(url: &str, s3: &S3Settings) -> Result<bool> {
+        let backend = RemoteBackend::connect(url, &OpenOptions::default(), s3)?;
+        // The bucket first: an init that fails there leaves no schema.
+        backend.check_bucket()?;
+        let was_new = backend.with_writer_conn(|c| {
+            let mut tx = c.transaction()?;
+            // One initialiser at a time (the lock ends with the transaction).
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('sessctl init'))",
+                &[],
+            )?;
+            tx.batch_execute(
+                "CREATE SCHEMA IF NOT EXISTS sessctl;
+                 CREATE TABLE IF NOT EXISTS sessctl.schema_version (
+                     version    integer PRIMARY KEY,
+                     applied_at bigint  NOT NULL
+                 );",
+            )?;
+            let have: Option<i32> = tx
+                .query_one("SELECT max(version) FROM sessctl.schema_version", &[])?
+                .get(0);
+            let have = have.unwrap_or(0);
+            for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > have) {
+                tx.batch_execute(sql)?;
+                tx.execute(
+                    "INSERT INTO sessctl.schema_version (version, applied_at) VALUES ($1, $2)",
+                    &[version, &crate::time::now_ms()],
+                )?;
+            }
+            tx.commit()?;
+            Ok(have == 0)
+        })?;
+        Ok(was_new)
+    }
+
+    fn connect(url: &str, opts: &OpenOptions, s3: &S3Settings) -> Result<RemoteBackend> {
+        let url = StoreUrl::parse(url)?;
+        let s3_settings_cache = s3.cache_dir.clone();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Remote {
+                what: url.s3_shown(),
+                reason: format!("no runtime for the S3 client: {e}"),
+            })?;
+        let mut b = AmazonS3Builder::new()
+            .with_bucket_name(&url.bucket)
+            .with_region(s3.region.as_deref().unwrap_or("us-east-1"))
+            .with_allow_http(s3.allow_http)
+            .with_client_options(
+                ClientOptions::new()
+                    .with_connect_timeout(Duration::from_secs(5))
+                    .with_timeout(Duration::from_secs(60))
+                    .with_allow_http(s3.allow_http),
+            )
+            .with_retry(RetryConfig {
+                max_retries: 3,
+                retry_timeout: Duration::from_secs(20),
+                ..RetryConfig::default()
+            });
+        if let Some(e) = &s3.endpoint {
+            b = b.with_endpoint(e);
+        }
+        if let Some(k) = &s3.access_key_id {
+            b = b.with_access_key_id(k);
+        }
+        if let Some(k) = &s3.secret_access_key {
+            b = b.with_secret_access_key(k);
+        }
+        let s3 = b.build().map_err(|e| Error::Remote {
+            what: url.s3_shown(),
+            reason: e.to_string(),
+        })?;
+        let backend = RemoteBackend {
+            url,
+            read_only: opts.read_only,
+            wait: opts.wait,
+            reader: Mutex::new(None),
+            writer: Mutex::new(None),
+            rt,
+            s3,
+            known: RwLock::new(Known::default()),
+            current: AtomicBool::new(false),
+            bodies: Mutex::new(HashMap::new()),
+            cache_dir: s3_settings_cache,
+            staged: Mutex::new(None),
+        };
+        // Connect now: an unreachable server is one clear error at open.
+        backend.with_reader(|_| Ok(()))?;
+        Ok(backend)
+    }
+
+    fn pg_error(&self, e: postgres::Error) -> Error {
+        if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) {
+            return Error::Locked {
+                path: self.url.shown.clone().into(),
+                pid: None,
+            };
+        }
+        let reason = match e.as_db_error() {
+            Some(db) => format!("{}: {}", db.severity().to_lowercase(), db.message()),
+            None => one_line(&e),
+        };
+        Error::Remote {
+            what: self.url.shown.clone(),
+            reason,
+        }
+    }
+
+    fn s3_error(&self, e: object_store::Error) -> Error {
+        Error::Remote {
+            what: self.url.s3_shown(),
+            reason: one_line(&e),
+        }
+    }
+
+    /// Runs `f` on the reader connection, connecting (again) as needed; a
+    /// statement that fails because the server dropped the connection (a
+    /// restart) is run once more on a new one (reads only).
+    fn with_reader<T>(
+        &self,
+        f: impl Fn(&mut Client) -> std::result::Result<T, postgres::Error>,
+    ) -> Result<T> {
+        let mut slot = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        for attempt in 0..2 {
+            let client = self.client(&mut slot)?;
+            match f(client) {
+                Ok(v) => return Ok(v),
+                Err(e) if attempt == 0 && (e.is_closed() || client.is_closed()) => {
+                    *slot = None;
+                }
+                Err(e) => {
+                    if client.is_closed() {
+                        *slot = None;
+                    }
+                    return Err(self.pg_error(e));
+                }
+            }
+        }
+        unreachable!("the second attempt returns")
+    }
+
+    /// Runs `f` on the writer connection (outside the write lock: init).
+    fn with_writer_conn<T>(
+        &self,
+        f: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
+    ) -> Result<T> {
+        let mut slot = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let client = self.client(&mut slot)?;
+        f(client).map_err(|e| self.pg_error(e))
+    }
+
+    fn client<'c>(&self, slot: &'c mut Option<Client>) -> Result<&'c mut Client> {
+        if slot.as_ref().is_none_or(|c| c.is_closed()) {
+            *slot = Some(self.url.pg.connect(NoTls).map_err(|e| self.pg_error(e))?);
+        }
+        Ok(slot.as_mut().expect("connected just now"))
+    }
+
+    /// Writes and reads back a marker object with a create-only PUT: the
+    /// bucket exists, these credentials may write it, and the server
+    /// honours conditional writes.
+    fn check_bucket(&self) -> Result<()> {
+        let key = self.url.key("sessctl-store");
+        let body = format!("sessctl remote store, schema {SCHEMA_VERSION}\n");
+        let put = self.rt.block_on(self.s3.put_opts(
+            &key,
+            PutPayload::from(body.clone().into_bytes()),
+            PutOptions {
+                mode: PutMode::Create,
+                ..PutOptions::default()
+            },
+        ));
+        match put {
+            Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => {}
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(Error::Remote {
+                    what: self.url.s3_shown(),
+                    reason: format!(
+                        "there is no bucket {} (sessctl does not create buckets)",
+                        self.url.bucket
+                    ),
+                })
+            }
+            Err(e) => return Err(self.s3_error(e)),
+        }
+        let got = self
+            .rt
+            .block_on(async { self.s3.get(&key).await?.bytes().await })
+            .map_err(|e| self.s3_error(e))?;
+        if !got.starts_with(b"sessctl remote store") {
+            return Err(Error::Remote {
+                what: self.url.s3_shown(),
+                reason: "its sessctl-store object is not sessctl's".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Uploads a pack (create-only: one already there is these bytes).
+    fn put_pack(&self, built: &pack::Built) -> Result<()> {
+        let key = self.url.key(&pack_key(&built.name));
+        let put = self.rt.block_on(self.s3.put_opts(
+            &key,
+            PutPayload::from(built.bytes.clone()),
+            PutOptions {
+                mode: PutMode::Create,
+                ..PutOptions::default()
+            },
+        ));
+        match put {
+            Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
+            Err(e) => Err(self.s3_error(e)),
+        }
+    }
+
+    /// The objects among `objects` this handle does not know to be stored,
+    /// each once.
+    fn unknown<'o>(&self, objects: &'o [EncodedObject]) -> Vec<&'o EncodedObject> {
+        let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+        let mut seen = IdSet::default();
+        objects
+            .iter()
+            .filter(|o| !known.objects.contains_key(&o.id()) && seen.insert(o.id()))
+            .collect()
+    }
+
+    /// The pack to record `new` in: the one staged for it, or one built and
+    /// uploaded now.
+    fn pack_for(&self, new: &[&EncodedObject]) -> Result<Staged> {
+        let staged = self.staged.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(s) = staged {
+            if new.iter().all(|o| s.entries.contains_key(&o.id())) {
+                return Ok(s);
+            }
+        }
+        self.upload(new)
+    }
+
+    fn upload(&self, objects: &[&EncodedObject]) -> Result<Staged> {
+        let built = pack::build(objects).map_err(|e| Error::Remote {
+            what: self.url.s3_shown(),
+            reason: format!("packing {} objects: {e}", objects.len()),
+        })?;
+        self.put_pack(&built)?;
+        Ok(Staged {
+            bytes: built.bytes.len() as u64,
+            entries: built.entries.iter().map(|e| (e.id, *e)).collect(),
+            name: built.name,
+        })
+    }
+
+    /// Where `id` lives; reads the tables again when this handle does not
+    /// know it (unless nothing can have changed).
+    fn lookup(&self, id: &ObjectId) -> Result<Option<Loc>> {
+        let hit = |s: &Self| {
+            s.known
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .objects
+                .get(id)
+                .copied()
+        };
+        if let Some(l) = hit(self) {
+            return Ok(Some(l));
+        }
+        if self.current.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        self.refresh()?;
+        Ok(hit(self))
+    }
+
+    /// The inflated body of pack row `pack`, fetched once and verified.
+    fn body(&self, pack: i64) -> Result<Arc<Vec<u8>>> {
+        if let Some(b) = self
+            .bodies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&pack)
+        {
+            return Ok(Arc::clone(b));
+        }
+        let row = self
+            .known
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .packs
+            .get(&pack)
+            .cloned()
+            .ok_or_else(|| Error::Remote {
+                what: self.url.shown.clone(),
+                reason: format!("an object names pack row {pack}, which is not there"),
+            })?;
+        let key = self.url.key(&pack_key(&row.key));
+        if let Some(body) = self.cached(&row.key) {
+            let body = Arc::new(body);
+            self.bodies
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(pack, Arc::clone(&body));
+            return Ok(body);
+        }
+        let bytes = match self
+            .rt
+            .block_on(async { self.s3.get(&key).await?.bytes().await })
+        {
+            Ok(b) => b,
+            Err(object_store::Error::NotFound { .. }) => {
+                // A bucket or prefix that is not this store's (a wrong
+                // URL) says so; in this store's bucket a missing pack is
+                // damage.
+                let marker = self.url.key("sessctl-store");
+                return Err(match self.rt.block_on(self.s3.head(&marker)) {
+                    Err(object_store::Error::NotFound { .. }) => Error::Remote {
+                        what: self.url.s3_shown(),
+                        reason: "holds no sessctl store (no sessctl-store object there)".into(),
+                    },
+                    _ => Error::CorruptFile {
+                        path: format!("s3://{}/{key}", self.url.bucket).into(),
+                        offset: 0,
+                        reason: "the pack is missing from the bucket".into(),
+                    },
+                });
+            }
+            Err(e) => return Err(self.s3_error(e)),
+        };
+        let body = pack::open(&row.key, &bytes).map_err(|reason| Error::CorruptFile {
+            path: format!("s3://{}/{key}", self.url.bucket).into(),
+            offset: 0,
+            reason,
+        })?;
+        self.keep(&row.key, &bytes);
+        let body = Arc::new(body);
+        self.bodies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(pack, Arc::clone(&body));
+        Ok(body)
+    }
+
+    /// The inflated body of the pack `name` from the cache, when a file
+    /// there hashes to its name (one that does not is removed).
+    fn cached(&self, name: &str) -> Option<Vec<u8>> {
+        let path = self.cache_dir.as_ref()?.join(format!("{name}.srpk"));
+        let bytes = std::fs::read(&path).ok()?;
+        match pack::open(name, &bytes) {
+            Ok(body) => Some(body),
+            Err(_) => {
+                let _ = std::fs::remove_file(&path);
+                None
+            }
+        }
+    }
+
+    /// Keeps a fetched pack in the cache: written under a temporary name
+    /// and renamed, so that a reader never sees half a file. A cache that
+    /// cannot be written is no error: the pack is fetched again next time.
+    fn keep(&self, name: &str, bytes: &[u8]) {
+        let Some(dir) = &self.cache_dir else {
+            return;
+        };
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let tmp = dir.join(format!(
+            ".tmp-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let kept = std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&tmp, bytes))
+            .and_then(|()| std::fs::rename(&tmp, dir.join(format!("{name}.srpk"))));
+        if kept.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+
+    /// Moves one ref by compare-and-swap in the open transaction.
+    fn move_ref(&self, c: &mut Client, u: &RefUpdate) -> Result<()> {
+        let name = u.name.to_string();
+        let old = u.old.as_ref().map(|t| t.to_string());
+        let new = u.new.as_ref().map(|t| t.to_string());
+        let moved = match (&old, &new) {
+            (Some(o), Some(n)) => c.execute(
+                "UPDATE sessctl.refs SET target = $3 WHERE name = $1 AND target = $2",
+                &[&name, o, n],
+            ),
+            (None, Some(n)) => c.execute(
+                "INSERT INTO sessctl.refs (name, target) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+                &[&name, n],
+            ),
+            (Some(o), None) => c.execute(
+                "DELETE FROM sessctl.refs WHERE name = $1 AND target = $2",
+                &[&name, o],
+            ),
+            (None, None) => return Ok(()),
+        }
+        .map_err(|e| self.pg_error(e))?;
+        if moved == 1 {
+            return Ok(());
+        }
+        let actual = c
+            .query_opt("SELECT target FROM sessctl.refs WHERE name = $1", &[&name])
+            .map_err(|e| self.pg_error(e))?
+            .map(|r| r.get::<_, String>(0));
+        Err(Error::RefOutOfDate {
+            name: u.name.clone(),
+            expected: old,
+            actual,
+        })
+    }
+
+    /// The statements of one write, in the lock's open transaction.
+    fn record(
+        &self,
+        c: &mut Client,
+        lock: &RemoteLock<'_>,
+        pack: Option<(&Staged, &[&EncodedObject])>,
+        ops: &[RawOp],
+    ) -> Result<(Option<i64>, i64)> {
+        let pg = |e| self.pg_error(e);
+        let mut pack_row = None;
+        if let Some((p, new)) = pack {
+            let row = c
+                .query_one(
+                    "INSERT INTO sessctl.packs (key, bytes, created_at) VALUES ($1, $2, $3)
+                     ON CONFLICT (key) DO UPDATE SET key = EXCLUDED.key RETURNING id",
+                    &[&p.name, &(p.bytes as i64), &crate::time::now_ms()],
+                )
+                .map_err(pg)?;
+            let id: i64 = row.get(0);
+            let mut ids = Vec::with_capacity(new.len());
+            let mut kinds = Vec::with_capacity(new.len());
+            let mut offs = Vec::with_capacity(new.len());
+            let mut lens = Vec::with_capacity(new.len());
+            for o in new {
+                let e = p.entries[&o.id()];
+                ids.push(o.id().as_bytes().to_vec());
+                kinds.push(i16::from(e.kind.code()));
+                offs.push(e.off as i64);
+                lens.push(e.len as i64);
+            }
+            c.execute(
+                "INSERT INTO sessctl.objects (id, pack, kind, off, len)
+                 SELECT i, $2, k, o, l FROM unnest($1::bytea[], $3::int2[], $4::int8[], $5::int8[]) AS t(i, k, o, l)
+                 ON CONFLICT (id) DO NOTHING",
+                &[&ids, &id, &kinds, &offs, &lens],
+            )
+            .map_err(pg)?;
+            pack_row = Some(id);
+        }
+        let (mut seq, mut hash) = (lock.head_seq, lock.head_hash.clone());
+        for (s, bytes) in ops {
+            let op = Operation::decode(bytes).map_err(|e| Error::CorruptOperation {
+                seq: *s,
+                reason: e.to_string(),
+            })?;
+            if op.seq != *s || op.seq as i64 != seq + 1 || op.prev.map(|h| h.to_vec()) != hash {
+                return Err(Error::Invalid(format!(
+                    "operation {} does not continue the chain of {}, whose head is operation {seq}",
+                    op.seq, self.url.shown
+                )));
+            }
+            for u in &op.refs {
+                self.move_ref(c, u)?;
+            }
+            let h = op.hash();
+            c.execute(
+                "INSERT INTO sessctl.ops (seq, hash, body) VALUES ($1, $2, $3)",
+                &[&(op.seq as i64), &&h[..], &bytes.as_slice()],
+            )
+            .map_err(pg)?;
+            (seq, hash) = (op.seq as i64, Some(h.to_vec()));
+        }
+        if !ops.is_empty() {
+            c.execute(
+                "UPDATE sessctl.chain_head SET seq = $1, hash = $2",
+                &[&seq, &hash],
+            )
+            .map_err(pg)?;
+        }
+        Ok((pack_row, seq))
+    }
+}
+
+impl RemoteBackend {
+    /// See [`ObjectBackend::verify_storage`]: the table side.
+    fn verify_tables(&self) -> Result<Vec<String>> {
+        let (ops, head, refs) = self.with_reader(|c| {
+            // One snapshot: a commit meanwhile cannot look like damage.
+            let mut tx = c
+                .build_transaction()
+                .read_only(true)
+                .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                .start()?;
+            let ops = tx.query("SELECT seq, hash, body FROM sessctl.ops ORDER BY seq", &[])?;
+            let head = tx.query_one("SELECT seq, hash FROM sessctl.chain_head", &[])?;
+            let refs = tx.query("SELECT name, target FROM sessctl.refs", &[])?;
+            tx.commit()?;
+            Ok((ops, head, refs))
+        })?;
+        let shown = &self.url.shown;
+        let mut problems = Vec::new();
+        let mut derived: HashMap<String, String> = HashMap::new();
+        let mut last: (i64, Option<Vec<u8>>) = (0, None);
+        for row in &ops {
+            let seq: i64 = row.get(0);
+            let hash: Vec<u8> = row.get(1);
+            let body: Vec<u8> = row.get(2);
+            let op = match Operation::decode(&body) {
+                Ok(op) => op,
+                Err(e) => {
+                    problems.push(format!("{shown}: operation row {seq} does not decode: {e}"));
+                    continue;
+                }
+            };
+            if op.seq as i64 != seq || seq != last.0 + 1 {
+                problems.push(format!(
+                    "{shown}: operation row {seq} holds operation {} after operation {}",
+                    op.seq, last.0
+                ));
+            }
+            if op.hash()[..] != hash[..] {
+                problems.push(format!(
+                    "{shown}: operation row {seq}'s hash column is not its operation's hash"
+                ));
+            }
+            for u in &op.refs {
+                match &u.new {
+                    Some(t) => derived.insert(u.name.to_string(), t.to_string()),
+                    None => derived.remove(&u.name.to_string()),
+                };
+            }
+            last = (seq, Some(hash));
+        }
+        let head: (i64, Option<Vec<u8>>) = (head.get(0), head.get(1));
+        if head != last {
+            problems.push(format!(
+                "{shown}: the chain head names operation {}, the last operation row is {}",
+                head.0, last.0
+            ));
+        }
+        let table: HashMap<String, String> = refs
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
+            .collect();
+        let mut names: Vec<&String> = table.keys().chain(derived.keys()).collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            if table.get(name) != derived.get(name) {
+                problems.push(format!(
+                    "{shown}: the refs table says {name} is {}, the operations leave it at {}",
+                    table.get(name).map_or("absent", String::as_str),
+                    derived.get(name).map_or("absent", String::as_str)
+                ));
+            }
+        }
+        Ok(problems)
+    }
+}
+
+/// An error and its sources on one line, each said once.
+fn one_line(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let s_text = s.to_string();
+        if !out.contains(&s_text) {
+            out = format!("{out}: {s_text}");
+        }
+        src = s.source();
+    }
+    out.replace('\n', " ")
+}
+
+/// A pack's key under the prefix: objects-format.md, "Remote store".
+fn pack_key(name: &str) -> String {
+    format!("packs/{name}.srpk")
+}
+
+impl ObjectBackend for RemoteBackend {
+    fn stage(&self, objects: &[EncodedObject]) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let new = self.unknown(objects);
+        if new.is_empty() {
+            return Ok(());
+        }
+        let staged = self.upload(&new)?;
+        *self.staged.lock().unwrap_or_else(|p| p.into_inner()) = Some(staged);
+        Ok(())
+    }
+
+    fn write_lock(&self) -> Result<WriteLock<'_>> {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        let mut slot = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        // lock_timeout 0 would wait for ever: no wait is the shortest one.
+        let ms = self
+            .wait
+            .map_or(1, |w| w.as_millis().clamp(1, i32::MAX as u128));
+        let begin = format!("BEGIN; SET LOCAL lock_timeout = {ms}");
+        for attempt in 0..2 {
+            let client = self.client(&mut slot)?;
+            match client.batch_execute(&begin) {
+                Ok(()) => break,
+                // A connection the server dropped (a restart): nothing was
+                // done on it, so a new one may begin again.
+                Err(_) if attempt == 0 => *slot = None,
+                Err(e) => {
+                    *slot = None;
+                    return Err(self.pg_error(e));
+                }
+            }
+        }
+        let mut lock = RemoteLock {
+            conn: RefCell::new(slot),
+            open: Cell::new(true),
+            head_seq: 0,
+            head_hash: None,
+            current: &self.current,
+        };
+        let row = lock
+            .conn
+            .get_mut()
+            .as_mut()
+            .expect("connected above")
+            .query_one("SELECT seq, hash FROM sessctl.chain_head FOR UPDATE", &[])
+            .map_err(|e| self.pg_error(e))?;
+        lock.head_seq = row.get(0);
+        lock.head_hash = row.get(1);
+        self.refresh()?;
+        self.current.store(true, Ordering::Release);
+        Ok(WriteLock(Held::Remote(lock)))
+    }
+
+    fn append_locked(
+        &self,
+        lock: &WriteLock<'_>,
+        objects: &[EncodedObject],
+        ops: &[RawOp],
+    ) -> Result<(usize, SyncTicket)> {
+        let Held::Remote(lock) = &lock.0 else {
+            return Err(Error::Invalid(
+                "a remote store written under another backend's lock".into(),
+            ));
+        };
+        let new = self.unknown(objects);
+        let pack = if new.is_empty() {
+            None
+        } else {
+            Some(self.pack_for(&new)?)
+        };
+        let mut conn = lock.conn.borrow_mut();
+        let c = conn.as_mut().expect("a held lock has its connection");
+        let (pack_row, seq) = self.record(c, lock, pack.as_ref().map(|p| (p, &new[..])), ops)?;
+        if std::env::var_os(CRASH_BEFORE_COMMIT_VAR).is_some() {
+            // Test-only: wait here to be killed, between the upload and
+            // the commit.
+            eprintln!("{STOPPED_BEFORE_COMMIT}");
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        }
+        c.batch_execute("COMMIT")
+            .map_err(|e| match self.pg_error(e) {
+                Error::Remote { what, reason } => Error::Remote {
+                    what,
+                    reason: format!("committing (the write may or may not have landed): {reason}"),
+                },
+                e => e,
+            })?;
+        lock.open.set(false);
+        drop(conn);
+        if let (Some(p), Some(row)) = (pack, pack_row) {
+            let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+            for o in &new {
+                let e = p.entries[&o.id()];
+                known.objects.insert(
+                    o.id(),
+                    Loc {
+                        pack: row,
+                        kind: e.kind,
+                        off: e.off,
+                        len: e.len,
+                    },
+                );
+            }
+            known.packs.insert(
+                row,
+                PackRow {
+                    key: p.name,
+                    bytes: p.bytes,
+                    created_at: crate::time::now_ms(),
+                },
+            );
+        }
+        Ok((new.len(), SyncTicket((0, seq as u64))))
+    }
+
+    /// Reads the pack and object rows committed since this handle last
+    /// looked (one query).
+    fn refresh(&self) -> Result<()> {
+        let seen = self.known.read().unwrap_or_else(|p| p.into_inner()).seen;
+        let rows = self.with_reader(|c| {
+            c.query(
+                "SELECT o.id, o.pack, o.kind, o.off, o.len, p.key, p.bytes, p.created_at
+                 FROM sessctl.objects o JOIN sessctl.packs p ON p.id = o.pack
+                 WHERE o.pack > $1",
+                &[&seen],
+            )
+        })?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+        for r in rows {
+            let id_bytes: Vec<u8> = r.get(0);
+            let pack: i64 = r.get(1);
+            let kind: i16 = r.get(2);
+            let bad = |reason: String| Error::Remote {
+                what: self.url.shown.clone(),
+                reason,
+            };
+            let id = ObjectId::from_slice(&id_bytes)
+                .ok_or_else(|| bad(format!("an object row has a {}-byte id", id_bytes.len())))?;
+            let kind = u8::try_from(kind)
+                .ok()
+                .and_then(ObjectKind::from_code)
+                .ok_or_else(|| bad(format!("object {id} has unknown kind {kind}")))?;
+            let (off, len): (i64, i64) = (r.get(3), r.get(4));
+            known.objects.insert(
+                id,
+                Loc {
+                    pack,
+                    kind,
+                    off: off.max(0) as u64,
+                    len: len.max(0) as u64,
+                },
+            );
+            known.packs.entry(pack).or_insert_with(|| PackRow {
+                key: r.get(5),
+                bytes: r.get::<_, i64>(6).max(0) as u64,
+                created_at: r.get(7),
+            });
+            known.seen = known.seen.max(pack);
+        }
+        Ok(())
+    }
+
+    /// PostgreSQL's commit is the write's durability.
+    fn sync(&self, _ticket: SyncTicket) -> Result<()> {
+        Ok(())
+    }
+
+    fn ops_after(&self, after: u64) -> Result<Vec<RawOp>> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let rows = self.with_reader(|c| {
+            c.query(
+                "SELECT seq, body FROM sessctl.ops WHERE seq > $1 ORDER BY seq",
+                &[&after],
+            )
+        })?;
+        Ok(rows
+            .into_iter()
+            .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, Vec<u8>>(1)))
+            .collect())
+    }
+
+    fn read(&self, id: &ObjectId) -> Result<Option<EncodedObject>> {
+        let Some(loc) = self.lookup(id)? else {
+            return Ok(None);
+        };
+        let body = self.body(loc.pack)?;
+        let payload = pack::payload(&body, loc.off, loc.len).map_err(|r| Error::corrupt(*id, r))?;
+        EncodedObject::verified(*id, loc.kind, payload.to_vec())
+            .map(Some)
+            .map_err(|r| Error::corrupt(*id, r))
+    }
+
+    fn contains(&self, id: &ObjectId) -> Result<bool> {
+        Ok(self.lookup(id)?.is_some())
+    }
+
+    fn ids_with_prefix(&self, prefix: &Prefix) -> Result<Vec<ObjectId>> {
+        self.refresh()?;
+        let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<ObjectId> = known
+            .objects
+            .keys()
+            .filter(|id| prefix.matches(id))
+            .copied()
+            .collect();
+        v.sort_unstable();
+        Ok(v)
+    }
+
+    fn ids(&self) -> Result<Vec<ObjectId>> {
+        self.refresh()?;
+        let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<ObjectId> = known.objects.keys().copied().collect();
+        v.sort_unstable();
+        Ok(v)
+    }
+
+    /// Pack by pack, so that each pack is fetched once.
+    fn ids_in_storage_order(&self) -> Result<Vec<ObjectId>> {
+        self.refresh()?;
+        let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<(i64, u64, ObjectId)> = known
+            .objects
+            .iter()
+            .map(|(id, l)| (l.pack, l.off, *id))
+            .collect();
+        v.sort_unstable();
+        Ok(v.into_iter().map(|(_, _, id)| id).collect())
+    }
+
+    /// Remote packs are small and immutable; merging them and sweeping the
+    /// bucket (gc) are not built yet: a repack that keeps everything has
+    /// nothing to do, one that would drop objects is refused.
+    fn repack_filtered(
+        &self,
+        _opts: &RepackOptions,
+        keep: Option<&dyn Fn(&ObjectId) -> bool>,
+        _rescue: Option<&super::Rescue<'_>>,
+    ) -> Result<RepackStats> {
+        if keep.is_some() {
+            return Err(Error::Invalid(format!(
+                "{}: dropping objects from a remote store (gc's sweep) is not supported yet",
+                self.url.shown
+            )));
+        }
+        let stats = self.stats()?;
+        Ok(RepackStats {
+            objects: stats.pack_objects,
+            packs_before: stats.packs,
+            bytes_before: stats.pack_bytes,
+            bytes_after: stats.pack_bytes,
+            ..RepackStats::default()
+        })
+    }
+
+    /// gc's sweep: nothing to drop is nothing to do; dropping objects from
+    /// the bucket is not built yet, and is refused.
+    fn sweep(
+        &self,
+        opts: &RepackOptions,
+        doomed: &IdSet,
+        rescue: Option<&super::Rescue<'_>>,
+    ) -> Result<RepackStats> {
+        if doomed.is_empty() {
+            return self.repack_filtered(opts, None, rescue);
+        }
+        let keep = |id: &ObjectId| !doomed.contains(id);
+        self.repack_filtered(opts, Some(&keep), rescue)
+    }
+
+    fn stored_at(&self) -> Result<HashMap<ObjectId, i64>> {
+        self.refresh()?;
+        let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+        Ok(known
+            .objects
+            .iter()
+            .map(|(id, l)| (*id, known.packs.get(&l.pack).map_or(0, |p| p.created_at)))
+            .collect())
+    }
+
+    fn stats(&self) -> Result<OdbStats> {
+        self.refresh()?;
+        let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+        Ok(OdbStats {
+            packs: known.packs.len(),
+            pack_objects: known.objects.len(),
+            pack_bytes: known.packs.values().map(|p| p.bytes).sum(),
+            ..OdbStats::default()
+        })
+    }
+
+    /// Fetches every pack and checks it against its name, and every
+    /// object row against the pack's own entry for it; checks PostgreSQL's
+    /// own records against the operations: each `ops.hash`, the chain head,
+    /// and the `refs` table (the refs the operations leave).
+    fn verify_storage(&self) -> Vec<String> {
+        let mut problems = match self.verify_tables() {
+            Ok(p) => p,
+            Err(e) => return vec![e.to_string()],
+        };
+        if let Err(e) = self.refresh() {
+            return vec![e.to_string()];
+        }
+        let (packs, objects) = {
+            let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+            let mut by_pack: HashMap<i64, Vec<(ObjectId, Loc)>> = HashMap::new();
+            for (id, l) in &known.objects {
+                by_pack.entry(l.pack).or_default().push((*id, *l));
+            }
+            (known.packs.keys().copied().collect::<Vec<_>>(), by_pack)
+        };
+        for p in packs {
+            let body = match self.body(p) {
+                Ok(b) => b,
+                Err(e) => {
+                    problems.push(e.to_string());
+                    continue;
+                }
+            };
+            let entries = match pack::entries(&body) {
+                Ok(e) => e,
+                Err(r) => {
+                    problems.push(format!("remote pack row {p}: {r}"));
+                    continue;
+                }
+            };
+            let listed: IdMap<pack::Entry> = entries.into_iter().map(|e| (e.id, e)).collect();
+            for (id, l) in objects.get(&p).into_iter().flatten() {
+                match listed.get(id) {
+                    Some(e) if e.off == l.off && e.len == l.len && e.kind == l.kind => {}
+                    _ => problems.push(format!(
+                        "object {id}: PostgreSQL places it in remote pack row {p} where the pack does not hold it"
+                    )),
+                }
+            }
+        }
+        problems
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_never_shows() {
+        for (url, shown) in [
+            (
+                "postgres://u:p@ss@h:1/db?objects=s3://b",
+                "postgres://u:***@h:1/db?objects=s3://b",
+            ),
+            ("postgres://u:pw@h/db", "postgres://u:***@h/db"),
+            ("postgres://u@h/db?x=a@b", "postgres://u@h/db?x=a@b"),
+        ] {
+            assert_eq!(redact(url), shown);
+        }
+        let err = StoreUrl::parse("postgres://u:secret@h:notaport/db?objects=s3://b")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(!err.contains("secret"), "{err}");
+    }
+}

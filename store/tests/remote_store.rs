@@ -1,0 +1,786 @@
+//! The remote backend (operations and refs in PostgreSQL, objects in S3)
+//! against real servers on loopback (see support/servers.rs): the same
+//! behaviour as the local backends, the compare-and-swap kept in
+//! PostgreSQL, hashes verified on every read, one clear error for a bad
+//! URL or an unreachable server.
+#![cfg(feature = "remote")]
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+#[path = "support/servers.rs"]
+mod servers;
+
+use serde_json::{json, Value};
+use sessctl_store::fsck::FsckOptions;
+use sessctl_store::graph::{log_order, Follow};
+use sessctl_store::odb::{RemoteBackend, S3Settings};
+use sessctl_store::{
+    Durability, Error, ForkOptions, Messages, ObjectId, OpenOptions, RefName, RefTarget, Store,
+    Turn,
+};
+
+fn settings(r: &servers::Remote) -> S3Settings {
+    S3Settings {
+        endpoint: r.var("AWS_ENDPOINT_URL").map(str::to_owned),
+        access_key_id: r.var("AWS_ACCESS_KEY_ID").map(str::to_owned),
+        secret_access_key: r.var("AWS_SECRET_ACCESS_KEY").map(str::to_owned),
+        region: r.var("AWS_REGION").map(str::to_owned),
+        allow_http: true,
+        cache_dir: r.var("SESSCTL_CACHE_DIR").map(Into::into),
+    }
+}
+
+/// A fresh, initialised remote store; `None` when the developer opted out.
+fn remote_store() -> Option<(servers::Remote, Store)> {
+    let r = servers::remote()?;
+    assert!(RemoteBackend::init(&r.url, &settings(&r)).unwrap());
+    let store = open(&r);
+    Some((r, store))
+}
+
+fn open(r: &servers::Remote) -> Store {
+    Store::open_remote_with(&r.url, &OpenOptions::default(), &settings(r)).unwrap()
+}
+
+fn turn(texts: &[&str]) -> Turn {
+    Turn {
+        messages: Messages::Added(
+            texts
+                .iter()
+                .enumerate()
+                .map(|(i, t)| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": t}))
+                .collect(),
+        ),
+        ..Turn::default()
+    }
+}
+
+fn contents(store: &Store, id: &ObjectId) -> Vec<String> {
+    store
+        .odb()
+        .load_messages(id)
+        .unwrap()
+        .iter()
+        .map(|m: &Value| m["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// What a user of either backend sees, as one script: create, commit, a
+/// lost compare-and-swap, fork, log, a second handle's view, fsck. Returns
+/// the refs and the ref log's length for comparison across backends.
+fn behaviour(store: &Store, reopen: &dyn Fn() -> Store) -> (Vec<(RefName, RefTarget)>, usize) {
+    let (name, root) = store
+        .create(Some("fix"), turn(&["hi", "hello"]), Durability::Sync)
+        .unwrap();
+    assert_eq!(name, "fix");
+    let s1 = store
+        .commit("fix", Some(root), turn(&["more", "sure"]), Durability::Sync)
+        .unwrap();
+    let s2 = store
+        .commit("fix", None, turn(&["last", "done"]), Durability::Sync)
+        .unwrap();
+    assert_eq!(
+        contents(store, &s2),
+        ["hi", "hello", "more", "sure", "last", "done"]
+    );
+    let err = store
+        .commit("fix", Some(s1), turn(&["x"]), Durability::Sync)
+        .unwrap_err();
+    assert!(matches!(err, Error::RefOutOfDate { .. }), "{err}");
+    let (fork, head) = store
+        .fork(s1, ForkOptions::default(), Durability::Sync)
+        .unwrap();
+    assert_eq!(head, s1);
+    let f1 = store
+        .commit(&fork, None, turn(&["branch"]), Durability::Sync)
+        .unwrap();
+    assert_eq!(
+        contents(store, &f1),
+        ["hi", "hello", "more", "sure", "branch"]
+    );
+    let log: Vec<ObjectId> = log_order(store, &[s2], Follow::All, None)
+        .unwrap()
+        .into_iter()
+        .map(|n| n.id)
+        .collect();
+    assert_eq!(log, [s2, s1, root]);
+
+    // Another handle (another process, another machine) sees it all, and
+    // its stale write loses the compare-and-swap.
+    let other = reopen();
+    assert_eq!(
+        other
+            .resolve_ref(&RefName::conversation("fix").unwrap())
+            .unwrap(),
+        Some(s2)
+    );
+    assert_eq!(contents(&other, &f1), contents(store, &f1));
+    let o3 = other
+        .commit("fix", Some(s2), turn(&["from the other"]), Durability::Sync)
+        .unwrap();
+    let err = store
+        .commit("fix", Some(s2), turn(&["stale"]), Durability::Sync)
+        .unwrap_err();
+    assert!(matches!(err, Error::RefOutOfDate { .. }), "{err}");
+    assert_eq!(
+        store
+            .resolve_ref(&RefName::conversation("fix").unwrap())
+            .unwrap(),
+        Some(o3)
+    );
+
+    // The other verbs that move refs and records: merge, tag, rename,
+    // archive and back, a run claimed and committed, reset, delete.
+    let m = store
+        .merge("fix", &[f1], turn(&["merged"]), Durability::Sync)
+        .unwrap();
+    assert_eq!(store.odb().session(&m).unwrap().parents, [o3, f1]);
+    store.tag("v1", s1, false, Durability::Sync).unwrap();
+    store.rename(&fork, "side", Durability::Sync).unwrap();
+    store.archive("side", Durability::Sync).unwrap();
+    let side = RefName::conversation("side").unwrap();
+    assert_eq!(store.resolve_ref(&side).unwrap(), None);
+    store.unarchive("side", Durability::Sync).unwrap();
+    let run = store.begin_run("fix").unwrap();
+    let busy = other
+        .commit("fix", Some(m), turn(&["while running"]), Durability::Sync)
+        .unwrap_err();
+    assert!(matches!(busy, Error::Busy { .. }), "{busy}");
+    let r1 = store
+        .commit_run(&run, turn(&["ran"]), false, Durability::Sync)
+        .unwrap();
+    store.reset("side", root, Durability::Sync).unwrap();
+    store.delete("side", Durability::Sync).unwrap();
+    assert_eq!(
+        other
+            .resolve_ref(&RefName::conversation("fix").unwrap())
+            .unwrap(),
+        Some(r1)
+    );
+    assert_eq!(other.tags().unwrap(), [("v1".to_owned(), s1)]);
+
+    let report = store.fsck(&FsckOptions::default(), &mut |_, _| {}).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    (store.refs().unwrap(), store.reflog_entries().unwrap().len())
+}
+
+/// One script, two backends: the remote store answers as the local one.
+#[test]
+fn the_remote_store_behaves_as_the_local_one() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    drop(Store::init(&path).unwrap());
+    let local = Store::open(&path, &OpenOptions::default()).unwrap();
+    let (local_refs, local_log) = behaviour(&local, &|| {
+        Store::open(&path, &OpenOptions::default()).unwrap()
+    });
+    let (remote_refs, remote_log) = behaviour(&store, &|| open(&r));
+    // Same names, same kinds of target, same ref-log length (ids differ:
+    // sessions carry their creation time).
+    let shape = |refs: &[(RefName, RefTarget)]| {
+        refs.iter()
+            .map(|(n, t)| {
+                // A fork's default name holds its session's id.
+                let n = n.to_string();
+                let n = if n.starts_with("refs/heads/fork-") {
+                    "fork".into()
+                } else {
+                    n
+                };
+                (n, matches!(t, RefTarget::Session(_)))
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(shape(&remote_refs), shape(&local_refs));
+    assert_eq!(remote_log, local_log);
+
+    // PostgreSQL holds the refs the operations left, and the chain head.
+    let db = &r.name;
+    let rows = r.servers.psql(
+        db,
+        "SELECT name || ' ' || target FROM sessctl.refs ORDER BY name",
+    );
+    let want: Vec<String> = remote_refs
+        .iter()
+        .map(|(n, t)| format!("{n} {t}"))
+        .collect();
+    assert_eq!(rows.lines().collect::<Vec<_>>(), want);
+    let ops = r
+        .servers
+        .psql(db, "SELECT count(*) || ' ' || max(seq) FROM sessctl.ops");
+    let head = r.servers.psql(db, "SELECT seq FROM sessctl.chain_head");
+    let n = ops.split_whitespace().next().unwrap();
+    assert_eq!(ops.trim(), format!("{n} {n}"));
+    assert_eq!(head.trim(), n);
+}
+
+/// A pack altered in the bucket is an error naming it, never data.
+#[test]
+fn a_pack_altered_in_the_bucket_is_corruption() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    let (_, root) = store
+        .create(Some("c"), turn(&["secret", "kept"]), Durability::Sync)
+        .unwrap();
+    let bucket = &r.name;
+    let keys = r.servers.list_keys(bucket, "store/packs/");
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    // Overwrite the pack with other bytes (a plain PUT: moto reads the
+    // access key from the header and checks no signature).
+    {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", r.servers.moto_port)).unwrap();
+        let body = b"SRPK\x01\0\0\0not a pack at all";
+        write!(
+            s,
+            "PUT /{bucket}/{} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n",
+            keys[0],
+            body.len(),
+            servers::MOTO_AUTH,
+        )
+        .unwrap();
+        s.write_all(body).unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    // A fresh handle without the pack cache (this process may have cached
+    // the pack before it was altered) reads it.
+    let uncached = S3Settings {
+        cache_dir: None,
+        ..settings(&r)
+    };
+    let fresh = Store::open_remote_with(&r.url, &OpenOptions::default(), &uncached).unwrap();
+    let err = fresh.odb().read(&root).unwrap_err();
+    assert!(err.is_corruption(), "{err}");
+    assert!(err.to_string().contains(&keys[0]), "{err}");
+    let report = fresh.fsck(&FsckOptions::default(), &mut |_, _| {}).unwrap();
+    assert!(!report.problems.is_empty());
+
+    // The same database with a prefix that holds no store is a wrong URL,
+    // not damage.
+    let elsewhere = r.url.replace("/store", "/elsewhere");
+    let wrong = Store::open_remote_with(&elsewhere, &OpenOptions::default(), &uncached).unwrap();
+    let err = wrong.odb().read(&root).unwrap_err();
+    assert!(!err.is_corruption(), "{err}");
+    assert_eq!(
+        err.to_string(),
+        format!("s3://{bucket}/elsewhere: holds no sessctl store (no sessctl-store object there)")
+    );
+}
+
+/// A store that was never initialised, a server that is not there and a
+/// malformed URL: one clear error each.
+#[test]
+fn bad_urls_and_absent_servers_are_one_clear_error() {
+    let Some(r) = servers::remote() else {
+        return;
+    };
+    let s3 = settings(&r);
+    let opts = OpenOptions::default();
+    let err = Store::open_remote_with(&r.url, &opts, &s3).unwrap_err();
+    assert!(err.to_string().ends_with("holds no sessctl store"), "{err}");
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let gone = format!("postgres://sessctl:pw@127.0.0.1:{port}/x?objects=s3://b/p");
+    let err = Store::open_remote_with(&gone, &opts, &s3).unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, Error::Remote { .. }), "{err}");
+    assert!(
+        text.starts_with(&format!("postgres://sessctl@127.0.0.1:{port}/x: ")),
+        "{text}"
+    );
+    assert!(!text.contains("pw") && !text.contains('\n'), "{text}");
+
+    for (url, says) in [
+        ("postgres://u@h/db", "names no bucket"),
+        ("postgres://u@h/db?objects=gs://b", "objects= takes s3://"),
+        ("postgres://u@h:notaport/db?objects=s3://b", "bad store URL"),
+    ] {
+        let err = Store::open_remote_with(url, &opts, &s3).unwrap_err();
+        assert!(matches!(err, Error::Invalid(_)), "{err}");
+        assert!(err.to_string().contains(says), "{url}: {err}");
+    }
+
+    // init against an S3 endpoint that is not there, or a bucket that
+    // does not exist: one error naming the bucket, and no schema made.
+    let mut no_s3 = s3.clone();
+    no_s3.endpoint = Some(format!("http://127.0.0.1:{port}"));
+    let err = RemoteBackend::init(&r.url, &no_s3).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with(&format!("s3://{}/store: ", r.name)),
+        "{err}"
+    );
+    let no_bucket = r.url.replace("s3://", "s3://not-");
+    let err = RemoteBackend::init(&no_bucket, &s3).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "s3://not-{}/store: there is no bucket not-{} (sessctl does not create buckets)",
+            r.name, r.name
+        )
+    );
+    let err = Store::open_remote_with(&r.url, &opts, &s3).unwrap_err();
+    assert!(err.to_string().ends_with("holds no sessctl store"), "{err}");
+}
+
+const CHILD_URL: &str = "SESSCTL_REMOTE_TEST_CHILD_URL";
+
+/// The child side of the multi-process tests: commits `COMMITS` turns
+/// alternately to conversations a and b, each with a compare-and-swap on
+/// the head it read, and prints `ack CONV ID` or `lost CONV` for each (any
+/// other failure: `error ...`). In a normal run it returns at once.
+#[test]
+fn remote_writer_child() {
+    let Ok(url) = std::env::var(CHILD_URL) else {
+        return;
+    };
+    let var = |n: &str| std::env::var(n).unwrap();
+    let (writer, commits): (usize, usize) = (
+        var("SESSCTL_REMOTE_TEST_WRITER").parse().unwrap(),
+        var("SESSCTL_REMOTE_TEST_COMMITS").parse().unwrap(),
+    );
+    let opts = OpenOptions {
+        wait: Some(std::time::Duration::from_secs(120)),
+        ..OpenOptions::default()
+    };
+    let store = Store::open_remote_with(&url, &opts, &S3Settings::from_env()).unwrap();
+    for i in 0..commits {
+        let conv = ["a", "b"][i % 2];
+        let head = store
+            .resolve_ref(&RefName::conversation(conv).unwrap())
+            .unwrap();
+        let text = format!("writer {writer} turn {i}");
+        match store.commit(conv, head, turn(&[&text]), Durability::Sync) {
+            Ok(id) => println!("ack {conv} {id}"),
+            Err(Error::RefOutOfDate { .. }) => println!("lost {conv}"),
+            Err(e) => println!("error {e}"),
+        }
+    }
+}
+
+/// Starts this test binary as a writer child of `r`'s store.
+fn spawn_writer(
+    r: &servers::Remote,
+    writer: usize,
+    commits: usize,
+    extra: &[(&str, &str)],
+) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "remote_writer_child",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env(CHILD_URL, &r.url)
+        .env("SESSCTL_REMOTE_TEST_WRITER", writer.to_string())
+        .env("SESSCTL_REMOTE_TEST_COMMITS", commits.to_string())
+        .envs(r.env.iter().map(|(k, v)| (k, v)))
+        .envs(extra.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// 8 processes × 50 commits over 2 conversations: every acknowledged
+/// commit is in its conversation's history, every other was told it lost,
+/// the ref-log chains are intact, fsck is clean, and PostgreSQL's refs
+/// and chain head agree with the operations.
+#[test]
+fn eight_processes_commit_fifty_turns_each_over_two_conversations() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    let (_, a0) = store
+        .create(Some("a"), turn(&["start a"]), Durability::Sync)
+        .unwrap();
+    let (_, b0) = store
+        .create(Some("b"), turn(&["start b"]), Durability::Sync)
+        .unwrap();
+    let children: Vec<_> = (0..8).map(|w| spawn_writer(&r, w, 50, &[])).collect();
+    let mut acked: std::collections::BTreeMap<&str, Vec<ObjectId>> = Default::default();
+    let mut lost = 0;
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut told = 0;
+        for line in stdout.lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            match f[..] {
+                ["ack", conv, id] => {
+                    let conv = if conv == "a" { "a" } else { "b" };
+                    acked
+                        .entry(conv)
+                        .or_default()
+                        .push(ObjectId::from_hex(id).unwrap());
+                    told += 1;
+                }
+                ["lost", _] => {
+                    lost += 1;
+                    told += 1;
+                }
+                ["error", ..] => panic!("a writer failed: {line}"),
+                _ => {}
+            }
+        }
+        assert_eq!(told, 50, "{stdout}");
+    }
+    let n_acked: usize = acked.values().map(Vec::len).sum();
+    assert_eq!(n_acked + lost, 400);
+    eprintln!("8 writers x 50 commits: {n_acked} acknowledged, {lost} lost their race");
+
+    // A fresh handle: each conversation's history is its root and exactly
+    // the commits acknowledged for it.
+    let fresh = open(&r);
+    for (conv, root) in [("a", a0), ("b", b0)] {
+        let head = fresh
+            .resolve_ref(&RefName::conversation(conv).unwrap())
+            .unwrap()
+            .unwrap();
+        let chain = sessctl_store::graph::first_parent_chain(&fresh, head).unwrap();
+        let mut want: Vec<ObjectId> = acked.get(conv).cloned().unwrap_or_default();
+        want.push(root);
+        let mut got = chain.clone();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "conversation {conv}");
+        assert_eq!(contents(&fresh, &head).len(), chain.len());
+    }
+    let report = fresh
+        .fsck(&FsckOptions { full: true }, &mut |_, _| {})
+        .unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    // Ops: two creates and one per acknowledged commit; the chain head is
+    // the last; the refs table is what the operations left.
+    let ops = r.servers.psql(&r.name, "SELECT count(*) FROM sessctl.ops");
+    let head = r
+        .servers
+        .psql(&r.name, "SELECT seq FROM sessctl.chain_head");
+    assert_eq!(ops.trim(), (n_acked + 2).to_string());
+    assert_eq!(head.trim(), ops.trim());
+    let rows = r.servers.psql(
+        &r.name,
+        "SELECT name || ' ' || target FROM sessctl.refs ORDER BY name",
+    );
+    let want: Vec<String> = fresh
+        .refs()
+        .unwrap()
+        .iter()
+        .map(|(n, t)| format!("{n} {t}"))
+        .collect();
+    assert_eq!(rows.lines().collect::<Vec<_>>(), want);
+}
+
+/// A writer killed (SIGKILL) between its upload and PostgreSQL's commit
+/// leaves an unreferenced pack and nothing else: no ref names a missing
+/// object, fsck is clean, the next commit works.
+#[test]
+fn a_writer_killed_before_the_database_commit_leaves_only_an_orphan_pack() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    let (_, root) = store
+        .create(Some("a"), turn(&["start"]), Durability::Sync)
+        .unwrap();
+    store
+        .create(Some("b"), turn(&["other"]), Durability::Sync)
+        .unwrap();
+    let packs_before = r.servers.list_keys(&r.name, "store/packs/").len();
+    let mut child = spawn_writer(
+        &r,
+        0,
+        1,
+        &[(sessctl_store::odb::remote::CRASH_BEFORE_COMMIT_VAR, "1")],
+    );
+    // It says when it is between the upload and the commit; kill -9 then.
+    let stderr = child.stderr.take().unwrap();
+    let mut said = String::new();
+    for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+        let line = line.unwrap();
+        said.push_str(&line);
+        said.push('\n');
+        if line == sessctl_store::odb::remote::STOPPED_BEFORE_COMMIT {
+            break;
+        }
+    }
+    assert!(
+        said.contains(sessctl_store::odb::remote::STOPPED_BEFORE_COMMIT),
+        "the writer never reached the commit: {said}"
+    );
+    child.kill().unwrap(); // SIGKILL
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("ack "));
+    // Its pack is in the bucket; PostgreSQL has no row for it.
+    let keys = r.servers.list_keys(&r.name, "store/packs/");
+    assert_eq!(keys.len(), packs_before + 1, "{keys:?}");
+    let rows = r
+        .servers
+        .psql(&r.name, "SELECT count(*) FROM sessctl.packs");
+    assert_eq!(rows.trim(), packs_before.to_string());
+
+    let fresh = open(&r);
+    for (name, target) in fresh.refs().unwrap() {
+        if let RefTarget::Session(id) = target {
+            fresh
+                .odb()
+                .load_messages(&id)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+    assert_eq!(
+        fresh
+            .resolve_ref(&RefName::conversation("a").unwrap())
+            .unwrap(),
+        Some(root)
+    );
+    let report = fresh
+        .fsck(&FsckOptions { full: true }, &mut |_, _| {})
+        .unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let next = fresh
+        .commit(
+            "a",
+            Some(root),
+            turn(&["after the crash"]),
+            Durability::Sync,
+        )
+        .unwrap();
+    assert_eq!(contents(&open(&r), &next), ["start", "after the crash"]);
+}
+
+/// The compare-and-swap is PostgreSQL's own, not only the store's: an
+/// operation that reaches the backend with a stale expected target (a
+/// store whose index was wrong) changes nothing and is `RefOutOfDate`.
+#[test]
+fn postgres_refuses_a_ref_move_from_a_stale_target() {
+    use sessctl_store::odb::ObjectBackend as _;
+    use sessctl_store::refs::{Operation, RefUpdate};
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    let (_, root) = store
+        .create(Some("a"), turn(&["start"]), Durability::Sync)
+        .unwrap();
+    let s1 = store
+        .commit("a", Some(root), turn(&["more"]), Durability::Sync)
+        .unwrap();
+    let backend = RemoteBackend::open_with(&r.url, &OpenOptions::default(), &settings(&r)).unwrap();
+    let ops = backend.ops_after(0).unwrap();
+    let (last_seq, last) = ops.last().unwrap();
+    let last = Operation::decode(last).unwrap();
+    let name = RefName::conversation("a").unwrap();
+    let forged = Operation {
+        seq: last_seq + 1,
+        prev: Some(last.hash()),
+        time: 1,
+        actor: "test".into(),
+        reason: "commit".into(),
+        refs: vec![RefUpdate {
+            name: name.clone(),
+            // a points at s1 now: root is stale.
+            old: Some(RefTarget::Session(root)),
+            new: Some(RefTarget::Session(root)),
+            prev: None,
+        }],
+        conversations: Vec::new(),
+        runs: Vec::new(),
+        expire: Vec::new(),
+    };
+    let lock = backend.write_lock().unwrap();
+    let err = backend
+        .append_locked(&lock, &[], &[(forged.seq, forged.encode())])
+        .unwrap_err();
+    drop(lock);
+    match &err {
+        Error::RefOutOfDate {
+            name: n,
+            expected,
+            actual,
+        } => {
+            assert_eq!(n, &name);
+            assert_eq!(expected.as_deref(), Some(root.to_hex().as_str()));
+            assert_eq!(actual.as_deref(), Some(s1.to_hex().as_str()));
+        }
+        e => panic!("{e}"),
+    }
+    // Nothing of it landed, and the store writes on.
+    assert_eq!(backend.ops_after(0).unwrap().len(), ops.len());
+    let s2 = store
+        .commit("a", Some(s1), turn(&["on"]), Durability::Sync)
+        .unwrap();
+    assert_eq!(open(&r).resolve_ref(&name).unwrap(), Some(s2));
+}
+
+/// PostgreSQL stopped and started again under an open handle: the write
+/// meanwhile is one clear error that changes nothing; the handle connects
+/// again and the next write and reads work.
+#[test]
+fn a_postgres_restart_is_one_error_then_writes_go_on() {
+    let Some(r) = servers::remote_private() else {
+        return;
+    };
+    assert!(RemoteBackend::init(&r.url, &settings(&r)).unwrap());
+    let store = open(&r);
+    let (_, root) = store
+        .create(Some("a"), turn(&["start"]), Durability::Sync)
+        .unwrap();
+    r.servers.stop_postgres();
+    let err = store
+        .commit("a", Some(root), turn(&["while down"]), Durability::Sync)
+        .unwrap_err();
+    assert!(matches!(err, Error::Remote { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.starts_with("postgres://sessctl@127.0.0.1:"), "{text}");
+    assert!(!text.contains('\n'), "{text}");
+    r.servers.start_postgres();
+    let s1 = store
+        .commit("a", Some(root), turn(&["after"]), Durability::Sync)
+        .unwrap();
+    let fresh = open(&r);
+    assert_eq!(contents(&fresh, &s1), ["start", "after"]);
+    let entries = fresh.reflog_entries().unwrap();
+    assert_eq!(entries.len(), 3, "create (a, HEAD) and one commit");
+}
+
+/// The S3 server gone at commit time: one clear error naming the bucket,
+/// nothing in PostgreSQL; once it is back, the next commit works.
+#[test]
+fn an_s3_outage_is_one_error_and_leaves_nothing_half_visible() {
+    let Some(r) = servers::remote_private() else {
+        return;
+    };
+    assert!(RemoteBackend::init(&r.url, &settings(&r)).unwrap());
+    let store = open(&r);
+    let (_, root) = store
+        .create(Some("a"), turn(&["start"]), Durability::Sync)
+        .unwrap();
+    let ops = || r.servers.psql(&r.name, "SELECT count(*) FROM sessctl.ops");
+    let before = ops();
+    r.servers.stop_moto();
+    let err = store
+        .commit("a", Some(root), turn(&["while down"]), Durability::Sync)
+        .unwrap_err();
+    assert!(matches!(err, Error::Remote { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!("s3://{}/store: ", r.name)),
+        "{text}"
+    );
+    assert!(!text.contains('\n'), "{text}");
+    assert_eq!(ops(), before);
+    assert_eq!(
+        open(&r)
+            .resolve_ref(&RefName::conversation("a").unwrap())
+            .unwrap(),
+        Some(root)
+    );
+    // moto keeps nothing across a restart: the bucket is made again, and
+    // this handle still holds the parent it read.
+    r.servers.start_moto();
+    r.servers.create_bucket(&r.name);
+    let s1 = store
+        .commit("a", Some(root), turn(&["after"]), Durability::Sync)
+        .unwrap();
+    assert_eq!(contents(&store, &s1), ["start", "after"]);
+    assert_eq!(open(&r).odb().session(&s1).unwrap().parents, [root]);
+}
+
+/// Fetched packs are kept on disk, named by their hash: a new handle reads
+/// them with the S3 server gone; a cached file that no longer hashes to its
+/// name is never read as data (it is dropped and fetched again).
+#[test]
+fn fetched_packs_are_cached_and_a_damaged_cache_file_is_never_data() {
+    let Some(r) = servers::remote_private() else {
+        return;
+    };
+    assert!(RemoteBackend::init(&r.url, &settings(&r)).unwrap());
+    let store = open(&r);
+    let (_, root) = store
+        .create(Some("a"), turn(&["kept", "here"]), Durability::Sync)
+        .unwrap();
+    assert_eq!(contents(&open(&r), &root), ["kept", "here"]);
+    let cache = std::path::PathBuf::from(r.var("SESSCTL_CACHE_DIR").unwrap());
+    let files: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let keys = r.servers.list_keys(&r.name, "store/packs/");
+    assert!(keys[0].ends_with(files[0].file_name().unwrap().to_str().unwrap()));
+
+    r.servers.stop_moto();
+    assert_eq!(contents(&open(&r), &root), ["kept", "here"]);
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&files[0], bytes).unwrap();
+    let err = open(&r).odb().read(&root).unwrap_err();
+    assert!(matches!(err, Error::Remote { .. }), "{err}");
+    assert!(!files[0].exists());
+}
+
+/// fsck --full checks PostgreSQL's own records against the operations: a
+/// refs row, an operation's hash column and the chain head, each altered
+/// behind the store's back, is one problem line naming it.
+#[test]
+fn fsck_full_checks_the_postgres_records_against_the_operations() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    let (_, root) = store
+        .create(Some("a"), turn(&["start"]), Durability::Sync)
+        .unwrap();
+    store
+        .commit("a", Some(root), turn(&["more"]), Durability::Sync)
+        .unwrap();
+    let full = FsckOptions { full: true };
+    let problems = |s: &Store| s.fsck(&full, &mut |_, _| {}).unwrap().problems;
+    assert_eq!(problems(&open(&r)), Vec::<String>::new());
+    r.servers.psql(
+        &r.name,
+        &format!("UPDATE sessctl.refs SET target = '{root}' WHERE name = 'refs/heads/a'"),
+    );
+    r.servers.psql(
+        &r.name,
+        "UPDATE sessctl.ops SET hash = decode(repeat('00', 32), 'hex') WHERE seq = 1",
+    );
+    r.servers
+        .psql(&r.name, "UPDATE sessctl.chain_head SET seq = 7");
+    let found = problems(&open(&r));
+    assert_eq!(found.len(), 3, "{found:#?}");
+    assert!(
+        found
+            .iter()
+            .any(|p| p.contains("the refs table says refs/heads/a is")),
+        "{found:#?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|p| p.contains("operation row 1's hash column")),
+        "{found:#?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|p| p.contains("the chain head names operation 7")),
+        "{found:#?}"
+    );
+}

@@ -1,0 +1,432 @@
+//! Real servers on loopback for the remote-store tests: a throwaway
+//! PostgreSQL cluster (`initdb` in a temp dir, run as the `postgres` user
+//! when the tests run as root, since PostgreSQL refuses root) and an S3
+//! server (moto's `moto_server`). No mocks.
+//!
+//! Where the binaries are: `SESSCTL_PG_BIN` (a directory holding `initdb`,
+//! `pg_ctl`, `psql`), else the newest `/usr/lib/postgresql/*/bin` (Debian),
+//! else `PATH`; `SESSCTL_MOTO_SERVER` (the `moto_server` program, as
+//! `.ci/run` installs it into a venv), else `PATH`. A test that finds
+//! neither FAILS with one line saying what is missing: CI never skips these
+//! tests silently. A developer opts out explicitly with
+//! `SESSCTL_REMOTE_TESTS=skip`.
+//!
+//! One cluster and one moto serve every test of a test binary that runs at
+//! the same time (each test gets its own database and bucket); they stop
+//! when the last such test ends. Shared by store/tests and cli/tests.
+#![allow(dead_code)]
+#![allow(clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// An Authorization header moto takes (it reads the access key and checks
+/// no signature): its account owns the buckets the tests make.
+pub const MOTO_AUTH: &str = "Authorization: AWS4-HMAC-SHA256 Credential=testing/20250101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=0\r\n";
+
+/// The variable a developer sets to `skip` to opt out.
+pub const OPT_OUT: &str = "SESSCTL_REMOTE_TESTS";
+
+/// One test's remote store: its URL and the S3 variables that reach it.
+pub struct Remote {
+    pub url: String,
+    /// The database's and the bucket's name.
+    pub name: String,
+    /// `AWS_*` variables for a `sessctl` child process.
+    pub env: Vec<(String, String)>,
+    pub servers: Arc<Servers>,
+}
+
+impl Remote {
+    pub fn var(&self, name: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The running servers.
+pub struct Servers {
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    run_as: Option<(u32, u32)>,
+    pub pg_port: u16,
+    moto: Mutex<Option<Child>>,
+    moto_cmd: PathBuf,
+    pub moto_port: u16,
+}
+
+static SHARED: Mutex<Weak<Servers>> = Mutex::new(Weak::new());
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+fn opted_out() -> bool {
+    let out = std::env::var(OPT_OUT).is_ok_and(|v| v == "skip");
+    if out {
+        eprintln!("remote-store test skipped: {OPT_OUT}=skip");
+    }
+    out
+}
+
+/// A fresh database and bucket on servers of its own, which the test may
+/// stop and start; `None` only when the developer opted out.
+pub fn remote_private() -> Option<Remote> {
+    if opted_out() {
+        return None;
+    }
+    Some(Remote::on(Arc::new(Servers::start())))
+}
+
+/// A fresh database and bucket on the shared servers; `None` only when the
+/// developer opted out (then it says so on stderr).
+pub fn remote() -> Option<Remote> {
+    if opted_out() {
+        return None;
+    }
+    let servers = {
+        let mut slot = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.upgrade() {
+            Some(s) => s,
+            None => {
+                let s = Arc::new(Servers::start());
+                *slot = Arc::downgrade(&s);
+                s
+            }
+        }
+    };
+    Some(Remote::on(servers))
+}
+
+impl Remote {
+    fn on(servers: Arc<Servers>) -> Remote {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let name = format!("t{}x{n}", std::process::id());
+        servers.psql("postgres", &format!("CREATE DATABASE {name}"));
+        servers.create_bucket(&name);
+        Remote {
+            url: format!(
+                "postgres://sessctl@127.0.0.1:{}/{name}?objects=s3://{name}/store",
+                servers.pg_port
+            ),
+            env: vec![
+                (
+                    "AWS_ENDPOINT_URL".into(),
+                    format!("http://127.0.0.1:{}", servers.moto_port),
+                ),
+                ("AWS_ACCESS_KEY_ID".into(), "testing".into()),
+                ("AWS_SECRET_ACCESS_KEY".into(), "testing".into()),
+                ("AWS_REGION".into(), "us-east-1".into()),
+                ("AWS_ALLOW_HTTP".into(), "true".into()),
+                // Fetched packs: beside the servers, never in ~/.cache.
+                (
+                    "SESSCTL_CACHE_DIR".into(),
+                    servers.dir().join("pack-cache").display().to_string(),
+                ),
+            ],
+            name,
+            servers,
+        }
+    }
+}
+
+fn missing(what: &str) -> ! {
+    panic!(
+        "remote-store tests need {what}; install it (.ci/run does), or set {OPT_OUT}=skip to skip them"
+    )
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn pg_bin() -> PathBuf {
+    if let Some(d) = std::env::var_os("SESSCTL_PG_BIN") {
+        let d = PathBuf::from(d);
+        if d.join("initdb").is_file() {
+            return d;
+        }
+        missing(&format!(
+            "PostgreSQL's initdb in SESSCTL_PG_BIN={}",
+            d.display()
+        ));
+    }
+    let mut debian: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let v = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").is_file().then_some((v, bin))
+        })
+        .collect();
+    debian.sort();
+    if let Some((_, bin)) = debian.pop() {
+        return bin;
+    }
+    match on_path("initdb") {
+        Some(p) => p.parent().unwrap().to_path_buf(),
+        None => missing(
+            "PostgreSQL's server binaries (initdb, pg_ctl: apt-get install postgresql; or set SESSCTL_PG_BIN)",
+        ),
+    }
+}
+
+/// The `postgres` user's uid and gid when this process is root.
+fn run_as() -> Option<(u32, u32)> {
+    let me = std::fs::read_to_string("/proc/self/status")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse::<u32>()
+        .ok()?;
+    if me != 0 {
+        return None;
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    let line = passwd
+        .lines()
+        .find(|l| l.starts_with("postgres:"))
+        .unwrap_or_else(|| missing("a postgres user to run PostgreSQL as (the tests run as root)"));
+    let f: Vec<&str> = line.split(':').collect();
+    Some((f[2].parse().unwrap(), f[3].parse().unwrap()))
+}
+
+impl Servers {
+    fn start() -> Servers {
+        let bin = pg_bin();
+        let moto_cmd = std::env::var_os("SESSCTL_MOTO_SERVER")
+            .map(PathBuf::from)
+            .filter(|p| p.is_file())
+            .or_else(|| on_path("moto_server"))
+            .unwrap_or_else(|| {
+                missing("moto_server (pip install 'moto[server]'; or set SESSCTL_MOTO_SERVER)")
+            });
+        let run_as = run_as();
+        let dir = tempfile::Builder::new()
+            .prefix("sessctl-remote-")
+            .tempdir()
+            .unwrap();
+        if let Some((uid, gid)) = run_as {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
+        }
+        let servers = Servers {
+            bin,
+            dir,
+            run_as,
+            pg_port: free_port(),
+            moto: Mutex::new(None),
+            moto_cmd,
+            moto_port: free_port(),
+        };
+        let data = servers.data();
+        let out = servers
+            .pg_command("initdb")
+            .args(["-D"])
+            .arg(&data)
+            .args(["-U", "sessctl", "-A", "trust", "-E", "UTF8", "--no-sync"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        servers.start_postgres();
+        servers.start_moto();
+        servers
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn pg_command(&self, prog: &str) -> Command {
+        let mut c = Command::new(self.bin.join(prog));
+        c.current_dir(self.dir.path());
+        if let Some((uid, gid)) = self.run_as {
+            c.uid(uid).gid(gid);
+        }
+        c
+    }
+
+    /// Starts the cluster and waits until it takes connections.
+    pub fn start_postgres(&self) {
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+            self.pg_port,
+            self.dir.path().display()
+        );
+        let out = self
+            .pg_command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .arg("-l")
+            .arg(self.dir.path().join("postgres.log"))
+            .args(["-w", "-t", "60", "-o", &opts, "start"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg_ctl start failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
+        );
+    }
+
+    /// Stops the cluster at once (as a crash would).
+    pub fn stop_postgres(&self) {
+        let _ = self
+            .pg_command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", "immediate", "-w", "stop"])
+            .stdin(Stdio::null())
+            .output();
+    }
+
+    /// Runs one SQL command with psql as the cluster's superuser.
+    pub fn psql(&self, db: &str, sql: &str) -> String {
+        let out = Command::new(self.bin.join("psql"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "sessctl",
+                "-d",
+                db,
+                "-AtX",
+                "-c",
+                sql,
+            ])
+            .arg("-p")
+            .arg(self.pg_port.to_string())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "psql {sql:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Starts psql running `sql` (which should hold something for a
+    /// while); the caller waits for it.
+    pub fn psql_background(&self, db: &str, sql: &str) -> Child {
+        Command::new(self.bin.join("psql"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "sessctl",
+                "-d",
+                db,
+                "-AtX",
+                "-c",
+                sql,
+            ])
+            .arg("-p")
+            .arg(self.pg_port.to_string())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    pub fn start_moto(&self) {
+        let log = std::fs::File::create(self.dir.path().join("moto.log")).unwrap();
+        let child = Command::new(&self.moto_cmd)
+            .args(["-H", "127.0.0.1", "-p", &self.moto_port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        *self.moto.lock().unwrap() = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(("127.0.0.1", self.moto_port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "moto_server did not listen within 60 s: {}",
+                std::fs::read_to_string(self.dir.path().join("moto.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn stop_moto(&self) {
+        if let Some(mut c) = self.moto.lock().unwrap().take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Makes a bucket with one plain HTTP request (moto does not check
+    /// signatures).
+    pub fn create_bucket(&self, name: &str) {
+        let mut s = TcpStream::connect(("127.0.0.1", self.moto_port)).unwrap();
+        write!(
+            s,
+            "PUT /{name} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\n{MOTO_AUTH}Connection: close\r\n\r\n",
+            self.moto_port
+        )
+        .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        assert!(
+            answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"),
+            "creating bucket {name}: {answer}"
+        );
+    }
+
+    /// The keys under `prefix` in `bucket` (a plain ListObjectsV2 request).
+    pub fn list_keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.moto_port)).unwrap();
+        write!(
+            s,
+            "GET /{bucket}?list-type=2&prefix={prefix} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n{MOTO_AUTH}Connection: close\r\n\r\n",
+            self.moto_port
+        )
+        .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        answer
+            .split("<Key>")
+            .skip(1)
+            .filter_map(|k| k.split("</Key>").next())
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        self.stop_moto();
+        self.stop_postgres();
+    }
+}
