@@ -105,7 +105,7 @@ pub fn load(ctx: &Ctx, out: &mut Vec<Row>) -> R<()> {
 
     // The bytes a caller that passes messages on gets: each verified
     // against its id, the canonical bytes of the messages written.
-    let bytes = l.store.odb().load_message_bytes(&l.head)?;
+    let bytes = l.store.load_message_bytes(&l.head)?;
     if bytes.len() != n
         || bytes
             .iter()
@@ -119,9 +119,7 @@ pub fn load(ctx: &Ctx, out: &mut Vec<Row>) -> R<()> {
     let mut g = Group::new(format!("2 load {n}-message history"), "ms", Better::Lower).p99();
     g.add(
         "sessctl (packed)",
-        time_n(loads, n, &mut || {
-            Ok(l.store.odb().load_messages(&l.head)?.len())
-        })?,
+        time_n(loads, n, &mut || Ok(l.store.load_messages(&l.head)?.len()))?,
     );
     let jsonl = time_n(loads, n, &mut || Ok(jsonl_load(&l.jsonl)?.len()))?;
     g.add("jsonl", jsonl.clone());
@@ -148,7 +146,7 @@ pub fn load(ctx: &Ctx, out: &mut Vec<Row>) -> R<()> {
     g.add(
         "sessctl (packed, verified bytes)",
         time_n(loads, n, &mut || {
-            Ok(l.store.odb().load_message_bytes(&l.head)?.len())
+            Ok(l.store.load_message_bytes(&l.head)?.len())
         })?,
     );
     g.add("jsonl", jsonl);
@@ -171,7 +169,7 @@ pub fn load(ctx: &Ctx, out: &mut Vec<Row>) -> R<()> {
         time_n(loads, want, &mut || {
             let mut got = 0;
             for h in &real.heads {
-                got += real.store.odb().load_messages(h)?.len();
+                got += real.store.load_messages(h)?.len();
             }
             Ok(got)
         })?,

@@ -81,7 +81,7 @@ pub fn compact(ctx: &Ctx, args: CompactArgs) -> CmdResult {
         CommandError::Failed(format!("conversation {} has no head to compact", args.conv))
     })?;
     if let Some(max) = args.max_tokens {
-        let estimate = estimate_tokens(&store.odb().load_messages(&head)?);
+        let estimate = estimate_tokens(&store.load_messages(&head)?);
         if !threshold_reached(estimate, max, threshold) {
             if args.json {
                 let v = json!({

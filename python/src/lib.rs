@@ -525,7 +525,7 @@ impl Store {
     fn history<'py>(&self, py: Python<'py>, rev: String) -> PyResult<Bound<'py, PyAny>> {
         let msgs = self.run(py, move |s, _| {
             let id = s.resolve_rev(&rev)?;
-            s.odb().load_messages(&id)
+            s.load_messages(&id)
         })?;
         py_of(py, &Value::Array(msgs))
     }

@@ -279,7 +279,7 @@ pub fn compact_at(
     durability: Durability,
 ) -> Result<ObjectId> {
     let session = store.odb().session(&head)?;
-    let history = store.odb().load_messages(&head)?;
+    let history = store.load_messages(&head)?;
     let cut = cut_point(&history, keep_last);
     if cut == 0 {
         return Err(Error::NothingToCompact {

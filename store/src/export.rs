@@ -277,7 +277,7 @@ pub fn export(store: &Store, id: ObjectId, format: ExportFormat) -> Result<Strin
     Ok(match format {
         // The lines as stored: each message's JSON text made straight from
         // its verified bytes, no value built.
-        ExportFormat::Jsonl => String::from_utf8(store.odb().load_message_bytes(&id)?.to_jsonl()?)
+        ExportFormat::Jsonl => String::from_utf8(store.load_message_bytes(&id)?.to_jsonl()?)
             .expect("JSON text is UTF-8"),
         ExportFormat::Json => {
             let all: Vec<Value> = history_with_owners(store, id)?

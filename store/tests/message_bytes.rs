@@ -1,7 +1,10 @@
 //! Loading a history as verified canonical bytes (`Odb::load_message_bytes`,
 //! `Odb::blob_bytes`) gives exactly the messages `Odb::load_messages` gives,
 //! from the journal, from packs and from both, along forks and compactions;
-//! damage is an error naming the object, never other bytes.
+//! damage is an error naming the object, never other bytes. A history read
+//! along a first-parent chain given beforehand (`Odb::history_along`, which
+//! `Store::history` feeds from the lineage index) is the same history
+//! whatever that chain says.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod support;
@@ -387,4 +390,126 @@ fn a_packed_message_that_is_another_is_an_error_naming_it() {
             .collect();
         assert_eq!(odb.blob_bytes(&others).unwrap().len(), 299);
     }
+}
+
+/// The first-parent chain from `id` to the root, as the sessions say.
+fn true_chain(odb: &Odb, id: ObjectId) -> Vec<ObjectId> {
+    let mut chain = vec![id];
+    while let Some(p) = odb.session(chain.last().unwrap()).unwrap().first_parent() {
+        chain.push(p);
+    }
+    chain
+}
+
+#[test]
+fn a_history_read_along_a_hint_is_the_history_whatever_the_hint_says() {
+    let odb = Odb::in_memory();
+    let mut rng = Rng::new(17);
+    // Long enough for batches of every size, some read by several threads.
+    let (head, len) = chain(&odb, &mut rng, None, 0, 3000, 1);
+    let (other, _) = chain(&odb, &mut rng, None, 0, 40, 1);
+    let blob = odb.history(&head).unwrap()[7];
+    let want = odb.history(&head).unwrap();
+    assert_eq!(want.len() as u64, len);
+    let truth = true_chain(&odb, head);
+    let elsewhere = true_chain(&odb, other);
+    let mut hints: Vec<(&str, Vec<ObjectId>)> = vec![
+        ("none", vec![]),
+        ("the chain", truth.clone()),
+        ("cut short", truth[..1500].to_vec()),
+        ("not starting at the head", truth[1..].to_vec()),
+    ];
+    for at in [1, 255, 256, 1000, 2999] {
+        let mut h = truth.clone();
+        h[at] = elsewhere[at % elsewhere.len()];
+        hints.push(("a session of another chain", h));
+        let mut h = truth.clone();
+        h[at] = blob;
+        hints.push(("a message", h));
+        let mut h = truth.clone();
+        h[at] = ObjectId::from_bytes([0xAB; 32]);
+        hints.push(("nothing stored", h));
+        let mut h = truth[..at].to_vec();
+        h.extend(&elsewhere);
+        hints.push(("going on elsewhere", h));
+    }
+    for (what, hint) in &hints {
+        assert_eq!(
+            &odb.history_along(&head, hint).unwrap(),
+            &want,
+            "hint: {what} ({} ids)",
+            hint.len()
+        );
+    }
+    // A compaction stops the walk before the hint ends.
+    let last = odb.load_messages(&head).unwrap()[len as usize - 2..].to_vec();
+    let compacted = turn(&odb, Some(head), 0, &last, 5000);
+    let (after, _) = chain(&odb, &mut rng, Some(compacted), 2, 600, 1);
+    let want = odb.history(&after).unwrap();
+    assert_eq!(want.len(), 602);
+    assert_eq!(
+        odb.history_along(&after, &true_chain(&odb, after)).unwrap(),
+        want
+    );
+}
+
+#[test]
+fn a_store_reads_histories_along_its_lineage_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sessctl_store::Store::init(&dir.path().join("s")).unwrap();
+    let mut rng = Rng::new(5);
+    let turn = |msgs: Vec<Value>| sessctl_store::Turn {
+        messages: sessctl_store::Messages::Added(msgs),
+        ..Default::default()
+    };
+    let (_, mut head) = store
+        .create(
+            Some("c"),
+            turn(vec![message(&mut rng, 0)]),
+            Durability::NoSync,
+        )
+        .unwrap();
+    for i in 1..700 {
+        head = store
+            .commit(
+                "c",
+                None,
+                turn(vec![message(&mut rng, i)]),
+                Durability::NoSync,
+            )
+            .unwrap();
+    }
+    store.repack(&RepackOptions::default()).unwrap();
+    // Some of it after the lineage index was written.
+    for i in 700..720 {
+        head = store
+            .commit(
+                "c",
+                None,
+                turn(vec![message(&mut rng, i)]),
+                Durability::NoSync,
+            )
+            .unwrap();
+    }
+    let index = store
+        .lineage_index()
+        .expect("repack writes a lineage index");
+    assert!(index.len() >= 700);
+    assert_eq!(
+        store.history(&head).unwrap(),
+        store.odb().history(&head).unwrap()
+    );
+    assert_eq!(
+        store.load_messages(&head).unwrap(),
+        store.odb().load_messages(&head).unwrap()
+    );
+    assert_eq!(
+        store.load_message_bytes(&head).unwrap(),
+        store.odb().load_message_bytes(&head).unwrap()
+    );
+    let mid = store.odb().session(&head).unwrap().first_parent().unwrap();
+    assert_eq!(
+        store.history(&mid).unwrap(),
+        store.odb().history(&mid).unwrap()
+    );
 }

@@ -773,6 +773,18 @@ impl Odb {
         })
     }
 
+    /// [`Odb::history`] told where the walk will go: `chain` is what the
+    /// caller believes the first-parent chain from `id` to be (`id` first;
+    /// the lineage index knows it). Its sessions are then read a batch at a
+    /// time in storage order (each verified as any read is) instead of one
+    /// by one. The sessions stay the truth: where one names another first
+    /// parent than `chain` says, or `chain` ends early, the walk goes on
+    /// one session at a time; the result is [`Odb::history`]'s.
+    pub fn history_along(&self, id: &ObjectId, chain: &[ObjectId]) -> Result<Vec<ObjectId>> {
+        let deltas = self.chain_deltas(id, chain, |s| &s.messages)?;
+        replay_deltas(&deltas)
+    }
+
     /// Walks first parents back to a session that keeps nothing of its
     /// parent, then replays the deltas forward.
     fn resolve_deltas(
@@ -780,8 +792,70 @@ impl Odb {
         id: &ObjectId,
         delta: impl Fn(&Session) -> &crate::object::MessageDelta,
     ) -> Result<Vec<ObjectId>> {
+        replay_deltas(&self.chain_deltas(id, &[], delta)?)
+    }
+
+    /// The deltas from `id` back along first parents to a session that
+    /// keeps nothing of its parent (or has none), newest first; `hint` as
+    /// in [`Odb::history_along`].
+    fn chain_deltas(
+        &self,
+        id: &ObjectId,
+        hint: &[ObjectId],
+        delta: impl Fn(&Session) -> &crate::object::MessageDelta,
+    ) -> Result<Vec<(ObjectId, crate::object::MessageDelta)>> {
+        // Sessions read per batch: a few blocks' worth at first, doubling,
+        // so that a chain that stops early (a session that keeps nothing of
+        // its parent) is read at most about twice over; a batch long enough
+        // is read and decoded by a few threads (`in_parts`).
+        let mut batch = 256;
         let mut chain: Vec<(ObjectId, crate::object::MessageDelta)> = Vec::new();
+        // The next session to read: always the true first parent of the
+        // last one read, which `hint[from]` names while the hint agrees.
         let mut at = *id;
+        let mut from = 0;
+        while hint.get(from) == Some(&at) {
+            let part = &hint[from..hint.len().min(from + batch)];
+            batch = (batch * 2).min(1 << 14);
+            let read = self.in_parts(part, |p| {
+                let mut sessions: Vec<Option<Session>> = vec![None; p.len()];
+                self.backend.read_many(p, &mut |i, kind, payload| {
+                    if kind != ObjectKind::Session {
+                        return Err(Error::WrongKind {
+                            id: p[i],
+                            expected: ObjectKind::Session,
+                            actual: kind,
+                        });
+                    }
+                    let s = Session::decode(payload).map_err(|e| Error::decode(p[i], e))?;
+                    sessions[i] = Some(s);
+                    Ok(())
+                })?;
+                Ok(sessions)
+            });
+            let Ok(parts) = read else {
+                // Something the hint names does not read as a session (it
+                // may not be on the chain at all): the walk below reads the
+                // chain itself and reports what is really wrong, if anything.
+                break;
+            };
+            let sessions = parts.into_iter().flatten();
+            for (i, s) in sessions.enumerate() {
+                let s = s.ok_or(Error::NotFound { id: part[i] })?;
+                let d = delta(&s).clone();
+                let stop = d.base == 0;
+                let parent = s.first_parent();
+                chain.push((part[i], d));
+                match (stop, parent) {
+                    (true, _) | (_, None) => return Ok(chain),
+                    (false, Some(p)) => at = p,
+                }
+                if hint.get(from + i + 1) != Some(&at) {
+                    break;
+                }
+            }
+            from += part.len();
+        }
         loop {
             let s = self.session(&at)?;
             let d = delta(&s).clone();
@@ -793,22 +867,7 @@ impl Odb {
                 (false, Some(p)) => at = p,
             }
         }
-        let mut list: Vec<ObjectId> = Vec::new();
-        for (sid, d) in chain.iter().rev() {
-            if d.base > list.len() as u64 {
-                return Err(Error::corrupt(
-                    *sid,
-                    format!(
-                        "keeps {} messages of its parent, which has only {}",
-                        d.base,
-                        list.len()
-                    ),
-                ));
-            }
-            list.truncate(d.base as usize);
-            list.extend_from_slice(&d.added);
-        }
-        Ok(list)
+        Ok(chain)
     }
 
     pub fn repack(&self, opts: &RepackOptions) -> Result<RepackStats> {
@@ -823,6 +882,27 @@ impl Odb {
     pub fn take_recovery_notes(&self) -> Vec<String> {
         self.backend.take_recovery_notes()
     }
+}
+
+/// Replays deltas (newest first, as [`Odb::chain_deltas`] gives them)
+/// forward: the ids of the history they make.
+fn replay_deltas(chain: &[(ObjectId, crate::object::MessageDelta)]) -> Result<Vec<ObjectId>> {
+    let mut list: Vec<ObjectId> = Vec::new();
+    for (sid, d) in chain.iter().rev() {
+        if d.base > list.len() as u64 {
+            return Err(Error::corrupt(
+                *sid,
+                format!(
+                    "keeps {} messages of its parent, which has only {}",
+                    d.base,
+                    list.len()
+                ),
+            ));
+        }
+        list.truncate(d.base as usize);
+        list.extend_from_slice(&d.added);
+    }
+    Ok(list)
 }
 
 /// The JSON value of a message read as `kind` and `payload` (verified

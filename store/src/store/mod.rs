@@ -410,6 +410,52 @@ impl Store {
         Ok(applied)
     }
 
+    // ---- histories ----
+
+    /// The ids of a session's full message history: [`Odb::history`],
+    /// with the first-parent chain taken from the lineage index when it
+    /// holds the session, so that the chain's sessions are read in
+    /// batches (each still verified; the sessions, not the index, decide).
+    pub fn history(&self, id: &ObjectId) -> Result<Vec<ObjectId>> {
+        let chain = self.first_parent_chain(id);
+        self.odb.history_along(id, &chain)
+    }
+
+    /// The messages of a session's full history, in order, as JSON values
+    /// ([`Odb::load_messages`], its chain read as [`Store::history`] reads it).
+    pub fn load_messages(&self, id: &ObjectId) -> Result<Vec<serde_json::Value>> {
+        self.odb.blobs(&self.history(id)?)
+    }
+
+    /// The messages of a session's full history as their canonical bytes,
+    /// each verified ([`Odb::load_message_bytes`], its chain read as
+    /// [`Store::history`] reads it).
+    pub fn load_message_bytes(&self, id: &ObjectId) -> Result<crate::odb::MessageBytes> {
+        self.odb.blob_bytes(&self.history(id)?)
+    }
+
+    /// What the lineage index says the first-parent chain from `id` is
+    /// (`id` first); empty when it does not hold `id`. Derived data: a
+    /// damaged record ends the chain early, which costs only speed.
+    fn first_parent_chain(&self, id: &ObjectId) -> Vec<ObjectId> {
+        let Some(ix) = self.lineage_index() else {
+            return Vec::new();
+        };
+        let Ok(Some(mut pos)) = ix.lookup(id) else {
+            return Vec::new();
+        };
+        let mut chain = Vec::new();
+        while chain.len() < ix.len() {
+            let Some(at) = ix.id(pos) else { break };
+            chain.push(at);
+            match ix.first_parent(pos) {
+                Ok(Some(p)) => pos = p,
+                _ => break,
+            }
+        }
+        chain
+    }
+
     // ---- the lineage index ----
 
     /// The lineage index, loaded on first use; `None` for a store in memory,
