@@ -3,5 +3,7 @@
 # package's (python/test.sh sets up its own virtualenv from PyPI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The remote-store tests' servers (PostgreSQL, moto), installed if missing.
+source tests/remote-servers.sh
 cargo test --workspace --locked
 bash python/test.sh

@@ -6,7 +6,7 @@
 //! Where the binaries are: `SESSCTL_PG_BIN` (a directory holding `initdb`,
 //! `pg_ctl`, `psql`), else the newest `/usr/lib/postgresql/*/bin` (Debian),
 //! else `PATH`; `SESSCTL_MOTO_SERVER` (the `moto_server` program, as
-//! `.ci/run` installs it into a venv), else `PATH`. A test that finds
+//! `tests/remote-servers.sh` installs it into a venv), else `PATH`. A test that finds
 //! neither FAILS with one line saying what is missing: CI never skips these
 //! tests silently. A developer opts out explicitly with
 //! `SESSCTL_REMOTE_TESTS=skip`.
