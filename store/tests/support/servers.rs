@@ -137,7 +137,7 @@ impl Remote {
 
 fn missing(what: &str) -> ! {
     panic!(
-        "remote-store tests need {what}; install it (.ci/run does), or set {OPT_OUT}=skip to skip them"
+        "remote-store tests need {what}; install it (tests/run.sh does), or set {OPT_OUT}=skip to skip them"
     )
 }
 
