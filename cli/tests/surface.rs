@@ -612,7 +612,7 @@ fn help_sets_global_options_apart_and_describes_every_argument() {
         let own = help.find("\nOptions:\n").unwrap();
         assert!(own < global, "{cmd:?}: {help}");
         for flag in [
-            "--store <DIR>",
+            "--store <DIR|URL>",
             "--wait <SECONDS>",
             "--no-pager",
             "--color <WHEN>",
