@@ -536,63 +536,21 @@ impl LineageIndex {
         self.find(id).map(|(_, pos)| pos)
     }
 
-    /// The id's place in id order and its position.
-    ///
-    /// Ids are blake3 hashes, uniform over their fan-out range, so the
-    /// search interpolates on the 8 bytes after the first (as the pack
-    /// index does): a few probes instead of a binary search's ten or more,
-    /// each of which reads the id-order list and then an id, two places of
-    /// the file. Each probe keeps the bounds of a binary search, which ends
-    /// it after a few rounds or once the range is small: ids that are not
-    /// uniform (a damaged file) cost a few probes more, never a wrong
-    /// bound.
+    /// The id's place in id order and its position: an interpolation
+    /// search ([`crate::hash::interpolated_lower_bound`]), each probe of
+    /// which reads the id-order list and then an id, two places of the
+    /// file.
     fn find(&self, id: &ObjectId) -> Option<(usize, u32)> {
         let want = id.as_bytes();
-        let (mut lo, mut hi) = self.fanout_range(want[0]);
-        let value = |b: &[u8]| -> u64 {
-            b.get(1..9)
-                .and_then(|b| b.try_into().ok())
-                .map_or(0, u64::from_be_bytes)
-        };
-        let target = value(&want[..]);
-        // The ids in `lo..hi` have values within `vlo..=vhi`.
-        let (mut vlo, mut vhi) = (0u64, u64::MAX);
-        for _ in 0..4 {
-            let len = hi - lo;
-            if len <= 16 {
-                break;
-            }
-            let t = target.clamp(vlo, vhi);
-            let span = u128::from(vhi - vlo) + 1;
-            let guess = lo + ((u128::from(t - vlo) * len as u128) / span) as usize;
-            let k = guess.min(hi - 1);
-            let pos = self.sorted(k)?;
-            let here = self.id_bytes(pos)?;
-            match here.cmp(&want[..]) {
-                std::cmp::Ordering::Less => {
-                    lo = k + 1;
-                    // Clamped: in a damaged file an id in this fan-out
-                    // range may start with another byte, and its value
-                    // says nothing (the bounds must stay ordered).
-                    vlo = value(here).clamp(vlo, vhi);
-                }
-                std::cmp::Ordering::Greater => {
-                    hi = k;
-                    vhi = value(here).min(vhi).max(vlo);
-                }
-                std::cmp::Ordering::Equal => return Some((k, pos)),
-            }
+        let (lo, hi) = self.fanout_range(want[0]);
+        let k = crate::hash::interpolated_lower_bound(lo, hi, want, |k| {
+            self.sorted(k).and_then(|pos| self.id_bytes(pos))
+        });
+        if k >= hi {
+            return None;
         }
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            let pos = self.sorted(mid)?;
-            match self.id_bytes(pos)?.cmp(&want[..]) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Some((mid, pos)),
-            }
-        }
-        None
+        let pos = self.sorted(k)?;
+        (self.id_bytes(pos)? == &want[..]).then_some((k, pos))
     }
 
     /// As [`LineageIndex::position`], for walks: the id found must sort

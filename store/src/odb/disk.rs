@@ -371,10 +371,10 @@ impl DiskBackend {
     /// a doomed object is inflated and its survivors written again. The
     /// caller holds the pack lock.
     /// With `every_pack` (a full repack), every pack is merged, not only
-    /// those the geometric merge takes along, and when `opts` are not the
-    /// hot ones packs are written with every block is written again with
-    /// them (a cold repack: larger blocks, a higher level), one block at a
-    /// time: memory for the segments' objects only, never for every object.
+    /// those the geometric merge takes along; and when `opts` are not the
+    /// hot ones (a cold repack: larger blocks, a higher level), every block
+    /// is written again with them, one block at a time: memory for the
+    /// segments' objects only, never for every object.
     fn sweep_these(
         &self,
         opts: &RepackOptions,

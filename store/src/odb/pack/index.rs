@@ -367,64 +367,12 @@ impl<'a> IndexView<'a> {
     }
 
     /// Position of the first id >= `key` within its fan-out range, and the
-    /// range's end.
-    ///
-    /// Ids are blake3 hashes, uniform over their range, so the search
-    /// interpolates on the 8 bytes after the first: each probe narrows the
-    /// range to about the square root of what it was, and a lookup in a
-    /// pack of millions touches a few ids (and pages of a freshly mapped
-    /// index) instead of the twenty-odd of a binary search. Each probe
-    /// keeps the bounds of a binary search (the answer stays in `lo..=hi`),
-    /// and after a few rounds, or once the range is small, a binary search
-    /// ends it: ids that are not uniform (a damaged index) cost at most a
-    /// few probes more, never a wrong bound.
+    /// range's end (an interpolation search: see
+    /// [`crate::hash::interpolated_lower_bound`]).
     fn lower_bound(&self, key: &[u8; ID_LEN]) -> (usize, usize) {
-        let (mut lo, hi_end) = self.fanout_range(key[0]);
-        let mut hi = hi_end;
-        let value = |id: &[u8]| -> u64 {
-            id.get(1..9)
-                .and_then(|b| b.try_into().ok())
-                .map_or(0, u64::from_be_bytes)
-        };
-        let target = value(&key[..]);
-        // Every id below `lo` is < key and every id from `hi` on is >= key;
-        // `vlo` and `vhi` bound the values of the ids in between.
-        let (mut vlo, mut vhi) = (0u64, u64::MAX);
-        for _ in 0..4 {
-            let len = hi - lo;
-            if len <= 16 {
-                break;
-            }
-            let t = target.clamp(vlo, vhi);
-            let span = u128::from(vhi - vlo) + 1;
-            let guess = lo + ((u128::from(t - vlo) * len as u128) / span) as usize;
-            let g = guess.min(hi - 1);
-            match self.id_bytes(g) {
-                Some(id) if id < &key[..] => {
-                    lo = g + 1;
-                    // Clamped: in a damaged index an id in this fan-out
-                    // range may start with another byte, and its value
-                    // says nothing (the bounds must stay ordered).
-                    vlo = value(id).clamp(vlo, vhi);
-                }
-                Some(id) => {
-                    hi = g;
-                    vhi = value(id).min(vhi).max(vlo);
-                }
-                None => break,
-            }
-        }
-        let mut len = hi - lo;
-        while len > 0 {
-            let half = len / 2;
-            if self.id_bytes(lo + half).is_some_and(|id| id < &key[..]) {
-                lo += half + 1;
-                len -= half + 1;
-            } else {
-                len = half;
-            }
-        }
-        (lo, hi_end)
+        let (lo, hi) = self.fanout_range(key[0]);
+        let at = crate::hash::interpolated_lower_bound(lo, hi, key, |i| self.id_bytes(i));
+        (at, hi)
     }
 }
 
