@@ -58,6 +58,9 @@ pub(crate) fn interpolated_lower_bound<'a>(
                 // (the bounds must stay ordered).
                 vlo = value(id).clamp(vlo, vhi);
             }
+            // Found: with ids each held once (what every caller's file
+            // promises and checks), this is the lower bound.
+            Some(id) if id == &key[..] => return g,
             Some(id) => {
                 hi = g;
                 vhi = value(id).min(vhi).max(vlo);
