@@ -784,3 +784,97 @@ fn fsck_full_checks_the_postgres_records_against_the_operations() {
         "{found:#?}"
     );
 }
+
+const CLAIMER_URL: &str = "SESSCTL_REMOTE_TEST_CLAIMER_URL";
+
+/// The child side of the claim test: claims conversation c, says so, and
+/// waits to be killed. In a normal run it returns at once.
+#[test]
+fn remote_claimer_child() {
+    let Ok(url) = std::env::var(CLAIMER_URL) else {
+        return;
+    };
+    let store =
+        Store::open_remote_with(&url, &OpenOptions::default(), &S3Settings::from_env()).unwrap();
+    let run = store.begin_run("c").unwrap();
+    println!("claimed {}", run.id);
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+    }
+}
+
+/// A run claimed on a remote store lives exactly as long as the handle
+/// that claimed it, wherever it runs: busy for every other handle while it
+/// lives; once it is dropped, or its process killed, the claim is stale,
+/// the next claim fails it in the same operation, and a writable open
+/// fails the rest.
+#[test]
+fn a_remote_run_claim_lives_as_long_as_its_holder() {
+    let Some((r, a)) = remote_store() else { return };
+    a.create(Some("c"), turn(&["hi"]), Durability::Sync)
+        .unwrap();
+    a.create(Some("d"), turn(&["hi"]), Durability::Sync)
+        .unwrap();
+    let run = a.begin_run("d").unwrap();
+    let b = open(&r);
+    assert!(matches!(b.begin_run("d"), Err(Error::Busy { .. })));
+    assert_eq!(b.running("d").unwrap().map(|c| c.run), Some(run.id));
+    drop(a);
+    // Its handle is gone, and its connection with it: nothing holds the
+    // claim's advisory lock.
+    assert_eq!(b.running("d").unwrap(), None);
+    let next = b.begin_run("d").unwrap();
+    assert_ne!(next.id, run.id);
+    b.commit_run(&next, turn(&["done"]), false, Durability::Sync)
+        .unwrap();
+    assert_eq!(b.running("d").unwrap(), None);
+
+    // A process that claims c and is killed with SIGKILL.
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "remote_claimer_child",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env(CLAIMER_URL, &r.url)
+        .envs(r.env.iter().map(|(k, v)| (k, v)))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The test harness speaks first; the claim's line follows.
+    let mut out = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let claimed: u64 = out
+        .by_ref()
+        .map(Result::unwrap)
+        .find_map(|l| l.trim().strip_prefix("claimed ").map(str::to_owned))
+        .expect("the child claims c")
+        .parse()
+        .unwrap();
+    assert!(matches!(b.begin_run("c"), Err(Error::Busy { .. })));
+    assert_eq!(b.running("c").unwrap().map(|c| c.run), Some(claimed));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    drop(out);
+    // The server notices the dead connection; the claim goes stale then.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while b.running("c").unwrap().is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed claimer's claim never went stale"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // A writable open fails it, with a note, and the next claim is free.
+    let c = open(&r);
+    let notes = c.take_recovery_notes();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains(&format!("run {claimed} on c"))),
+        "{notes:?}"
+    );
+    let again = c.begin_run("c").unwrap();
+    c.fail_run(&again, "test over").unwrap();
+}

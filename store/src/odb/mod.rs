@@ -145,6 +145,21 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
     fn stage(&self, _objects: &[EncodedObject]) -> Result<()> {
         Ok(())
     }
+    /// Ties run `run`'s claim to this handle, where the backend tells
+    /// liveness itself: the remote backend takes a PostgreSQL advisory lock
+    /// that the server lets go when the handle's connection ends. Called
+    /// under the write lock, before the operation that begins the run is
+    /// appended. The other backends leave it to the store's lock files.
+    fn hold_claim(&self, _run: u64) -> Result<()> {
+        Ok(())
+    }
+    /// Lets go of what [`ObjectBackend::hold_claim`] took, if anything.
+    fn release_claim(&self, _run: u64) {}
+    /// Whether a live handle, on any machine, holds run `run`'s claim;
+    /// `None` where the store's lock files tell instead.
+    fn claim_held(&self, _run: u64) -> Result<Option<bool>> {
+        Ok(None)
+    }
     /// [`ObjectBackend::append_locked`] under a lock of its own.
     fn append(&self, objects: &[EncodedObject], ops: &[RawOp]) -> Result<(usize, SyncTicket)> {
         let lock = self.write_lock()?;

@@ -89,8 +89,9 @@ pub struct Store {
     /// Whether this handle may write.
     writable: bool,
     /// Run claims this handle holds: the lock file of each, kept locked
-    /// while the run is open (see `run.rs`).
-    runs: Mutex<std::collections::HashMap<u64, std::fs::File>>,
+    /// while the run is open (see `run.rs`); none on a store in memory, or
+    /// on a remote one, whose backend holds the claim.
+    runs: Mutex<std::collections::HashMap<u64, Option<std::fs::File>>>,
     /// Upkeep on a thread of its own (see [`Store::set_background_upkeep`]).
     upkeeper: Upkeeper,
 }
@@ -163,12 +164,16 @@ impl Store {
         s3: &crate::odb::S3Settings,
     ) -> Result<Store> {
         let backend = crate::odb::RemoteBackend::open_with(url, opts, s3)?;
-        Store::assemble(
+        let store = Store::assemble(
             Odb::with_backend(Arc::new(backend)),
             Index::temporary()?,
             !opts.read_only,
             None,
-        )
+        )?;
+        if store.writable {
+            store.recover_runs()?;
+        }
+        Ok(store)
     }
 
     /// A store in memory only.

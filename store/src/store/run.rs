@@ -70,9 +70,10 @@ impl Store {
         );
         match committed {
             Ok(c) => {
-                if let Some((_, file)) = claim {
-                    self.runs.lock().expect("runs lock").insert(c.op, file);
-                }
+                self.runs
+                    .lock()
+                    .expect("runs lock")
+                    .insert(c.op, claim.map(|(_, file)| file));
                 Ok(Run {
                     conversation: name.to_owned(),
                     id: c.op,
@@ -125,9 +126,6 @@ impl Store {
     /// is locked (the kernel unlocks it when the process dies). Claims of a
     /// store in memory always are.
     pub(crate) fn claim_alive(&self, claim: &RunClaim) -> Result<bool> {
-        if self.root.is_none() {
-            return Ok(true);
-        }
         if self
             .runs
             .lock()
@@ -136,13 +134,25 @@ impl Store {
         {
             return Ok(true);
         }
+        // A remote store: the claiming handle's advisory lock, on any
+        // machine.
+        if let Some(held) = self.odb.backend().claim_held(claim.run)? {
+            return Ok(held);
+        }
+        if self.root.is_none() {
+            return Ok(true);
+        }
         crate::odb::lock::is_held(&self.runs_dir().join(format!("{}.lock", claim.run)))
     }
 
-    /// Lets go of a run's lock file once its claim is released.
+    /// Lets go of a run's lock file (or the backend's hold) once its claim
+    /// is released.
     fn release_claim(&self, run: u64) {
-        if self.runs.lock().expect("runs lock").remove(&run).is_some() {
-            let _ = std::fs::remove_file(self.runs_dir().join(format!("{run}.lock")));
+        if let Some(file) = self.runs.lock().expect("runs lock").remove(&run) {
+            if file.is_some() {
+                let _ = std::fs::remove_file(self.runs_dir().join(format!("{run}.lock")));
+            }
+            self.odb.backend().release_claim(run);
         }
     }
 
@@ -244,8 +254,10 @@ impl Store {
             Ok(_) | Err(Error::RunNotOpen { .. }) => {}
             Err(e) => return Err(e),
         }
-        for (_, c) in &claims {
-            let _ = std::fs::remove_file(self.runs_dir().join(format!("{}.lock", c.run)));
+        if self.root.is_some() {
+            for (_, c) in &claims {
+                let _ = std::fs::remove_file(self.runs_dir().join(format!("{}.lock", c.run)));
+            }
         }
         Ok(())
     }

@@ -298,10 +298,28 @@ impl Store {
             }
         }
         let bytes = op.encode();
-        let (_, ticket) =
-            self.odb
-                .backend()
-                .append_locked(&lock, &tx.objects, &[(op.seq, bytes)])?;
+        // A claim this operation makes is held before anyone can see it
+        // (where the backend holds claims: a remote store's advisory lock).
+        let claims = op
+            .runs
+            .iter()
+            .any(|r| r.run == op.seq && matches!(r.kind, crate::refs::RunEventKind::Begin { .. }));
+        if claims {
+            self.odb.backend().hold_claim(op.seq)?;
+        }
+        let appended = self
+            .odb
+            .backend()
+            .append_locked(&lock, &tx.objects, &[(op.seq, bytes)]);
+        let (_, ticket) = match appended {
+            Ok(a) => a,
+            Err(e) => {
+                if claims {
+                    self.odb.backend().release_claim(op.seq);
+                }
+                return Err(e);
+            }
+        };
         if let Some(hook) = under_lock.as_ref() {
             // Still under the lock: no other process can see the operation
             // without what the hook does (a run's lock file in place).

@@ -22,6 +22,7 @@
 //! nothing in PostgreSQL. Reads take no lock: a pack fetched once is kept
 //! (immutable, so never stale), and every object read re-hashes to its id.
 
+mod claims;
 mod pack;
 
 use std::cell::{Cell, RefCell};
@@ -293,6 +294,9 @@ pub struct RemoteBackend {
     /// Fetched packs as fetched, by name (see [`S3Settings::cache_dir`]).
     cache_dir: Option<std::path::PathBuf>,
     staged: Mutex<Option<Staged>>,
+    /// The runs this handle has claimed, held as advisory locks (see
+    /// `claims.rs`).
+    claims: Mutex<claims::Claims>,
 }
 
 impl std::fmt::Debug for RemoteBackend {
@@ -479,6 +483,7 @@ impl RemoteBackend {
             bodies: Mutex::new(HashMap::new()),
             cache_dir: s3_settings_cache,
             staged: Mutex::new(None),
+            claims: Mutex::new(claims::Claims::default()),
         };
         // Connect now: an unreachable server is one clear error at open.
         backend.with_reader(|_| Ok(()))?;
@@ -1148,6 +1153,18 @@ impl ObjectBackend for RemoteBackend {
     /// PostgreSQL's commit is the write's durability.
     fn sync(&self, _ticket: SyncTicket) -> Result<()> {
         Ok(())
+    }
+
+    fn hold_claim(&self, run: u64) -> Result<()> {
+        self.hold_claim_lock(run)
+    }
+
+    fn release_claim(&self, run: u64) {
+        self.release_claim_lock(run)
+    }
+
+    fn claim_held(&self, run: u64) -> Result<Option<bool>> {
+        self.claim_lock_held(run).map(Some)
     }
 
     fn ops_after(&self, after: u64) -> Result<Vec<RawOp>> {
