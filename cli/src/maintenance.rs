@@ -16,7 +16,9 @@ pub struct GcArgs {
     dry_run: bool,
     /// Drop unreachable objects older than this: now, a date (2025-11-01),
     /// an RFC 3339 time, or N.days.ago (minutes, hours, weeks). Default:
-    /// 2.weeks.ago.
+    /// 2.weeks.ago. On a remote store, the bucket's packs that nothing
+    /// names any more (retired by gc, or left by a killed writer) go too
+    /// once older than this.
     #[arg(long, value_name = "WHEN")]
     prune: Option<String>,
     /// First expire every ref's log entries older than WHEN (as reflog

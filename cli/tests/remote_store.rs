@@ -193,26 +193,41 @@ fn every_verb_of_a_session_works_on_a_remote_store() {
     assert_eq!(again["sessions_written"], 0, "{again}");
     assert_eq!(again["refs_moved"], 0, "{again}");
 
-    // gc marks as locally; with nothing to drop it succeeds; dropping
-    // objects from the bucket is not built yet: refused in one line, and
-    // the object stays readable.
+    // gc marks as locally and sweeps the bucket: an object nothing
+    // reaches is kept within the grace period, dropped by --prune=now, and
+    // the pack that held it leaves the bucket.
     let gc = ok(&r, &["gc", "--prune", "now"], None);
     assert!(gc.starts_with("pruned 0 of "), "{gc}");
+    let before = r.servers.list_keys(&r.name, "store/packs/");
     let loose = id_of(&ok(
         &r,
         &["hash-object", "-w", "--stdin"],
         Some(r#"{"loose":true}"#),
     ));
-    let gc = sessctl_at(&r, &r.url, &["gc", "--prune", "now"], None);
-    assert_eq!(gc.code, 1, "{}", gc.stderr);
+    let loose_pack: Vec<String> = r
+        .servers
+        .list_keys(&r.name, "store/packs/")
+        .into_iter()
+        .filter(|k| !before.contains(k))
+        .collect();
+    assert_eq!(loose_pack.len(), 1, "{loose_pack:?}");
+    let gc = ok(&r, &["gc"], None);
+    assert!(gc.starts_with("pruned 0 of "), "{gc}");
     assert!(
-        gc.stderr
-            .ends_with("dropping objects from a remote store (gc's sweep) is not supported yet\n"),
-        "{}",
-        gc.stderr
+        gc.contains(" reachable, 1 unreachable kept within the grace period;"),
+        "{gc}"
     );
     let kept: Value = serde_json::from_str(&ok(&r, &["cat-object", "-p", &loose], None)).unwrap();
     assert_eq!(kept, json!({"loose": true}));
+    let gc = ok(&r, &["gc", "--prune", "now"], None);
+    assert!(gc.starts_with("pruned 1 of "), "{gc}");
+    let gone = sessctl_at(&r, &r.url, &["cat-object", "-p", &loose], None);
+    assert_ne!(gone.code, 0, "{}", gone.stdout);
+    let after = r.servers.list_keys(&r.name, "store/packs/");
+    assert!(!after.contains(&loose_pack[0]), "{after:?}");
+    let fsck = ok(&r, &["fsck", "--full"], None);
+    assert!(!fsck.contains("problem"), "{fsck}");
+    assert_eq!(log_ids(&r, &r.url), [id3.clone(), id2.clone(), id1.clone()]);
 
     // SESSCTL_STORE names it as well as --store does.
     let out = Command::new(env!("CARGO_BIN_EXE_sessctl"))

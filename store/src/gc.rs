@@ -472,6 +472,14 @@ impl Store {
             },
         )?;
         progress.advance((all - doomed.len()) as u64);
+        // After the sweep committed: what no longer names a remote pack,
+        // and the orphans writers left, go once past the grace period.
+        let cutoff = match opts.prune {
+            Prune::Now => i64::MAX,
+            Prune::Before(t) => t,
+            Prune::OlderThan(g) => now.saturating_sub(g),
+        };
+        odb.backend().prune_storage(cutoff)?;
         if let Some(r) = &root_dir {
             write_ledger(&ledger_path(r), &next_ledger)?;
         }

@@ -563,6 +563,31 @@ fn a_writer_killed_before_the_database_commit_leaves_only_an_orphan_pack() {
         )
         .unwrap();
     assert_eq!(contents(&open(&r), &next), ["start", "after the crash"]);
+
+    // gc within the grace period keeps the orphan (a writer uploads before
+    // it takes the lock: a young orphan may be one about to commit) ...
+    let orphan: Vec<String> = keys
+        .iter()
+        .filter(|k| {
+            let name = k.rsplit('/').next().unwrap().trim_end_matches(".srpk");
+            r.servers
+                .psql(
+                    &r.name,
+                    &format!("SELECT count(*) FROM sessctl.packs WHERE key = '{name}'"),
+                )
+                .trim()
+                == "0"
+        })
+        .cloned()
+        .collect();
+    assert_eq!(orphan.len(), 1, "{orphan:?}");
+    fresh.gc(&sessctl_store::gc::GcOptions::default()).unwrap();
+    assert!(packs_in_bucket(&r).contains(&orphan[0]));
+    // ... and --prune=now deletes it.
+    fresh.gc(&prune_now()).unwrap();
+    assert!(!packs_in_bucket(&r).contains(&orphan[0]));
+    assert_eq!(contents(&open(&r), &next), ["start", "after the crash"]);
+    all_reads_and_verifies(&r);
 }
 
 /// The compare-and-swap is PostgreSQL's own, not only the store's: an
@@ -877,4 +902,373 @@ fn a_remote_run_claim_lives_as_long_as_its_holder() {
     );
     let again = c.begin_run("c").unwrap();
     c.fail_run(&again, "test over").unwrap();
+}
+
+// ---- gc on a remote store (objects-format.md, "Remote gc") ----
+
+fn prune_now() -> sessctl_store::gc::GcOptions {
+    sessctl_store::gc::GcOptions {
+        prune: sessctl_store::gc::Prune::Now,
+        ..sessctl_store::gc::GcOptions::default()
+    }
+}
+
+fn packs_in_bucket(r: &servers::Remote) -> std::collections::BTreeSet<String> {
+    r.servers
+        .list_keys(&r.name, "store/packs/")
+        .into_iter()
+        .collect()
+}
+
+/// A handle that keeps no pack cache on disk: it reads the bucket.
+fn open_uncached(r: &servers::Remote) -> Store {
+    let uncached = S3Settings {
+        cache_dir: None,
+        ..settings(r)
+    };
+    Store::open_remote_with(&r.url, &OpenOptions::default(), &uncached).unwrap()
+}
+
+/// Deletes an object from the bucket behind the store's back (moto checks
+/// no signature).
+fn delete_key(r: &servers::Remote, key: &str) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", r.servers.moto_port)).unwrap();
+    write!(
+        s,
+        "DELETE /{}/{key} HTTP/1.1\r\nHost: 127.0.0.1\r\n{}Connection: close\r\n\r\n",
+        r.name,
+        servers::MOTO_AUTH,
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 204"), "{answer}");
+}
+
+/// Every object the store lists reads back and re-hashes to its id, every
+/// ref's messages load, and fsck --full is clean, on a handle without a
+/// cache.
+fn all_reads_and_verifies(r: &servers::Remote) {
+    let fresh = open_uncached(r);
+    for id in fresh.odb().backend().ids().unwrap() {
+        fresh
+            .odb()
+            .read(&id)
+            .unwrap_or_else(|e| panic!("object {id}: {e}"));
+    }
+    for (name, target) in fresh.refs().unwrap() {
+        if let RefTarget::Session(id) = target {
+            fresh
+                .odb()
+                .load_messages(&id)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+    let report = fresh
+        .fsck(&FsckOptions { full: true }, &mut |_, _| {})
+        .unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+/// A conversation deleted and its ref log expired: a gc within the grace
+/// period keeps all of it; `--prune=now` drops its rows in PostgreSQL and
+/// deletes its pack from the bucket, and the other conversation reads on.
+#[test]
+fn gc_drops_an_abandoned_conversation_and_its_pack_leaves_the_bucket() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    // Created first: HEAD moves on to the other one.
+    let (_, gone) = store
+        .create(Some("gone"), turn(&["abandoned text"]), Durability::Sync)
+        .unwrap();
+    let gone_packs: Vec<String> = packs_in_bucket(&r).into_iter().collect();
+    assert_eq!(gone_packs.len(), 1, "{gone_packs:?}");
+    let (_, keep) = store
+        .create(Some("keep"), turn(&["kept text"]), Durability::Sync)
+        .unwrap();
+    let mut before = packs_in_bucket(&r);
+    before.remove(&gone_packs[0]);
+    store.delete("gone", Durability::Sync).unwrap();
+    store
+        .expire_reflog(None, i64::MAX, false, Durability::Sync)
+        .unwrap();
+
+    let within = store.gc(&sessctl_store::gc::GcOptions::default()).unwrap();
+    assert_eq!(within.pruned, 0);
+    assert!(within.kept_young >= 2, "{within:?}");
+    assert!(packs_in_bucket(&r).contains(&gone_packs[0]));
+
+    let report = store.gc(&prune_now()).unwrap();
+    assert!(report.pruned >= 2, "{report:?}");
+    let after = packs_in_bucket(&r);
+    assert!(!after.contains(&gone_packs[0]), "{after:?}");
+    assert_eq!(after, before);
+    let rows = r.servers.psql(
+        &r.name,
+        &format!(
+            "SELECT count(*) FROM sessctl.objects WHERE id = decode('{}', 'hex')",
+            gone.to_hex()
+        ),
+    );
+    assert_eq!(rows.trim(), "0");
+    let fresh = open_uncached(&r);
+    assert_eq!(contents(&fresh, &keep), ["kept text"]);
+    assert!(matches!(
+        fresh.odb().read(&gone),
+        Err(Error::NotFound { .. })
+    ));
+    all_reads_and_verifies(&r);
+}
+
+/// Many small packs (one per write) are merged into one by gc: a handle
+/// that found the objects' old places before still reads them while the
+/// old packs are within the grace period; `--prune=now` deletes them, and
+/// a handle still holding the old places finds the objects' new ones.
+#[test]
+fn gc_merges_small_packs_and_old_places_read_until_the_grace_period_ends() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    let mut heads = Vec::new();
+    for i in 0..6 {
+        let text = format!("conversation {i}");
+        let (_, h) = store
+            .create(Some(&format!("c{i}")), turn(&[&text]), Durability::Sync)
+            .unwrap();
+        heads.push((h, text));
+    }
+    let before = packs_in_bucket(&r);
+    assert_eq!(before.len(), 6, "{before:?}");
+    // Two handles that know where every object was, neither has fetched a
+    // pack yet.
+    let within = open_uncached(&r);
+    let stale = open_uncached(&r);
+
+    let report = store.gc(&sessctl_store::gc::GcOptions::default()).unwrap();
+    assert_eq!(report.pruned, 0);
+    let rows = r
+        .servers
+        .psql(&r.name, "SELECT count(*) FROM sessctl.packs");
+    assert_eq!(rows.trim(), "1");
+    let merged: Vec<String> = packs_in_bucket(&r).difference(&before).cloned().collect();
+    assert_eq!(merged.len(), 1, "{merged:?}");
+    assert!(packs_in_bucket(&r).is_superset(&before));
+    for (h, text) in &heads {
+        assert_eq!(contents(&within, h), [text.as_str()]);
+    }
+    all_reads_and_verifies(&r);
+
+    store.gc(&prune_now()).unwrap();
+    assert_eq!(packs_in_bucket(&r).into_iter().collect::<Vec<_>>(), merged);
+    for (h, text) in &heads {
+        // The object read first, before anything makes the handle catch up.
+        stale
+            .odb()
+            .read(h)
+            .unwrap_or_else(|e| panic!("object {h}: {e}"));
+        assert_eq!(contents(&stale, h), [text.as_str()]);
+    }
+    all_reads_and_verifies(&r);
+}
+
+/// A writer that staged its pack and then waited on the write lock while
+/// the pack was deleted from the bucket (as a gc deletes an orphan older
+/// than the grace period) uploads it again under the lock: it never
+/// commits rows naming a pack that is gone.
+#[test]
+fn a_writer_whose_staged_pack_was_swept_while_it_waited_uploads_it_again() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    let (_, root) = store
+        .create(Some("a"), turn(&["start"]), Durability::Sync)
+        .unwrap();
+    let before = packs_in_bucket(&r);
+    // Another session holds the write lock.
+    let mut holder = r.servers.psql_background(
+        &r.name,
+        "BEGIN; SELECT seq FROM sessctl.chain_head FOR UPDATE; SELECT pg_sleep(600)",
+    );
+    let holding = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(600)%' \
+                   AND state = 'active' AND pid <> pg_backend_pid()";
+    while r.servers.psql(&r.name, holding).trim() != "1" {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let url = r.url.clone();
+    let s3 = settings(&r);
+    let writer = std::thread::spawn(move || {
+        let opts = OpenOptions {
+            wait: Some(std::time::Duration::from_secs(300)),
+            ..OpenOptions::default()
+        };
+        let w = Store::open_remote_with(&url, &opts, &s3).unwrap();
+        w.commit(
+            "a",
+            Some(root),
+            turn(&["staged long ago"]),
+            Durability::Sync,
+        )
+    });
+    // Its pack is staged (uploaded before the lock) ...
+    let staged = loop {
+        let now = packs_in_bucket(&r);
+        if let Some(k) = now.difference(&before).next() {
+            break k.clone();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    // ... and swept while it waits.
+    delete_key(&r, &staged);
+    r.servers.psql(
+        &r.name,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE query LIKE '%pg_sleep(600)%' AND pid <> pg_backend_pid()",
+    );
+    let _ = holder.wait();
+    let id = writer.join().unwrap().unwrap();
+    assert!(packs_in_bucket(&r).contains(&staged));
+    assert_eq!(
+        contents(&open_uncached(&r), &id),
+        ["start", "staged long ago"]
+    );
+    all_reads_and_verifies(&r);
+}
+
+/// A writer that found an object already stored (so left it out of its
+/// pack) after a gc dropped it: the existence check under the lock asks
+/// PostgreSQL, not the handle's memory, and the write stores it again.
+#[test]
+fn a_writer_deduplicating_against_an_object_gc_dropped_stores_it_again() {
+    let Some((r, _store)) = remote_store() else {
+        return;
+    };
+    let writer = open(&r);
+    let (_, first) = writer
+        .create(Some("old"), turn(&["the same words"]), Durability::Sync)
+        .unwrap();
+    // HEAD moves on to another conversation.
+    writer
+        .create(Some("other"), turn(&["other words"]), Durability::Sync)
+        .unwrap();
+    let blobs: Vec<ObjectId> = writer.odb().session(&first).unwrap().blobs().collect();
+    assert!(!blobs.is_empty());
+    writer.delete("old", Durability::Sync).unwrap();
+    writer
+        .expire_reflog(None, i64::MAX, false, Durability::Sync)
+        .unwrap();
+    // Another process collects: the message's blob goes.
+    let report = open(&r).gc(&prune_now()).unwrap();
+    assert!(report.pruned >= 2, "{report:?}");
+    // The writer, which remembers the blob as stored, writes it again.
+    let (_, again) = writer
+        .create(Some("new"), turn(&["the same words"]), Durability::Sync)
+        .unwrap();
+    let named: Vec<ObjectId> = writer.odb().session(&again).unwrap().blobs().collect();
+    assert!(named.iter().any(|b| blobs.contains(b)), "no shared blob");
+    assert_eq!(contents(&open_uncached(&r), &again), ["the same words"]);
+    all_reads_and_verifies(&r);
+}
+
+/// A process commits in a loop while gc (`--prune=now`, the shortest grace)
+/// runs again and again, with abandoned conversations to drop and small
+/// packs to merge: every acknowledged commit stays readable.
+#[test]
+fn gc_while_another_process_commits_keeps_every_acknowledged_commit() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    store
+        .create(Some("a"), turn(&["start a"]), Durability::Sync)
+        .unwrap();
+    store
+        .create(Some("b"), turn(&["start b"]), Durability::Sync)
+        .unwrap();
+    let mut child = spawn_writer(&r, 0, 40, &[]);
+    let mut runs = 0;
+    let mut pruned = 0;
+    while child.try_wait().unwrap().is_none() {
+        let name = format!("junk{runs}");
+        store
+            .create(Some(&name), turn(&[&name]), Durability::Sync)
+            .unwrap();
+        store.delete(&name, Durability::Sync).unwrap();
+        store
+            .expire_reflog(None, i64::MAX, false, Durability::Sync)
+            .unwrap();
+        pruned += store.gc(&prune_now()).unwrap().pruned;
+        runs += 1;
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{runs} gc runs during the writer's 40 commits, {pruned} objects pruned");
+    assert!(runs >= 1 && pruned >= 1);
+    let fresh = open_uncached(&r);
+    let mut acked = 0;
+    for line in stdout.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        match f[..] {
+            ["ack", _, id] => {
+                let id = ObjectId::from_hex(id).unwrap();
+                fresh
+                    .odb()
+                    .load_messages(&id)
+                    .unwrap_or_else(|e| panic!("acknowledged {id}: {e}"));
+                acked += 1;
+            }
+            ["error", ..] => panic!("the writer failed: {line}"),
+            _ => {}
+        }
+    }
+    assert!(acked >= 1, "{stdout}");
+    all_reads_and_verifies(&r);
+}
+
+/// A store of schema version 1 (before `sessctl.retired_packs`) opens,
+/// reads and writes; a gc that would drop objects says `init` upgrades it
+/// and changes nothing; after `init`, it collects.
+#[test]
+fn a_version_1_store_opens_and_gc_asks_for_the_upgrade() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    store
+        .create(Some("gone"), turn(&["gone"]), Durability::Sync)
+        .unwrap();
+    let (_, keep) = store
+        .create(Some("keep"), turn(&["kept"]), Durability::Sync)
+        .unwrap();
+    store.delete("gone", Durability::Sync).unwrap();
+    store
+        .expire_reflog(None, i64::MAX, false, Durability::Sync)
+        .unwrap();
+    r.servers.psql(
+        &r.name,
+        "DROP TABLE sessctl.retired_packs; DELETE FROM sessctl.schema_version WHERE version = 3",
+    );
+    let old = open(&r);
+    assert_eq!(contents(&old, &keep), ["kept"]);
+    let next = old
+        .commit("keep", Some(keep), turn(&["more"]), Durability::Sync)
+        .unwrap();
+    let packs = packs_in_bucket(&r);
+    let err = old.gc(&prune_now()).unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "needs schema version 3 (this store has 1); `sessctl init --store URL` upgrades it"
+        ),
+        "{err}"
+    );
+    assert_eq!(packs_in_bucket(&r), packs);
+    assert!(!RemoteBackend::init(&r.url, &settings(&r)).unwrap());
+    let report = open(&r).gc(&prune_now()).unwrap();
+    assert!(report.pruned >= 2, "{report:?}");
+    assert_eq!(contents(&open_uncached(&r), &next), ["kept", "more"]);
+    all_reads_and_verifies(&r);
 }

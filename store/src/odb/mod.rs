@@ -268,6 +268,15 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
         let keep = |id: &ObjectId| !doomed.contains(id);
         self.repack_filtered(opts, Some(&keep), rescue)
     }
+    /// gc's last step, after [`ObjectBackend::sweep`]: deletes storage that
+    /// nothing names any more and that is older than `before_ms` (ms since
+    /// the epoch; `i64::MAX`: all of it). The remote backend's orphan and
+    /// retired packs in the bucket; nothing elsewhere (the disk backend's
+    /// sweep deletes what it replaces). Returns how many it deleted.
+    fn prune_storage(&self, before_ms: i64) -> Result<usize> {
+        let _ = before_ms;
+        Ok(0)
+    }
     /// Hands every stored object to `f`, a batch at a time, in storage
     /// order: its id and, read as [`ObjectBackend::read`] reads it, its
     /// kind and (for the kinds `wanted` accepts, verified) its payload, or

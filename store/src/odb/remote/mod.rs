@@ -24,6 +24,7 @@
 
 mod claims;
 mod pack;
+mod sweep;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -51,10 +52,21 @@ use crate::refs::{Operation, RefUpdate};
 
 /// The schema version this sessctl writes and reads (the highest
 /// migration); objects-format.md, "Remote store".
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 3;
+
+/// The oldest schema version this sessctl opens without `init` first.
+const OLDEST_OPENED: i32 = 1;
 
 /// The migrations, in order: version and SQL (`store/migrations/`).
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../../../migrations/0001_init.sql"))];
+/// Version 2 is missing on purpose (another change's, numbered at merge):
+/// only versions above the store's are applied, so a gap is harmless.
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("../../../migrations/0001_init.sql")),
+    (
+        3,
+        include_str!("../../../migrations/0003_retired_packs.sql"),
+    ),
+];
 
 /// Test-only: a write that finds this variable set stops after uploading
 /// its pack and running its statements, before PostgreSQL commits: it says
@@ -381,7 +393,9 @@ impl RemoteBackend {
                     supported: SCHEMA_VERSION as u32,
                 })
             }
-            Some(v) if v < SCHEMA_VERSION => {
+            // Version 1 opens as it is: what later versions add (the table
+            // of retired packs) only gc and repack need, and they say so.
+            Some(v) if v < OLDEST_OPENED => {
                 return Err(Error::Invalid(format!(
                     "{} has schema version {v}; initialising the store again upgrades it to {SCHEMA_VERSION}",
                     backend.url.shown
@@ -1051,7 +1065,8 @@ impl ObjectBackend for RemoteBackend {
         let pack = if new.is_empty() {
             None
         } else {
-            Some(self.pack_for(&new)?)
+            // Under the lock: a gc may have deleted the staged pack.
+            Some(self.staged_still_there(self.pack_for(&new)?, &new)?)
         };
         let mut conn = lock.conn.borrow_mut();
         let c = conn.as_mut().expect("a held lock has its connection");
@@ -1185,7 +1200,15 @@ impl ObjectBackend for RemoteBackend {
         let Some(loc) = self.lookup(id)? else {
             return Ok(None);
         };
-        let body = self.body(loc.pack)?;
+        let body = match self.body(loc.pack) {
+            Ok(b) => b,
+            Err(e) => match self.relocate(id)? {
+                // Moved by a gc, the old pack deleted past the grace period.
+                Some(p) if p != loc.pack => return self.read(id),
+                Some(_) => return Err(e),
+                None => return Ok(None),
+            },
+        };
         let payload = pack::payload(&body, loc.off, loc.len).map_err(|r| Error::corrupt(*id, r))?;
         EncodedObject::verified(*id, loc.kind, payload.to_vec())
             .map(Some)
@@ -1193,6 +1216,9 @@ impl ObjectBackend for RemoteBackend {
     }
 
     fn contains(&self, id: &ObjectId) -> Result<bool> {
+        if self.current.load(Ordering::Acquire) {
+            return self.contains_locked(id);
+        }
         Ok(self.lookup(id)?.is_some())
     }
 
@@ -1230,44 +1256,34 @@ impl ObjectBackend for RemoteBackend {
         Ok(v.into_iter().map(|(_, _, id)| id).collect())
     }
 
-    /// Remote packs are small and immutable; merging them and sweeping the
-    /// bucket (gc) are not built yet: a repack that keeps everything has
-    /// nothing to do, one that would drop objects is refused.
+    /// gc's sweep without a list of what to drop (`keep` rejects it), or
+    /// repack: see `sweep.rs`.
     fn repack_filtered(
         &self,
         _opts: &RepackOptions,
         keep: Option<&dyn Fn(&ObjectId) -> bool>,
-        _rescue: Option<&super::Rescue<'_>>,
+        rescue: Option<&super::Rescue<'_>>,
     ) -> Result<RepackStats> {
-        if keep.is_some() {
-            return Err(Error::Invalid(format!(
-                "{}: dropping objects from a remote store (gc's sweep) is not supported yet",
-                self.url.shown
-            )));
-        }
-        let stats = self.stats()?;
-        Ok(RepackStats {
-            objects: stats.pack_objects,
-            packs_before: stats.packs,
-            bytes_before: stats.pack_bytes,
-            bytes_after: stats.pack_bytes,
-            ..RepackStats::default()
-        })
+        let doomed: IdSet = match keep {
+            Some(keep) => self.ids()?.into_iter().filter(|id| !keep(id)).collect(),
+            None => IdSet::default(),
+        };
+        self.sweep_rows(&doomed, rescue)
     }
 
-    /// gc's sweep: nothing to drop is nothing to do; dropping objects from
-    /// the bucket is not built yet, and is refused.
+    /// Drops rows, merges small packs, retires packs: see `sweep.rs`.
     fn sweep(
         &self,
-        opts: &RepackOptions,
+        _opts: &RepackOptions,
         doomed: &IdSet,
         rescue: Option<&super::Rescue<'_>>,
     ) -> Result<RepackStats> {
-        if doomed.is_empty() {
-            return self.repack_filtered(opts, None, rescue);
-        }
-        let keep = |id: &ObjectId| !doomed.contains(id);
-        self.repack_filtered(opts, Some(&keep), rescue)
+        self.sweep_rows(doomed, rescue)
+    }
+
+    /// Deletes unnamed packs from the bucket: see `sweep.rs`.
+    fn prune_storage(&self, before_ms: i64) -> Result<usize> {
+        Ok(self.prune_bucket(before_ms)?.deleted)
     }
 
     fn stored_at(&self) -> Result<HashMap<ObjectId, i64>> {

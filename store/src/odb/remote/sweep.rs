@@ -1,0 +1,513 @@
+//! gc and repack on a remote store (objects-format.md, "Remote gc"): drop
+//! the object rows gc found unreachable, merge small packs into one, retire
+//! the packs no row names any more, and delete from the bucket the packs
+//! nothing names once they are past the grace period.
+//!
+//! It must never delete a pack a row names, nor one a concurrent writer may
+//! still commit rows for. PostgreSQL changes come first, in one transaction
+//! under the write lock (`chain_head FOR UPDATE`); S3 deletes come after
+//! that commit, in a second pass that again holds the write lock while it
+//! reads the `packs` table and deletes. A writer checks, under the same
+//! lock, that the pack it staged is still in the bucket before it commits
+//! rows naming it ([`RemoteBackend::staged_still_there`]), so a writer's
+//! commit is either before the pass (the pass sees its row and keeps the
+//! pack) or after it (the writer sees the pack gone and uploads it again).
+
+use std::collections::{HashMap, HashSet};
+
+use object_store::{ObjectStore, ObjectStoreExt};
+use postgres::Client;
+
+use super::{pack, pack_key, Loc, PackRow, RemoteBackend, Staged};
+use crate::error::{Error, Result};
+use crate::hash::{IdSet, ObjectId};
+use crate::object::EncodedObject;
+use crate::odb::{Held, ObjectBackend, RepackStats, Rescue};
+
+/// Packs smaller than this are merged by gc and repack: one pack per write
+/// leaves many tiny S3 objects, each a request to fetch.
+pub(super) const SMALL_PACK_BYTES: u64 = 4 << 20;
+
+/// The schema version that has `sessctl.retired_packs` (migration 0003).
+const RETIRED_PACKS_SCHEMA: i32 = 3;
+
+/// A pack row's size, with the objects its rows place in it.
+struct Listed {
+    bytes: u64,
+    objects: Vec<ObjectId>,
+}
+
+/// What [`RemoteBackend::prune_bucket`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct BucketPrune {
+    /// Packs deleted from the bucket.
+    pub deleted: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Packs no row names kept because they are younger than the cutoff.
+    pub kept_young: usize,
+}
+
+impl RemoteBackend {
+    /// `contains` under the write lock: PostgreSQL's answer, never a
+    /// remembered one. A gc that committed before this handle took the
+    /// lock may have dropped an object this handle saw; it is forgotten
+    /// here, so that the write packs it again (`unknown`).
+    pub(super) fn contains_locked(&self, id: &ObjectId) -> Result<bool> {
+        let known = self
+            .known
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .objects
+            .contains_key(id);
+        if !known {
+            // The lock's catch-up read every row committed before it, and
+            // no one else can commit while it is held.
+            return Ok(false);
+        }
+        let there = self.with_reader(|c| {
+            c.query_opt(
+                "SELECT 1 FROM sessctl.objects WHERE id = $1",
+                &[&id.as_bytes().as_slice()],
+            )
+        })?;
+        if there.is_none() {
+            self.known
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .objects
+                .remove(id);
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Under the write lock, before rows naming `staged` are inserted: the
+    /// pack must still be in the bucket (a gc may have deleted it as an
+    /// orphan while this writer waited for the lock). One HEAD when it is
+    /// there; uploaded again from `new` when it is not. A check rather than
+    /// an upload every time: uploading holds every writer behind this one
+    /// for as long as the pack takes to send.
+    pub(super) fn staged_still_there(
+        &self,
+        staged: Staged,
+        new: &[&EncodedObject],
+    ) -> Result<Staged> {
+        let key = self.url.key(&pack_key(&staged.name));
+        match self.rt.block_on(self.s3.head(&key)) {
+            Ok(_) => Ok(staged),
+            Err(object_store::Error::NotFound { .. }) => self.upload(new),
+            Err(e) => Err(self.s3_error(e)),
+        }
+    }
+
+    /// The schema version in PostgreSQL.
+    fn schema_version(&self) -> Result<i32> {
+        let v = self.with_reader(|c| {
+            c.query_one("SELECT max(version) FROM sessctl.schema_version", &[])
+                .map(|r| r.get::<_, Option<i32>>(0))
+        })?;
+        Ok(v.unwrap_or(0))
+    }
+
+    fn needs_retired_packs(&self, what: &str) -> Result<()> {
+        let v = self.schema_version()?;
+        if v < RETIRED_PACKS_SCHEMA {
+            return Err(Error::Invalid(format!(
+                "{}: {what} needs schema version {RETIRED_PACKS_SCHEMA} (this store has {v}); \
+                 `sessctl init --store URL` upgrades it",
+                self.url.shown
+            )));
+        }
+        Ok(())
+    }
+
+    /// Every pack row with the objects rows place in it (one snapshot).
+    fn listing(&self) -> Result<HashMap<i64, Listed>> {
+        let (packs, objects) = self.with_reader(|c| {
+            let mut tx = c
+                .build_transaction()
+                .read_only(true)
+                .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                .start()?;
+            let packs = tx.query("SELECT id, bytes FROM sessctl.packs", &[])?;
+            let objects = tx.query("SELECT id, pack FROM sessctl.objects", &[])?;
+            tx.commit()?;
+            Ok((packs, objects))
+        })?;
+        let mut out: HashMap<i64, Listed> = packs
+            .iter()
+            .map(|r| {
+                (
+                    r.get::<_, i64>(0),
+                    Listed {
+                        bytes: r.get::<_, i64>(1).max(0) as u64,
+                        objects: Vec::new(),
+                    },
+                )
+            })
+            .collect();
+        for r in &objects {
+            let raw: Vec<u8> = r.get(0);
+            let id = ObjectId::from_slice(&raw).ok_or_else(|| Error::Remote {
+                what: self.url.shown.clone(),
+                reason: format!("an object row has a {}-byte id", raw.len()),
+            })?;
+            if let Some(p) = out.get_mut(&r.get::<_, i64>(1)) {
+                p.objects.push(id);
+            }
+        }
+        Ok(out)
+    }
+
+    /// gc's sweep and repack (`doomed` empty): see the module's
+    /// documentation. Drops the rows of `doomed` but those `rescue` names
+    /// under the lock, rewrites the live objects of the packs that lose
+    /// some and of the small packs into one new pack, and retires the packs
+    /// no row names afterwards. Deletes nothing from the bucket.
+    pub(super) fn sweep_rows(
+        &self,
+        doomed: &IdSet,
+        rescue: Option<&Rescue<'_>>,
+    ) -> Result<RepackStats> {
+        let listing = self.listing()?;
+        let packs_before = listing.len();
+        let bytes_before: u64 = listing.values().map(|p| p.bytes).sum();
+        let mut stats = RepackStats {
+            packs_before,
+            bytes_before,
+            bytes_after: bytes_before,
+            ..RepackStats::default()
+        };
+        // Which packs change: those losing objects (rewritten, or dropped
+        // when nothing in them lives), and the small ones (merged).
+        let mut touched: Vec<i64> = Vec::new();
+        let mut merge: Vec<i64> = Vec::new();
+        for (id, p) in &listing {
+            let gone = p.objects.iter().filter(|o| doomed.contains(*o)).count();
+            if gone > 0 {
+                touched.push(*id);
+                if gone < p.objects.len() {
+                    merge.push(*id);
+                }
+            } else if p.bytes < SMALL_PACK_BYTES {
+                merge.push(*id);
+            }
+        }
+        let rewrites_for_drops = merge
+            .iter()
+            .any(|id| listing[id].objects.iter().any(|o| doomed.contains(o)));
+        if merge.len() < 2 && !rewrites_for_drops {
+            merge.clear();
+        }
+        if touched.is_empty() && merge.is_empty() {
+            return Ok(stats);
+        }
+        // Changes to PostgreSQL need the table that remembers when a pack
+        // was retired (its S3 object outlives its row by the grace period).
+        // Without it, a gc that drops nothing leaves small packs as they
+        // are; one that would drop objects is refused.
+        if doomed.is_empty() && self.schema_version()? < RETIRED_PACKS_SCHEMA {
+            return Ok(stats);
+        }
+        self.needs_retired_packs("dropping objects")?;
+        merge.sort_unstable();
+        touched.extend(merge.iter().copied());
+        touched.sort_unstable();
+        touched.dedup();
+
+        // The new pack, uploaded (create-only) before the lock.
+        let mut moved: Vec<(ObjectId, i64)> = Vec::new();
+        let mut live: Vec<EncodedObject> = Vec::new();
+        for p in &merge {
+            for id in &listing[p].objects {
+                if doomed.contains(id) {
+                    continue;
+                }
+                let obj = self.read(id)?.ok_or(Error::NotFound { id: *id })?;
+                live.push(obj);
+                moved.push((*id, *p));
+            }
+        }
+        let built = if live.is_empty() {
+            None
+        } else {
+            let refs: Vec<&EncodedObject> = live.iter().collect();
+            let built = pack::build(&refs).map_err(|e| Error::Remote {
+                what: self.url.s3_shown(),
+                reason: format!("packing {} objects: {e}", refs.len()),
+            })?;
+            self.put_pack(&built)?;
+            Some(built)
+        };
+
+        let lock = self.write_lock()?;
+        let Held::Remote(held) = &lock.0 else {
+            unreachable!("the remote backend's own lock");
+        };
+        let rescued: IdSet = match rescue {
+            Some(r) => r()?.into_iter().collect(),
+            None => IdSet::default(),
+        };
+        let dropping: Vec<Vec<u8>> = doomed
+            .iter()
+            .filter(|id| !rescued.contains(*id))
+            .map(|id| id.as_bytes().to_vec())
+            .collect();
+        let now = crate::time::now_ms();
+        let mut conn = held.conn.borrow_mut();
+        let c: &mut Client = conn.as_mut().expect("a held lock has its connection");
+        let pg = |e| self.pg_error(e);
+        let mut new_row = None;
+        if let Some(b) = &built {
+            // Ours, uploaded just now, unless the same bytes were there
+            // already: a pack some gc may delete, so checked as a writer's.
+            let staged = self.staged_still_there(
+                Staged {
+                    name: b.name.clone(),
+                    bytes: b.bytes.len() as u64,
+                    entries: b.entries.iter().map(|e| (e.id, *e)).collect(),
+                },
+                &live.iter().collect::<Vec<_>>(),
+            )?;
+            let row: i64 = c
+                .query_one(
+                    "INSERT INTO sessctl.packs (key, bytes, created_at) VALUES ($1, $2, $3)
+                     ON CONFLICT (key) DO UPDATE SET key = EXCLUDED.key RETURNING id",
+                    &[&staged.name, &(staged.bytes as i64), &now],
+                )
+                .map_err(pg)?
+                .get(0);
+            c.execute(
+                "DELETE FROM sessctl.retired_packs WHERE key = $1",
+                &[&staged.name],
+            )
+            .map_err(pg)?;
+            let (mut ids, mut olds, mut offs, mut lens) = (vec![], vec![], vec![], vec![]);
+            for (id, old) in &moved {
+                let e = staged.entries[id];
+                ids.push(id.as_bytes().to_vec());
+                olds.push(*old);
+                offs.push(e.off as i64);
+                lens.push(e.len as i64);
+            }
+            // Only rows still where the plan found them.
+            c.execute(
+                "UPDATE sessctl.objects o SET pack = $2, off = t.f, len = t.l
+                 FROM unnest($1::bytea[], $3::int8[], $4::int8[], $5::int8[]) AS t(i, p, f, l)
+                 WHERE o.id = t.i AND o.pack = t.p",
+                &[&ids, &row, &olds, &offs, &lens],
+            )
+            .map_err(pg)?;
+            touched.push(row);
+            new_row = Some((row, staged));
+        }
+        c.execute(
+            "DELETE FROM sessctl.objects WHERE id = ANY($1::bytea[])",
+            &[&dropping],
+        )
+        .map_err(pg)?;
+        let retired = c
+            .query(
+                "DELETE FROM sessctl.packs p WHERE p.id = ANY($1::int8[])
+                 AND NOT EXISTS (SELECT 1 FROM sessctl.objects o WHERE o.pack = p.id)
+                 RETURNING p.id, p.key",
+                &[&touched],
+            )
+            .map_err(pg)?;
+        let retired: Vec<(i64, String)> = retired.iter().map(|r| (r.get(0), r.get(1))).collect();
+        let keys: Vec<&String> = retired.iter().map(|r| &r.1).collect();
+        c.execute(
+            "INSERT INTO sessctl.retired_packs (key, retired_at) SELECT k, $2 FROM unnest($1::text[]) AS t(k)
+             ON CONFLICT (key) DO UPDATE SET retired_at = EXCLUDED.retired_at",
+            &[&keys, &now],
+        )
+        .map_err(pg)?;
+        c.batch_execute("COMMIT")
+            .map_err(|e| match self.pg_error(e) {
+                Error::Remote { what, reason } => Error::Remote {
+                    what,
+                    reason: format!("committing gc (it may or may not have landed): {reason}"),
+                },
+                e => e,
+            })?;
+        held.open.set(false);
+        drop(conn);
+
+        // This handle's memory of the tables, as committed.
+        {
+            let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+            for id in doomed.iter().filter(|id| !rescued.contains(*id)) {
+                known.objects.remove(id);
+            }
+            if let Some((row, staged)) = &new_row {
+                for (id, old) in &moved {
+                    let e = staged.entries[id];
+                    if known.objects.get(id).is_some_and(|l| l.pack == *old) {
+                        known.objects.insert(
+                            *id,
+                            Loc {
+                                pack: *row,
+                                kind: e.kind,
+                                off: e.off,
+                                len: e.len,
+                            },
+                        );
+                    }
+                }
+                known.packs.insert(
+                    *row,
+                    PackRow {
+                        key: staged.name.clone(),
+                        bytes: staged.bytes,
+                        created_at: now,
+                    },
+                );
+            }
+            let gone: HashSet<i64> = retired.iter().map(|r| r.0).collect();
+            known.objects.retain(|_, l| !gone.contains(&l.pack));
+            known.packs.retain(|p, _| !gone.contains(p));
+        }
+        drop(lock);
+        let after = self.listing()?;
+        stats.objects = moved.len();
+        stats.bytes_after = after.values().map(|p| p.bytes).sum();
+        stats.pack_name = new_row.map(|(_, s)| s.name);
+        stats.rescued = rescued.into_iter().collect();
+        stats.rescued.sort_unstable();
+        Ok(stats)
+    }
+
+    /// Deletes from the bucket the packs under the store's prefix that no
+    /// `packs` row names, last modified before `before_ms` and, if retired,
+    /// retired before it too; forgets the retirements of packs gone. Holds
+    /// the write lock from reading the `packs` table to the last delete.
+    pub(super) fn prune_bucket(&self, before_ms: i64) -> Result<BucketPrune> {
+        let mut out = BucketPrune::default();
+        let prefix = self.url.key("packs");
+        let listed = self
+            .rt
+            .block_on(self.s3.list_with_delimiter(Some(&prefix)))
+            .map_err(|e| self.s3_error(e))?;
+        let lock = self.write_lock()?;
+        let Held::Remote(held) = &lock.0 else {
+            unreachable!("the remote backend's own lock");
+        };
+        let mut conn = held.conn.borrow_mut();
+        let c: &mut Client = conn.as_mut().expect("a held lock has its connection");
+        let pg = |e| self.pg_error(e);
+        let named: HashSet<String> = c
+            .query("SELECT key FROM sessctl.packs", &[])
+            .map_err(pg)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let v3 = self.schema_version()? >= RETIRED_PACKS_SCHEMA;
+        let retired: HashMap<String, i64> = if v3 {
+            c.query("SELECT key, retired_at FROM sessctl.retired_packs", &[])
+                .map_err(pg)?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect()
+        } else {
+            HashMap::new()
+        };
+        let mut in_bucket: HashSet<String> = HashSet::new();
+        let mut gone: Vec<String> = Vec::new();
+        for meta in &listed.objects {
+            let Some(name) = meta
+                .location
+                .filename()
+                .and_then(|f| f.strip_suffix(".srpk"))
+                .map(str::to_owned)
+            else {
+                continue;
+            };
+            in_bucket.insert(name.clone());
+            if named.contains(&name) {
+                continue;
+            }
+            let modified = meta.last_modified.timestamp_millis();
+            let retired_at = retired.get(&name).copied().unwrap_or(i64::MIN);
+            if modified >= before_ms || retired_at >= before_ms {
+                out.kept_young += 1;
+                continue;
+            }
+            match self.rt.block_on(self.s3.delete(&meta.location)) {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(self.s3_error(e)),
+            }
+            self.forget_cached(&name);
+            out.deleted += 1;
+            out.bytes += meta.size;
+            gone.push(name);
+        }
+        if v3 {
+            // Retirements of packs no longer in the bucket (deleted now, or
+            // by a gc that stopped before this).
+            let stale: Vec<&String> = retired
+                .iter()
+                .filter(|(k, at)| **at < before_ms && !in_bucket.contains(*k))
+                .map(|(k, _)| k)
+                .chain(gone.iter())
+                .collect();
+            c.execute(
+                "DELETE FROM sessctl.retired_packs WHERE key = ANY($1::text[])",
+                &[&stale],
+            )
+            .map_err(pg)?;
+        }
+        c.batch_execute("COMMIT").map_err(pg)?;
+        held.open.set(false);
+        Ok(out)
+    }
+
+    /// Drops a deleted pack from this handle's cache directory.
+    fn forget_cached(&self, name: &str) {
+        if let Some(dir) = &self.cache_dir {
+            let _ = std::fs::remove_file(dir.join(format!("{name}.srpk")));
+        }
+    }
+
+    /// `read` for an object whose remembered pack is gone (merged by a gc
+    /// and deleted past the grace period): its row read again.
+    /// Returns its pack row now (`None`: gc dropped it).
+    pub(super) fn relocate(&self, id: &ObjectId) -> Result<Option<i64>> {
+        let row = self.with_reader(|c| {
+            c.query_opt(
+                "SELECT o.pack, o.kind, o.off, o.len, p.key, p.bytes, p.created_at
+                 FROM sessctl.objects o JOIN sessctl.packs p ON p.id = o.pack WHERE o.id = $1",
+                &[&id.as_bytes().as_slice()],
+            )
+        })?;
+        let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+        let Some(r) = row else {
+            known.objects.remove(id);
+            return Ok(None);
+        };
+        let pack: i64 = r.get(0);
+        let kind: i16 = r.get(1);
+        let kind = u8::try_from(kind)
+            .ok()
+            .and_then(crate::object::ObjectKind::from_code)
+            .ok_or_else(|| Error::Remote {
+                what: self.url.shown.clone(),
+                reason: format!("object {id} has unknown kind {kind}"),
+            })?;
+        known.objects.insert(
+            *id,
+            Loc {
+                pack,
+                kind,
+                off: r.get::<_, i64>(2).max(0) as u64,
+                len: r.get::<_, i64>(3).max(0) as u64,
+            },
+        );
+        known.packs.entry(pack).or_insert_with(|| PackRow {
+            key: r.get(4),
+            bytes: r.get::<_, i64>(5).max(0) as u64,
+            created_at: r.get(6),
+        });
+        Ok(Some(pack))
+    }
+}
