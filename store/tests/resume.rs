@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use sessctl_store::compact::{compact, Checkpoint, Summary};
 use sessctl_store::refs::RefTarget;
 use sessctl_store::resume::{checkout, resume, Seed};
-use sessctl_store::{Durability, Error, Messages, RefName, Store, Turn};
+use sessctl_store::{Durability, Error, Messages, RefName, Turn};
 
 fn msg(role: &str, content: &str) -> Value {
     json!({"role": role, "content": content})
