@@ -4,30 +4,38 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod support;
-use support::sessctl;
+use support::{sessctl, Target, TestStore};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::{json, Value};
 use sessctl_store::replay::Cassette;
-use sessctl_store::{ObjectId, OpenOptions, Store};
+use sessctl_store::ObjectId;
+
+two_backends!(
+    checkout_moves_head_and_writes_a_byte_exact_seed,
+    resume_prints_a_summary_or_the_history,
+    compact_keeps_the_old_head_as_parent_and_refuses_bad_summaries,
+    compact_with_max_tokens_runs_only_at_the_threshold,
+    replay_prints_one_line_per_turn,
+    a_cassette_replays_a_loop_recorded_by_the_binary,
+);
 
 /// Runs and expects success with nothing on stderr; returns stdout.
-fn ok(store: &Path, args: &[&str], stdin: Option<&str>) -> String {
+fn ok<T: Target + ?Sized>(store: &T, args: &[&str], stdin: Option<&str>) -> String {
     let r = sessctl(store, args, stdin);
     assert_eq!((r.code, r.stderr.as_str()), (0, ""), "{args:?}");
     r.stdout
 }
 
-fn store() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s");
-    ok(&path, &["init"], None);
-    (dir, path)
-}
-
 /// Commits messages (a JSON array) to a conversation; returns the session id.
-fn commit(store: &Path, conv: &str, new: bool, messages: &Value, extra: &[&str]) -> String {
+fn commit<T: Target + ?Sized>(
+    store: &T,
+    conv: &str,
+    new: bool,
+    messages: &Value,
+    extra: &[&str],
+) -> String {
     let mut args = vec!["commit", conv, "--messages", "-"];
     if new {
         args.push("--new");
@@ -37,7 +45,7 @@ fn commit(store: &Path, conv: &str, new: bool, messages: &Value, extra: &[&str])
     out.trim().to_owned()
 }
 
-fn head_ref(store: &Path) -> String {
+fn head_ref<T: Target + ?Sized>(store: &T) -> String {
     let out = ok(store, &["for-each-ref"], None);
     out.lines()
         .find(|l| l.ends_with(" HEAD"))
@@ -46,7 +54,7 @@ fn head_ref(store: &Path) -> String {
         .to_owned()
 }
 
-fn conv_head(store: &Path, conv: &str) -> String {
+fn conv_head<T: Target + ?Sized>(store: &T, conv: &str) -> String {
     let out = ok(store, &["for-each-ref"], None);
     let suffix = format!(" refs/heads/{conv}");
     out.lines()
@@ -56,13 +64,13 @@ fn conv_head(store: &Path, conv: &str) -> String {
         .to_owned()
 }
 
-fn cat_json(store: &Path, id: &str) -> Value {
+fn cat_json<T: Target + ?Sized>(store: &T, id: &str) -> Value {
     serde_json::from_str(&ok(store, &["cat-object", "--json", id], None)).unwrap()
 }
 
 /// A conversation "fix" of 6 messages in 2 sessions, with a context state;
 /// returns the two session ids.
-fn fix_conversation(dir: &Path, s: &Path) -> (String, String) {
+fn fix_conversation<T: Target + ?Sized>(dir: &Path, s: &T) -> (String, String) {
     let state = dir.join("ctx.json");
     std::fs::write(&state, r#"{"plan": ["read", "fix"], "cwd": "/src"}"#).unwrap();
     let a = commit(
@@ -146,29 +154,28 @@ const STATE_JSON: &str = r#"{
 }
 "#;
 
-#[test]
-fn checkout_moves_head_and_writes_a_byte_exact_seed() {
-    let (dir, s) = store();
-    let (a, b) = fix_conversation(dir.path(), &s);
+fn checkout_moves_head_and_writes_a_byte_exact_seed(s: &TestStore) {
+    let dir = s.scratch();
+    let (a, b) = fix_conversation(&dir, s);
     commit(
-        &s,
+        s,
         "other",
         true,
         &json!([{"role": "user", "content": "x"}]),
         &[],
     );
-    assert_eq!(head_ref(&s), "ref: refs/heads/other");
+    assert_eq!(head_ref(s), "ref: refs/heads/other");
 
     // Quiet by default; HEAD names the conversation.
-    assert_eq!(ok(&s, &["checkout", "fix"], None), "");
-    assert_eq!(head_ref(&s), "ref: refs/heads/fix");
+    assert_eq!(ok(s, &["checkout", "fix"], None), "");
+    assert_eq!(head_ref(s), "ref: refs/heads/fix");
 
     // With -o: one line, and the same bytes on every run.
     let mut seeds = Vec::new();
     for out in ["seed1", "seed2/nested"] {
-        let d = dir.path().join(out);
+        let d = dir.join(out);
         let d_text = d.to_str().unwrap();
-        let stdout = ok(&s, &["checkout", "refs/heads/fix", "-o", d_text], None);
+        let stdout = ok(s, &["checkout", "refs/heads/fix", "-o", d_text], None);
         assert_eq!(
             stdout,
             format!("wrote {d_text}/state.json and {d_text}/display_messages.json\n")
@@ -196,15 +203,15 @@ fn checkout_moves_head_and_writes_a_byte_exact_seed() {
     );
 
     // A session id detaches HEAD; the seed is that session's.
-    let d = dir.path().join("old");
-    ok(&s, &["checkout", &a[..12], "-o", d.to_str().unwrap()], None);
-    assert_eq!(head_ref(&s), a);
+    let d = dir.join("old");
+    ok(s, &["checkout", &a[..12], "-o", d.to_str().unwrap()], None);
+    assert_eq!(head_ref(s), a);
     let old: Value =
         serde_json::from_str(&std::fs::read_to_string(d.join("state.json")).unwrap()).unwrap();
     assert_eq!(old["message_history"].as_array().unwrap().len(), 2);
     // ... and the library sees the same HEAD.
     {
-        let store = Store::open(&s, &OpenOptions::default()).unwrap();
+        let store = s.library();
         assert_eq!(
             store.resolve_rev("HEAD").unwrap(),
             ObjectId::from_hex(&a).unwrap()
@@ -213,8 +220,8 @@ fn checkout_moves_head_and_writes_a_byte_exact_seed() {
     }
 
     // An unknown revision: one line, exit 1, HEAD unchanged, no files.
-    let d = dir.path().join("never");
-    let r = sessctl(&s, &["checkout", "nope", "-o", d.to_str().unwrap()], None);
+    let d = dir.join("never");
+    let r = sessctl(s, &["checkout", "nope", "-o", d.to_str().unwrap()], None);
     assert_eq!(
         (r.code, r.stdout.as_str(), r.stderr.as_str()),
         (
@@ -223,16 +230,15 @@ fn checkout_moves_head_and_writes_a_byte_exact_seed() {
             "sessctl: unknown revision 'nope': not a conversation, ref, tag or object id\n"
         )
     );
-    assert_eq!(head_ref(&s), a);
+    assert_eq!(head_ref(s), a);
     assert!(!d.exists());
-    assert_eq!(conv_head(&s, "fix"), b);
+    assert_eq!(conv_head(s, "fix"), b);
 }
 
-#[test]
-fn resume_prints_a_summary_or_the_history() {
-    let (dir, s) = store();
-    let (a, b) = fix_conversation(dir.path(), &s);
-    let out = ok(&s, &["resume", "fix"], None);
+fn resume_prints_a_summary_or_the_history(s: &TestStore) {
+    let dir = s.scratch();
+    let (a, b) = fix_conversation(&dir, s);
+    let out = ok(s, &["resume", "fix"], None);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], format!("session {b}"));
     assert_eq!(lines[1], format!("conversation {a}"));
@@ -245,7 +251,7 @@ fn resume_prints_a_summary_or_the_history() {
     assert!(lines[7].starts_with("usage ") && lines[7].ends_with(" requests"));
     assert_eq!(lines.len(), 8);
 
-    let v: Value = serde_json::from_str(&ok(&s, &["resume", "--json", &b[..8]], None)).unwrap();
+    let v: Value = serde_json::from_str(&ok(s, &["resume", "--json", &b[..8]], None)).unwrap();
     let state: Value = serde_json::from_str(STATE_JSON).unwrap();
     assert_eq!(v["history"], state["message_history"]);
     let summary = &v["summary"];
@@ -259,18 +265,17 @@ fn resume_prints_a_summary_or_the_history() {
         json!({"assistant": 3, "tool": 1, "user": 2})
     );
     assert_eq!(summary["compaction"], Value::Null);
-    let a_created = cat_json(&s, &a)["created_at"].clone();
+    let a_created = cat_json(s, &a)["created_at"].clone();
     assert_eq!(summary["created"], a_created);
-    assert_eq!(summary["last_activity"], cat_json(&s, &b)["created_at"]);
+    assert_eq!(summary["last_activity"], cat_json(s, &b)["created_at"]);
 }
 
 const CHECKPOINT_CMD: &str = r#"cat >/dev/null; echo '{"completed":["x"]}'"#;
 
-#[test]
-fn compact_keeps_the_old_head_as_parent_and_refuses_bad_summaries() {
-    let (dir, s) = store();
-    let (_, b) = fix_conversation(dir.path(), &s);
-    let old_display = cat_json(&s, &b)["display_messages"].clone();
+fn compact_keeps_the_old_head_as_parent_and_refuses_bad_summaries(s: &TestStore) {
+    let dir = s.scratch();
+    let (_, b) = fix_conversation(&dir, s);
+    let old_display = cat_json(s, &b)["display_messages"].clone();
 
     // Failing and garbage summarizers change nothing.
     let cases: &[(&str, &str)] = &[
@@ -290,7 +295,7 @@ fn compact_keeps_the_old_head_as_parent_and_refuses_bad_summaries() {
     ];
     for (cmd, stderr) in cases {
         let r = sessctl(
-            &s,
+            s,
             &["compact", "fix", "--summarizer", cmd, "--keep-last", "1"],
             None,
         );
@@ -299,12 +304,12 @@ fn compact_keeps_the_old_head_as_parent_and_refuses_bad_summaries() {
             (1, "", *stderr),
             "{cmd}"
         );
-        assert_eq!(conv_head(&s, "fix"), b);
+        assert_eq!(conv_head(s, "fix"), b);
     }
 
     // Nothing to summarise when everything is kept.
     let r = sessctl(
-        &s,
+        s,
         &[
             "compact",
             "fix",
@@ -320,11 +325,11 @@ fn compact_keeps_the_old_head_as_parent_and_refuses_bad_summaries() {
         r.stderr,
         "sessctl: nothing to compact in fix: its 6 messages are all kept (keep-last 6)\n"
     );
-    assert_eq!(conv_head(&s, "fix"), b);
+    assert_eq!(conv_head(s, "fix"), b);
 
     // Keep 2: the tool result would start the tail, so its call comes too.
     let out = ok(
-        &s,
+        s,
         &[
             "compact",
             "fix",
@@ -337,23 +342,23 @@ fn compact_keeps_the_old_head_as_parent_and_refuses_bad_summaries() {
     );
     let id = out.trim();
     assert_eq!(out, format!("{id}\n"));
-    assert_eq!(conv_head(&s, "fix"), id);
-    let c = cat_json(&s, id);
+    assert_eq!(conv_head(s, "fix"), id);
+    let c = cat_json(s, id);
     assert_eq!(c["parents"], json!([b]));
     assert_eq!(c["messages"]["base"], 0);
     assert_eq!(c["messages"]["added"].as_array().unwrap().len(), 4);
     assert_eq!(c["compaction"]["session"], b.as_str());
     assert_eq!(c["compaction"]["messages"], 3);
-    assert_eq!(c["conversation"], cat_json(&s, &b)["conversation"]);
+    assert_eq!(c["conversation"], cat_json(s, &b)["conversation"]);
     assert_eq!(c["display_messages"]["base"], 6);
     assert_eq!(c["display_messages"]["added"], json!([]));
     assert_eq!(old_display["added"].as_array().unwrap().len(), 4);
     let summary = c["compaction"]["summary"].as_str().unwrap();
     assert_eq!(
-        cat_json(&s, summary),
+        cat_json(s, summary),
         json!({"completed": ["x"], "in_progress": [], "pending": [], "blockers": [], "decisions": []})
     );
-    let first = cat_json(&s, c["messages"]["added"][0].as_str().unwrap());
+    let first = cat_json(s, c["messages"]["added"][0].as_str().unwrap());
     assert_eq!(first["role"], "user");
     assert_eq!(first["sessctl_checkpoint"]["completed"], json!(["x"]));
     assert!(first["content"].as_str().unwrap().starts_with(
@@ -361,23 +366,22 @@ fn compact_keeps_the_old_head_as_parent_and_refuses_bad_summaries() {
     ));
 
     // The old history is still there, through the parent.
-    let v: Value = serde_json::from_str(&ok(&s, &["resume", "--json", &b], None)).unwrap();
+    let v: Value = serde_json::from_str(&ok(s, &["resume", "--json", &b], None)).unwrap();
     assert_eq!(v["history"].as_array().unwrap().len(), 6);
-    let v: Value = serde_json::from_str(&ok(&s, &["resume", "--json", "fix"], None)).unwrap();
+    let v: Value = serde_json::from_str(&ok(s, &["resume", "--json", "fix"], None)).unwrap();
     assert_eq!(v["history"].as_array().unwrap().len(), 4);
     assert_eq!(v["summary"]["first_topic"], "Fix the flaky test");
     assert_eq!(v["summary"]["compaction"]["session"], b.as_str());
-    let reflog = ok(&s, &["reflog", "fix"], None);
+    let reflog = ok(s, &["reflog", "fix"], None);
     assert!(
         reflog.lines().next().unwrap().contains(": compact: "),
         "{reflog}"
     );
 }
 
-#[test]
-fn compact_with_max_tokens_runs_only_at_the_threshold() {
-    let (dir, s) = store();
-    let (_, b) = fix_conversation(dir.path(), &s);
+fn compact_with_max_tokens_runs_only_at_the_threshold(s: &TestStore) {
+    let dir = s.scratch();
+    let (_, b) = fix_conversation(&dir, s);
     let state: Value = serde_json::from_str(STATE_JSON).unwrap();
     let bytes = serde_json::to_vec(&state["message_history"]).unwrap().len() as u64;
     let estimate = bytes / 4;
@@ -385,7 +389,7 @@ fn compact_with_max_tokens_runs_only_at_the_threshold() {
     // One token short of the threshold: nothing happens.
     let above = (estimate + 1).to_string();
     let out = ok(
-        &s,
+        s,
         &[
             "compact",
             "fix",
@@ -404,11 +408,11 @@ fn compact_with_max_tokens_runs_only_at_the_threshold() {
         out,
         format!("no compaction needed: ~{estimate} of {above} tokens\n")
     );
-    assert_eq!(conv_head(&s, "fix"), b);
+    assert_eq!(conv_head(s, "fix"), b);
     // The default threshold is 0.9.
     let max = ((estimate as f64 / 0.9).floor() as u64 + 1).to_string();
     let out = ok(
-        &s,
+        s,
         &[
             "compact",
             "fix",
@@ -429,7 +433,7 @@ fn compact_with_max_tokens_runs_only_at_the_threshold() {
     // At the threshold exactly, it compacts.
     let at = estimate.to_string();
     let out = ok(
-        &s,
+        s,
         &[
             "compact",
             "fix",
@@ -445,8 +449,8 @@ fn compact_with_max_tokens_runs_only_at_the_threshold() {
         None,
     );
     let id = out.trim();
-    assert_eq!(conv_head(&s, "fix"), id);
-    assert_eq!(cat_json(&s, id)["compaction"]["messages"], 5);
+    assert_eq!(conv_head(s, "fix"), id);
+    assert_eq!(cat_json(s, id)["compaction"]["messages"], 5);
 
     // Bad flags are usage errors, caught before the store is touched.
     for (args, msg) in [
@@ -465,22 +469,21 @@ fn compact_with_max_tokens_runs_only_at_the_threshold() {
     ] {
         let mut all = vec!["compact", "fix", "--summarizer", "true"];
         all.extend_from_slice(args);
-        let r = sessctl(&s, &all, None);
+        let r = sessctl(s, &all, None);
         assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
         assert!(r.stderr.contains(msg), "{args:?}: {}", r.stderr);
     }
-    let r = sessctl(&s, &["compact", "nope", "--summarizer", "true"], None);
+    let r = sessctl(s, &["compact", "nope", "--summarizer", "true"], None);
     assert_eq!(
         (r.code, r.stderr.as_str()),
         (1, "sessctl: no conversation named nope\n")
     );
 }
 
-#[test]
-fn replay_prints_one_line_per_turn() {
-    let (dir, s) = store();
-    let (a, b) = fix_conversation(dir.path(), &s);
-    let out = ok(&s, &["replay", "fix"], None);
+fn replay_prints_one_line_per_turn(s: &TestStore) {
+    let dir = s.scratch();
+    let (a, b) = fix_conversation(&dir, s);
+    let out = ok(s, &["replay", "fix"], None);
     assert_eq!(
         out,
         format!(
@@ -490,7 +493,7 @@ fn replay_prints_one_line_per_turn() {
             &b[..12]
         )
     );
-    let out = ok(&s, &["replay", "--json", "fix"], None);
+    let out = ok(s, &["replay", "--json", "fix"], None);
     let lines: Vec<Value> = out
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -531,7 +534,7 @@ fn replay_prints_one_line_per_turn() {
 
     // A compaction shows as its own turn.
     let id = ok(
-        &s,
+        s,
         &[
             "compact",
             "fix",
@@ -542,7 +545,7 @@ fn replay_prints_one_line_per_turn() {
         ],
         None,
     );
-    let out = ok(&s, &["replay"], None);
+    let out = ok(s, &["replay"], None);
     assert_eq!(
         out.lines().last().unwrap(),
         format!(
@@ -551,14 +554,14 @@ fn replay_prints_one_line_per_turn() {
             &b[..12]
         )
     );
-    let r = sessctl(&s, &["replay", "nope"], None);
+    let r = sessctl(s, &["replay", "nope"], None);
     assert_eq!(r.code, 1);
 }
 
 /// The scripted agent loop: one model request and one `sessctl commit` per
 /// user message. Returns the conversation's final history.
-fn agent_loop(
-    s: &Path,
+fn agent_loop<T: Target + ?Sized>(
+    s: &T,
     conv: &str,
     script: &[&str],
     mut model: impl FnMut(&[Value]) -> Option<Vec<Value>>,
@@ -576,23 +579,21 @@ fn agent_loop(
     Some(history)
 }
 
-#[test]
-fn a_cassette_replays_a_loop_recorded_by_the_binary() {
-    let (_dir, s) = store();
+fn a_cassette_replays_a_loop_recorded_by_the_binary(s: &TestStore) {
     let script = ["hello", "list files", "read main.rs", "fix it"];
     let mut calls = 0;
-    let recorded = agent_loop(&s, "rec", &script, |h| {
+    let recorded = agent_loop(s, "rec", &script, |h| {
         calls += 1;
         Some(vec![
             json!({"role": "assistant", "content": format!("answer {calls} after {}", h.len())}),
         ])
     })
     .unwrap();
-    let v: Value = serde_json::from_str(&ok(&s, &["resume", "--json", "rec"], None)).unwrap();
+    let v: Value = serde_json::from_str(&ok(s, &["resume", "--json", "rec"], None)).unwrap();
     assert_eq!(v["history"], Value::Array(recorded.clone()));
 
     let cassette = {
-        let store = Store::open(&s, &OpenOptions::default()).unwrap();
+        let store = s.library();
         let head = store.resolve_rev("rec").unwrap();
         Cassette::from_session(&store, &head).unwrap()
     };
@@ -600,20 +601,20 @@ fn a_cassette_replays_a_loop_recorded_by_the_binary() {
 
     // The replay asks the cassette, not the model, and gets the same run.
     let mut player = cassette.player();
-    let replayed = agent_loop(&s, "again", &script, |h| {
+    let replayed = agent_loop(s, "again", &script, |h| {
         player.answer(h).ok().map(<[Value]>::to_vec)
     })
     .unwrap();
     assert_eq!(replayed, recorded);
     assert!(player.finished());
-    let v: Value = serde_json::from_str(&ok(&s, &["resume", "--json", "again"], None)).unwrap();
+    let v: Value = serde_json::from_str(&ok(s, &["resume", "--json", "again"], None)).unwrap();
     assert_eq!(v["history"], Value::Array(recorded.clone()));
 
     // A different third message: the player stops at turn 3.
     let mut changed = script;
     changed[2] = "read lib.rs";
     let mut player = cassette.player();
-    assert!(agent_loop(&s, "changed", &changed, |h| {
+    assert!(agent_loop(s, "changed", &changed, |h| {
         player.answer(h).ok().map(<[Value]>::to_vec)
     })
     .is_none());
@@ -625,6 +626,6 @@ fn a_cassette_replays_a_loop_recorded_by_the_binary() {
     );
     assert_ne!(d.actual, d.expected);
     // Two turns were committed before it stopped.
-    let out = ok(&s, &["replay", "--json", "changed"], None);
+    let out = ok(s, &["replay", "--json", "changed"], None);
     assert_eq!(out.lines().count(), 2);
 }

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod support;
-use support::sessctl;
+use support::{sessctl, Target, TestStore};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -12,15 +12,28 @@ use std::process::{Command, Stdio};
 use serde_json::{json, Value};
 use sessctl_store::time::format_rfc3339_ms;
 
+two_backends!(
+    commit_starts_and_continues_a_conversation_storing_only_new_messages,
+    fork_cuts_history_and_a_plain_fork_writes_no_session,
+    ls_lists_newest_first_in_text_and_json,
+    archive_unarchive_rm_are_silent_and_ls_filters_by_status,
+    prune_keeps_the_most_recent_and_says_what_it_does,
+    reflog_shows_every_move_newest_first,
+    update_ref_is_a_compare_and_swap,
+    bad_input_gets_one_line_and_the_right_exit_code,
+    commit_new_without_a_name_names_it_after_its_root,
+    display_messages_and_states_are_given_as_files,
+);
+
 /// Runs a command that must succeed silently on stderr; returns stdout.
-fn ok(store: &Path, args: &[&str], stdin: Option<&str>) -> String {
+fn ok<T: Target + ?Sized>(store: &T, args: &[&str], stdin: Option<&str>) -> String {
     let r = sessctl(store, args, stdin);
     assert_eq!((r.code, r.stderr.as_str()), (0, ""), "{args:?}");
     r.stdout
 }
 
 /// Runs a command that must fail; returns (exit code, stderr).
-fn fails(store: &Path, args: &[&str], stdin: Option<&str>) -> (i32, String) {
+fn fails<T: Target + ?Sized>(store: &T, args: &[&str], stdin: Option<&str>) -> (i32, String) {
     let r = sessctl(store, args, stdin);
     assert_ne!(r.code, 0, "{args:?} succeeded: {}", r.stdout);
     assert_eq!(r.stdout, "", "{args:?}");
@@ -28,7 +41,7 @@ fn fails(store: &Path, args: &[&str], stdin: Option<&str>) -> (i32, String) {
     (r.code, r.stderr)
 }
 
-fn json(store: &Path, args: &[&str]) -> Value {
+fn json<T: Target + ?Sized>(store: &T, args: &[&str]) -> Value {
     let out = ok(store, args, None);
     assert!(out.ends_with('\n') && out.lines().count() == 1, "{out:?}");
     serde_json::from_str(&out).unwrap()
@@ -42,8 +55,8 @@ fn store() -> (tempfile::TempDir, PathBuf) {
 }
 
 /// Writes `content` next to the store; returns the path as a string.
-fn file(store: &Path, name: &str, content: &str) -> String {
-    let p = store.parent().unwrap().join(name);
+fn file<T: Target + ?Sized>(store: &T, name: &str, content: &str) -> String {
+    let p = store.scratch().join(name);
     std::fs::write(&p, content).unwrap();
     p.to_str().unwrap().to_owned()
 }
@@ -58,7 +71,7 @@ fn id_of(out: &str) -> String {
     id.to_owned()
 }
 
-fn session(store: &Path, id: &str) -> Value {
+fn session<T: Target + ?Sized>(store: &T, id: &str) -> Value {
     json(store, &["cat-object", "--json", id])
 }
 
@@ -71,7 +84,7 @@ fn array(items: &[Value]) -> String {
 }
 
 /// Starts conversation `name` with one user message.
-fn create(store: &Path, name: &str, text: &str) -> String {
+fn create<T: Target + ?Sized>(store: &T, name: &str, text: &str) -> String {
     id_of(&ok(
         store,
         &["commit", "--new", name, "--messages", "-"],
@@ -79,34 +92,32 @@ fn create(store: &Path, name: &str, text: &str) -> String {
     ))
 }
 
-#[test]
-fn commit_starts_and_continues_a_conversation_storing_only_new_messages() {
-    let (_d, s) = store();
+fn commit_starts_and_continues_a_conversation_storing_only_new_messages(s: &TestStore) {
     let first = [
         msg("user", "Fix the flaky test"),
         msg("assistant", "Looking"),
     ];
     let id1 = id_of(&ok(
-        &s,
+        s,
         &["commit", "--new", "demo", "--messages", "-"],
         Some(&array(&first)),
     ));
-    let root = session(&s, &id1);
+    let root = session(s, &id1);
     assert_eq!(root["parents"], json!([]));
     assert_eq!(root["messages"]["base"], 0);
     assert_eq!(root["messages"]["added"].as_array().unwrap().len(), 2);
 
     // Continue by name, then twice through HEAD.
-    let one = file(&s, "one.json", &array(&[msg("user", "go on")]));
-    let id2 = id_of(&ok(&s, &["commit", "demo", "--messages", &one], None));
-    let id3 = id_of(&ok(&s, &["commit", "--messages", &one], None));
+    let one = file(s, "one.json", &array(&[msg("user", "go on")]));
+    let id2 = id_of(&ok(s, &["commit", "demo", "--messages", &one], None));
+    let id3 = id_of(&ok(s, &["commit", "--messages", &one], None));
     let two = file(
-        &s,
+        s,
         "two.json",
         &array(&[msg("assistant", "done"), msg("user", "thanks")]),
     );
     let id4 = id_of(&ok(
-        &s,
+        s,
         &[
             "commit",
             "--messages",
@@ -134,7 +145,7 @@ fn commit_starts_and_continues_a_conversation_storing_only_new_messages() {
         None,
     ));
     for (id, parent, base, added) in [(&id2, &id1, 2, 1), (&id3, &id2, 3, 1), (&id4, &id3, 4, 2)] {
-        let s = session(&s, id);
+        let s = session(s, id);
         assert_eq!(s["parents"], json!([parent]), "{id}");
         assert_eq!(s["conversation"], json!(id1), "{id}");
         assert_eq!(s["messages"]["base"], base, "{id}");
@@ -144,7 +155,7 @@ fn commit_starts_and_continues_a_conversation_storing_only_new_messages() {
             "{id}"
         );
     }
-    let s4 = session(&s, &id4);
+    let s4 = session(s, &id4);
     assert_eq!(s4["title"], "Fix it");
     assert_eq!(s4["status"], "awaiting_tool_results");
     assert_eq!(
@@ -167,54 +178,52 @@ fn commit_starts_and_continues_a_conversation_storing_only_new_messages() {
         msg("user", "thanks"),
         msg("assistant", "welcome"),
     ]);
-    let hist = file(&s, "full.json", &array(&full));
-    let ctx = file(&s, "ctx.json", r#"{"files": ["a.rs"]}"#);
+    let hist = file(s, "full.json", &array(&full));
+    let ctx = file(s, "ctx.json", r#"{"files": ["a.rs"]}"#);
     let id5 = id_of(&ok(
-        &s,
+        s,
         &["commit", "--history", &hist, "--context-state", &ctx],
         None,
     ));
-    let s5 = session(&s, &id5);
+    let s5 = session(s, &id5);
     assert_eq!(s5["parents"], json!([id4]));
     assert_eq!(s5["messages"]["base"], 6);
     assert_eq!(s5["messages"]["added"].as_array().unwrap().len(), 1);
     let ctx_id = s5["context_state"].as_str().unwrap();
     assert_eq!(
-        ok(&s, &["cat-object", "--json", ctx_id], None),
+        ok(s, &["cat-object", "--json", ctx_id], None),
         "{\"files\":[\"a.rs\"]}\n"
     );
     // A history that rewrites the past keeps only the common prefix.
-    let rewritten = file(&s, "rw.json", &array(&[first[0].clone()]));
-    let id6 = id_of(&ok(&s, &["commit", "demo", "--history", &rewritten], None));
+    let rewritten = file(s, "rw.json", &array(&[first[0].clone()]));
+    let id6 = id_of(&ok(s, &["commit", "demo", "--history", &rewritten], None));
     assert_eq!(
-        session(&s, &id6)["messages"],
+        session(s, &id6)["messages"],
         json!({"base": 1, "added": []})
     );
 }
 
-#[test]
-fn fork_cuts_history_and_a_plain_fork_writes_no_session() {
-    let (_d, s) = store();
+fn fork_cuts_history_and_a_plain_fork_writes_no_session(s: &TestStore) {
     let msgs = [
         msg("user", "one"),
         msg("assistant", "two"),
         msg("user", "three"),
     ];
     let src = id_of(&ok(
-        &s,
+        s,
         &["commit", "--new", "src", "--messages", "-"],
         Some(&array(&msgs)),
     ));
 
     let out = ok(
-        &s,
+        s,
         &["fork", "src", "--at-message", "2", "--as", "cut"],
         None,
     );
     let (name, head) = out.trim_end().split_once(' ').unwrap();
     assert_eq!(name, "cut");
     let head = id_of(&format!("{head}\n"));
-    let forked = session(&s, &head);
+    let forked = session(s, &head);
     assert_eq!(forked["parents"], json!([src]));
     assert_eq!(forked["messages"], json!({"base": 2, "added": []}));
     assert_eq!(
@@ -224,9 +233,9 @@ fn fork_cuts_history_and_a_plain_fork_writes_no_session() {
     );
 
     // --at-message-id takes a prefix of the message's blob id.
-    let two = ok(&s, &["hash-object", "--stdin"], Some(&msgs[1].to_string()));
+    let two = ok(s, &["hash-object", "--stdin"], Some(&msgs[1].to_string()));
     let out = ok(
-        &s,
+        s,
         &[
             "fork",
             &src[..10],
@@ -238,11 +247,11 @@ fn fork_cuts_history_and_a_plain_fork_writes_no_session() {
         None,
     );
     let by_id = out.trim_end().split_once(' ').unwrap().1.to_owned();
-    assert_eq!(session(&s, &by_id)["messages"]["base"], 2);
+    assert_eq!(session(s, &by_id)["messages"]["base"], 2);
 
     // With messages, the fork adds them on the cut.
     let out = ok(
-        &s,
+        s,
         &[
             "fork",
             "src",
@@ -256,9 +265,9 @@ fn fork_cuts_history_and_a_plain_fork_writes_no_session() {
         Some(&array(&[msg("user", "instead")])),
     );
     let more = out.trim_end().split_once(' ').unwrap().1.to_owned();
-    assert_eq!(session(&s, &more)["messages"]["base"], 1);
+    assert_eq!(session(s, &more)["messages"]["base"], 1);
     assert_eq!(
-        session(&s, &more)["messages"]["added"]
+        session(s, &more)["messages"]["added"]
             .as_array()
             .unwrap()
             .len(),
@@ -267,10 +276,10 @@ fn fork_cuts_history_and_a_plain_fork_writes_no_session() {
 
     // A plain fork is a new ref at the source: the printed id is the
     // source's, and its default name comes from it.
-    let out = ok(&s, &["fork", "src"], None);
+    let out = ok(s, &["fork", "src"], None);
     assert_eq!(out, format!("fork-{} {src}\n", &src[..12]));
     assert_eq!(
-        ok(&s, &["for-each-ref"], None)
+        ok(s, &["for-each-ref"], None)
             .lines()
             .filter(|l| l.starts_with(&src))
             .count(),
@@ -279,27 +288,27 @@ fn fork_cuts_history_and_a_plain_fork_writes_no_session() {
     );
     // HEAD followed the fork; committing on it starts its own history.
     let next = id_of(&ok(
-        &s,
+        s,
         &["commit", "--messages", "-"],
         Some(&array(&[msg("user", "four")])),
     ));
-    let n = session(&s, &next);
+    let n = session(s, &next);
     assert_eq!(n["parents"], json!([src]));
     assert_eq!(n["messages"]["base"], 3);
 
-    let (code, err) = fails(&s, &["fork", "src", "--at-message", "9"], None);
+    let (code, err) = fails(s, &["fork", "src", "--at-message", "9"], None);
     assert_eq!(code, 1);
     assert_eq!(
         err,
         format!("sessctl: cannot cut at message 9: session {src} has 3 messages\n")
     );
-    let (code, err) = fails(&s, &["fork", "src", "--as", "cut"], None);
+    let (code, err) = fails(s, &["fork", "src", "--as", "cut"], None);
     assert_eq!(
         (code, err.as_str()),
         (1, "sessctl: a conversation named cut exists already\n")
     );
     let r = sessctl(
-        &s,
+        s,
         &[
             "fork",
             "src",
@@ -348,16 +357,14 @@ fn ls_text(rows: &[(&str, &str, u64, u64, i64, &str)]) -> String {
     out
 }
 
-#[test]
-fn ls_lists_newest_first_in_text_and_json() {
-    let (_d, s) = store();
-    assert_eq!(ok(&s, &["ls"], None), "", "an empty store lists nothing");
-    assert_eq!(ok(&s, &["ls", "--all", "--json"], None), "[]\n");
+fn ls_lists_newest_first_in_text_and_json(s: &TestStore) {
+    assert_eq!(ok(s, &["ls"], None), "", "an empty store lists nothing");
+    assert_eq!(ok(s, &["ls", "--all", "--json"], None), "[]\n");
 
     let long =
         "Please fix\nthe flaky\ttest in the CI pipeline, it fails one run in ten and blocks merges";
     let alpha = id_of(&ok(
-        &s,
+        s,
         &[
             "commit",
             "--new",
@@ -374,17 +381,17 @@ fn ls_lists_newest_first_in_text_and_json() {
         Some(&array(&[msg("user", long), msg("assistant", "ok")])),
     ));
     let beta = id_of(&ok(
-        &s,
+        s,
         &["commit", "--new", "beta", "--messages", "-"],
         Some(&array(&[msg("assistant", "no user here")])),
     ));
     let beta2 = id_of(&ok(
-        &s,
+        s,
         &["commit", "beta", "--messages", "-"],
         Some(&array(&[msg("user", "now")])),
     ));
 
-    let all = json(&s, &["ls", "--json"]);
+    let all = json(s, &["ls", "--json"]);
     let list = all.as_array().unwrap();
     assert_eq!(list.len(), 2);
     for c in list {
@@ -447,28 +454,26 @@ fn ls_lists_newest_first_in_text_and_json() {
             "Please fix the flaky test in the CI pipeline, it fails one …",
         ),
     ]);
-    assert_eq!(ok(&s, &["ls"], None), expected);
+    assert_eq!(ok(s, &["ls"], None), expected);
     assert_eq!(
-        ok(&s, &["ls", "--limit", "1"], None),
+        ok(s, &["ls", "--limit", "1"], None),
         ls_text(&[("beta", "-", 2, 2, at(b), "now")])
     );
     // A conversation whose history has no user message has no preview.
     ok(
-        &s,
+        s,
         &["commit", "--new", "quiet", "--messages", "-"],
         Some("[]"),
     );
-    assert!(ok(&s, &["ls", "--limit", "1"], None).contains("\nquiet  -      1         0  "));
+    assert!(ok(s, &["ls", "--limit", "1"], None).contains("\nquiet  -      1         0  "));
 }
 
-#[test]
-fn archive_unarchive_rm_are_silent_and_ls_filters_by_status() {
-    let (_d, s) = store();
+fn archive_unarchive_rm_are_silent_and_ls_filters_by_status(s: &TestStore) {
     for n in ["a", "b", "c"] {
-        create(&s, n, n);
+        create(s, n, n);
     }
     let names = |args: &[&str]| -> Vec<String> {
-        json(&s, args)
+        json(s, args)
             .as_array()
             .unwrap()
             .iter()
@@ -481,7 +486,7 @@ fn archive_unarchive_rm_are_silent_and_ls_filters_by_status() {
             })
             .collect()
     };
-    assert_eq!(ok(&s, &["archive", "b"], None), "");
+    assert_eq!(ok(s, &["archive", "b"], None), "");
     assert_eq!(names(&["ls", "--json"]), ["c:active", "a:active"]);
     assert_eq!(names(&["ls", "--archived", "--json"]), ["b:archived"]);
     assert_eq!(
@@ -492,14 +497,14 @@ fn archive_unarchive_rm_are_silent_and_ls_filters_by_status() {
         names(&["ls", "--all", "--json", "--limit", "2"]),
         ["b:archived", "c:active"]
     );
-    assert_eq!(ok(&s, &["unarchive", "b", "--no-sync"], None), "");
+    assert_eq!(ok(s, &["unarchive", "b", "--no-sync"], None), "");
     assert_eq!(
         names(&["ls", "--json"]),
         ["b:active", "c:active", "a:active"]
     );
-    assert_eq!(ok(&s, &["rm", "a"], None), "");
+    assert_eq!(ok(s, &["rm", "a"], None), "");
     assert_eq!(names(&["ls", "--all", "--json"]), ["b:active", "c:active"]);
-    let r = sessctl(&s, &["ls", "--all", "--archived"], None);
+    let r = sessctl(s, &["ls", "--all", "--archived"], None);
     assert_eq!(r.code, 2, "--all and --archived conflict");
 
     let cases: &[(&[&str], i32, &str)] = &[
@@ -513,15 +518,15 @@ fn archive_unarchive_rm_are_silent_and_ls_filters_by_status() {
         ),
     ];
     for (args, code, err) in cases {
-        assert_eq!(fails(&s, args, None), (*code, err.to_string()), "{args:?}");
+        assert_eq!(fails(s, args, None), (*code, err.to_string()), "{args:?}");
     }
-    ok(&s, &["archive", "c"], None);
+    ok(s, &["archive", "c"], None);
     assert_eq!(
-        fails(&s, &["archive", "c"], None),
+        fails(s, &["archive", "c"], None),
         (1, "sessctl: conversation c is archived already\n".into())
     );
     assert_eq!(
-        fails(&s, &["commit", "c", "--messages", "-"], Some("[]")),
+        fails(s, &["commit", "c", "--messages", "-"], Some("[]")),
         (
             1,
             "sessctl: conversation c is archived; unarchive it to continue it\n".into()
@@ -529,59 +534,55 @@ fn archive_unarchive_rm_are_silent_and_ls_filters_by_status() {
     );
 }
 
-#[test]
-fn prune_keeps_the_most_recent_and_says_what_it_does() {
-    let (_d, s) = store();
+fn prune_keeps_the_most_recent_and_says_what_it_does(s: &TestStore) {
     for n in ["a", "b", "c"] {
-        create(&s, n, n);
+        create(s, n, n);
     }
-    let before = ok(&s, &["ls", "--all", "--json"], None);
+    let before = ok(s, &["ls", "--all", "--json"], None);
     assert_eq!(
-        ok(&s, &["prune", "--keep", "1", "--dry-run"], None),
+        ok(s, &["prune", "--keep", "1", "--dry-run"], None),
         "would archive a\nwould archive b\n"
     );
     assert_eq!(
-        ok(&s, &["ls", "--all", "--json"], None),
+        ok(s, &["ls", "--all", "--json"], None),
         before,
         "a dry run changes nothing"
     );
     assert_eq!(
-        ok(&s, &["prune", "--keep", "1"], None),
+        ok(s, &["prune", "--keep", "1"], None),
         "archive a\narchive b\n"
     );
-    let active = json(&s, &["ls", "--json"]);
+    let active = json(s, &["ls", "--json"]);
     assert_eq!(active.as_array().unwrap().len(), 1);
     assert_eq!(active[0]["name"], "c");
     assert_eq!(
-        json(&s, &["ls", "--archived", "--json"])
+        json(s, &["ls", "--archived", "--json"])
             .as_array()
             .unwrap()
             .len(),
         2
     );
-    assert_eq!(ok(&s, &["prune", "--keep", "1"], None), "", "nothing to do");
+    assert_eq!(ok(s, &["prune", "--keep", "1"], None), "", "nothing to do");
     assert_eq!(
-        ok(&s, &["prune", "--keep", "0", "--delete", "--dry-run"], None),
+        ok(s, &["prune", "--keep", "0", "--delete", "--dry-run"], None),
         "would delete c\n"
     );
     assert_eq!(
-        ok(&s, &["prune", "--keep", "0", "--delete"], None),
+        ok(s, &["prune", "--keep", "0", "--delete"], None),
         "delete c\n"
     );
-    assert_eq!(ok(&s, &["ls"], None), "");
-    assert_eq!(sessctl(&s, &["prune"], None).code, 2, "--keep is required");
+    assert_eq!(ok(s, &["ls"], None), "");
+    assert_eq!(sessctl(s, &["prune"], None).code, 2, "--keep is required");
 }
 
-#[test]
-fn reflog_shows_every_move_newest_first() {
-    let (_d, s) = store();
-    let id1 = create(&s, "demo", "hi");
-    let id2 = id_of(&ok(&s, &["commit", "--messages", "-"], Some("[]")));
-    let out = ok(&s, &["fork", "demo", "--as", "f"], None);
+fn reflog_shows_every_move_newest_first(s: &TestStore) {
+    let id1 = create(s, "demo", "hi");
+    let id2 = id_of(&ok(s, &["commit", "--messages", "-"], Some("[]")));
+    let out = ok(s, &["fork", "demo", "--as", "f"], None);
     assert_eq!(out, format!("f {id2}\n"));
-    ok(&s, &["archive", "demo"], None);
+    ok(s, &["archive", "demo"], None);
 
-    let log = json(&s, &["reflog", "--json", "demo"]);
+    let log = json(s, &["reflog", "--json", "demo"]);
     let entries = log.as_array().unwrap();
     let reasons: Vec<&str> = entries
         .iter()
@@ -632,11 +633,11 @@ fn reflog_shows_every_move_newest_first() {
             )
         })
         .collect();
-    assert_eq!(ok(&s, &["reflog", "demo"], None), text);
-    assert_eq!(ok(&s, &["reflog", "refs/heads/demo"], None), text);
+    assert_eq!(ok(s, &["reflog", "demo"], None), text);
+    assert_eq!(ok(s, &["reflog", "refs/heads/demo"], None), text);
 
     // HEAD: symbolic targets print as "ref: NAME"; archiving detached it.
-    let head = json(&s, &["reflog", "--json", "HEAD"]);
+    let head = json(s, &["reflog", "--json", "HEAD"]);
     let head: Vec<(&str, Value)> = head
         .as_array()
         .unwrap()
@@ -651,7 +652,7 @@ fn reflog_shows_every_move_newest_first() {
             ("create", json!("ref: refs/heads/demo")),
         ]
     );
-    let head_text = ok(&s, &["reflog", "HEAD"], None);
+    let head_text = ok(s, &["reflog", "HEAD"], None);
     assert!(
         head_text
             .lines()
@@ -662,7 +663,7 @@ fn reflog_shows_every_move_newest_first() {
     );
 
     // Without a ref: every entry, newest operation first.
-    let every = json(&s, &["reflog", "--json"]);
+    let every = json(s, &["reflog", "--json"]);
     let ops: Vec<u64> = every
         .as_array()
         .unwrap()
@@ -677,89 +678,77 @@ fn reflog_shows_every_move_newest_first() {
         .iter()
         .any(|e| e["ref"] == "refs/archive/demo" && e["reason"] == "archive"));
     assert_eq!(
-        ok(&s, &["reflog"], None).lines().count(),
+        ok(s, &["reflog"], None).lines().count(),
         ops.len(),
         "one line per entry"
     );
 
     assert_eq!(
-        fails(&s, &["reflog", "nope"], None),
+        fails(s, &["reflog", "nope"], None),
         (1, "sessctl: refs/heads/nope has no ref log\n".into())
     );
     assert_eq!(
-        fails(&s, &["reflog", "refs/remotes/x"], None).0,
+        fails(s, &["reflog", "refs/remotes/x"], None).0,
         2,
         "not a ref name"
     );
 }
 
-#[test]
-fn update_ref_is_a_compare_and_swap() {
-    let (_d, s) = store();
-    let id1 = create(&s, "demo", "hi");
-    let id2 = id_of(&ok(&s, &["commit", "--messages", "-"], Some("[]")));
+fn update_ref_is_a_compare_and_swap(s: &TestStore) {
+    let id1 = create(s, "demo", "hi");
+    let id2 = id_of(&ok(s, &["commit", "--messages", "-"], Some("[]")));
 
-    let (code, err) = fails(&s, &["update-ref", "refs/heads/demo", &id1, &id1], None);
+    let (code, err) = fails(s, &["update-ref", "refs/heads/demo", &id1, &id1], None);
     assert_eq!(code, 1);
     assert_eq!(
         err,
         format!("sessctl: refs/heads/demo moved: expected {id1}, found {id2}\n")
     );
     assert_eq!(
-        ok(
-            &s,
-            &["update-ref", "refs/heads/demo", &id1[..8], &id2],
-            None
-        ),
+        ok(s, &["update-ref", "refs/heads/demo", &id1[..8], &id2], None),
         ""
     );
     assert_eq!(
-        ok(&s, &["for-each-ref"], None),
+        ok(s, &["for-each-ref"], None),
         format!("ref: refs/heads/demo HEAD\n{id1} refs/heads/demo\n")
     );
 
     // Create-only with "" or 64 zeros; a tag by name; delete with -d.
     let zeros = "0".repeat(64);
+    assert_eq!(ok(s, &["update-ref", "refs/tags/v1", "demo", ""], None), "");
     assert_eq!(
-        ok(&s, &["update-ref", "refs/tags/v1", "demo", ""], None),
-        ""
-    );
-    assert_eq!(
-        fails(&s, &["update-ref", "refs/tags/v1", &id2, &zeros], None),
+        fails(s, &["update-ref", "refs/tags/v1", &id2, &zeros], None),
         (
             1,
             format!("sessctl: refs/tags/v1 moved: expected nothing, found {id1}\n")
         )
     );
-    assert_eq!(ok(&s, &["update-ref", "HEAD", &id2], None), "");
+    assert_eq!(ok(s, &["update-ref", "HEAD", &id2], None), "");
     assert_eq!(
-        ok(&s, &["for-each-ref"], None),
+        ok(s, &["for-each-ref"], None),
         format!("{id2} HEAD\n{id1} refs/heads/demo\n{id1} refs/tags/v1\n")
     );
     assert_eq!(
         ok(
-            &s,
+            s,
             &["update-ref", "HEAD", "ref: refs/heads/demo", &id2],
             None
         ),
         ""
     );
     assert_eq!(
-        fails(&s, &["update-ref", "-d", "refs/tags/v1", &id2], None).0,
+        fails(s, &["update-ref", "-d", "refs/tags/v1", &id2], None).0,
         1
     );
+    assert_eq!(ok(s, &["update-ref", "-d", "refs/tags/v1", "v1"], None), "");
     assert_eq!(
-        ok(&s, &["update-ref", "-d", "refs/tags/v1", "v1"], None),
-        ""
-    );
-    assert_eq!(
-        json(&s, &["for-each-ref", "--json"]),
+        json(s, &["for-each-ref", "--json"]),
         json!([
             {"ref": "HEAD", "target": "ref: refs/heads/demo", "symbolic": true},
             {"ref": "refs/heads/demo", "target": id1, "symbolic": false},
         ])
     );
-    let reasons: Vec<String> = json(&s, &["reflog", "--json", "refs/tags/v1"])
+    let reasons: Vec<String> = json(s, &["reflog", "--json", "refs/tags/v1"])
         .as_array()
         .unwrap()
         .iter()
@@ -790,15 +779,13 @@ fn update_ref_is_a_compare_and_swap() {
         ),
     ];
     for (args, code, err) in cases {
-        assert_eq!(fails(&s, args, None), (*code, err.to_string()), "{args:?}");
+        assert_eq!(fails(s, args, None), (*code, err.to_string()), "{args:?}");
     }
 }
 
-#[test]
-fn bad_input_gets_one_line_and_the_right_exit_code() {
-    let (_d, s) = store();
-    let obj = file(&s, "obj.json", r#"{"role":"user"}"#);
-    let dup = file(&s, "dup.json", r#"[{"a":1,"a":2}]"#);
+fn bad_input_gets_one_line_and_the_right_exit_code(s: &TestStore) {
+    let obj = file(s, "obj.json", r#"{"role":"user"}"#);
+    let dup = file(s, "dup.json", r#"[{"a":1,"a":2}]"#);
     let cases: &[(&[&str], Option<&str>, i32, &str)] = &[
         (
             &["commit", "--messages", "-"],
@@ -904,31 +891,31 @@ fn bad_input_gets_one_line_and_the_right_exit_code() {
         ),
     ];
     for (args, stdin, code, prefix) in cases {
-        let r = sessctl(&s, args, *stdin);
+        let r = sessctl(s, args, *stdin);
         assert_eq!(r.code, *code, "{args:?}: {}", r.stderr);
         assert!(r.stderr.starts_with(prefix), "{args:?}: {:?}", r.stderr);
         assert_eq!(r.stderr.lines().count(), 1, "{args:?}: {:?}", r.stderr);
         assert_eq!(r.stdout, "", "{args:?}");
     }
     // Exactly one of --messages and --history (a clap usage error).
-    assert_eq!(sessctl(&s, &["commit", "--new"], None).code, 2);
+    assert_eq!(sessctl(s, &["commit", "--new"], None).code, 2);
     let r = sessctl(
-        &s,
+        s,
         &["commit", "--new", "--messages", &obj, "--history", &obj],
         None,
     );
     assert_eq!(r.code, 2);
     assert_eq!(
-        ok(&s, &["ls", "--all", "--json"], None),
+        ok(s, &["ls", "--all", "--json"], None),
         "[]\n",
         "nothing was written"
     );
 
     // HEAD detached by archiving its conversation: say so.
-    let id = create(&s, "gone", "x");
-    ok(&s, &["archive", "gone"], None);
+    let id = create(s, "gone", "x");
+    ok(s, &["archive", "gone"], None);
     assert_eq!(
-        fails(&s, &["commit", "--messages", "-"], Some("[]")),
+        fails(s, &["commit", "--messages", "-"], Some("[]")),
         (
             1,
             format!(
@@ -939,20 +926,18 @@ fn bad_input_gets_one_line_and_the_right_exit_code() {
     );
 }
 
-#[test]
-fn commit_new_without_a_name_names_it_after_its_root() {
-    let (_d, s) = store();
+fn commit_new_without_a_name_names_it_after_its_root(s: &TestStore) {
     let id = id_of(&ok(
-        &s,
+        s,
         &["commit", "--new", "--history", "-"],
         Some(&array(&[msg("user", "hi")])),
     ));
-    assert_eq!(session(&s, &id)["messages"]["base"], 0);
-    let list = json(&s, &["ls", "--json"]);
+    assert_eq!(session(s, &id)["messages"]["base"], 0);
+    let list = json(s, &["ls", "--json"]);
     assert_eq!(list[0]["name"], json!(&id[..12]));
     assert_eq!(
         fails(
-            &s,
+            s,
             &["commit", "--new", &id[..12], "--messages", "-"],
             Some("[]")
         ),
@@ -992,6 +977,7 @@ fn busy_store() -> (tempfile::TempDir, PathBuf) {
     (d, s)
 }
 
+// Local only: deletes the index directory on disk.
 #[test]
 fn reindex_after_losing_the_index_gives_identical_output() {
     let (_d, s) = busy_store();
@@ -1018,6 +1004,7 @@ fn reindex_after_losing_the_index_gives_identical_output() {
     assert_eq!(ok(&s, &["ls", "--all", "--json"], None), ls);
 }
 
+// Local only: holds the store directory's LOCK file.
 #[test]
 fn readers_work_while_another_process_holds_the_store() {
     let (_d, s) = busy_store();
@@ -1085,17 +1072,15 @@ fn a_closed_pipe_is_not_an_error() {
     }
 }
 
-#[test]
-fn display_messages_and_states_are_given_as_files() {
-    let (_d, s) = store();
+fn display_messages_and_states_are_given_as_files(s: &TestStore) {
     let display = file(
-        &s,
+        s,
         "display.json",
         &array(&[msg("user", "hi"), msg("system", "(tool output hidden)")]),
     );
-    let env = file(&s, "env.json", r#"{"cwd": "/src", "branch": "main"}"#);
+    let env = file(s, "env.json", r#"{"cwd": "/src", "branch": "main"}"#);
     let id1 = id_of(&ok(
-        &s,
+        s,
         &[
             "commit",
             "--new",
@@ -1109,22 +1094,22 @@ fn display_messages_and_states_are_given_as_files() {
         ],
         Some(&array(&[msg("user", "hi")])),
     ));
-    let s1 = session(&s, &id1);
+    let s1 = session(s, &id1);
     assert_eq!(s1["messages"]["added"].as_array().unwrap().len(), 1);
     assert_eq!(s1["display_messages"]["added"].as_array().unwrap().len(), 2);
     let env_id = s1["environment_state"].as_str().unwrap().to_owned();
     assert_eq!(
-        ok(&s, &["cat-object", "--json", &env_id], None),
+        ok(s, &["cat-object", "--json", &env_id], None),
         "{\"branch\":\"main\",\"cwd\":\"/src\"}\n"
     );
     // Without the flags, the next session mirrors its messages and keeps
     // the parent's states.
     let id2 = id_of(&ok(
-        &s,
+        s,
         &["commit", "d", "--messages", "-"],
         Some(&array(&[msg("assistant", "hello")])),
     ));
-    let s2 = session(&s, &id2);
+    let s2 = session(s, &id2);
     assert_eq!(s2["display_messages"]["base"], 2);
     assert_eq!(s2["display_messages"]["added"], s2["messages"]["added"]);
     assert_eq!(s2["environment_state"], json!(env_id));
@@ -1156,6 +1141,7 @@ fn ls_three_ways(s: &Path, variants: &[&[&str]]) {
     }
 }
 
+// Local only: removes index tables on disk.
 #[test]
 fn ls_answers_the_same_from_tables_from_the_journal_and_after_reindex() {
     let (_d, s) = busy_store();
@@ -1205,6 +1191,7 @@ fn ls_answers_the_same_from_tables_from_the_journal_and_after_reindex() {
     assert_eq!((r.code, r.stdout.as_str()), (0, ""), "{}", r.stderr);
 }
 
+// Local only: damages an index table file on disk.
 #[test]
 fn fsck_reports_a_damaged_index_table_and_reindex_replaces_it() {
     let (_d, s) = busy_store();

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod support;
-use support::Run;
+use support::{Run, Target, TestStore};
 
 use std::path::{Path, PathBuf};
 
@@ -11,21 +11,25 @@ use serde_json::Value;
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data");
 
-fn sessctl(store: &Path, args: &[&str]) -> Run {
+two_backends!(
+    import_prints_a_summary_and_a_second_import_writes_nothing,
+    skipped_lines_exit_1_and_are_listed,
+    json_report,
+);
+
+fn sessctl<T: Target + ?Sized>(store: &T, args: &[&str]) -> Run {
     support::sessctl(store, args, None)
 }
 
-/// A store and copies of a few data files; `None` when the data is absent.
-fn setup() -> Option<(tempfile::TempDir, PathBuf, PathBuf)> {
+/// Copies of a few data files beside the store; `None` when the data is
+/// absent.
+fn setup(s: &TestStore) -> Option<PathBuf> {
     let src = Path::new(DATA).join("claude-code");
     if !src.exists() {
         eprintln!("note: {} is absent; skipping", src.display());
         return None;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("s");
-    assert_eq!(sessctl(&store, &["init"]).code, 0);
-    let files = dir.path().join("in");
+    let files = s.scratch().join("in");
     std::fs::create_dir(&files).unwrap();
     for f in [
         "session-9eda1058.jsonl",
@@ -34,16 +38,15 @@ fn setup() -> Option<(tempfile::TempDir, PathBuf, PathBuf)> {
         let p = src.join(f);
         std::fs::copy(&p, files.join(p.file_name().unwrap())).unwrap();
     }
-    Some((dir, store, files))
+    Some(files)
 }
 
-#[test]
-fn import_prints_a_summary_and_a_second_import_writes_nothing() {
-    let Some((_d, store, files)) = setup() else {
+fn import_prints_a_summary_and_a_second_import_writes_nothing(store: &TestStore) {
+    let Some(files) = setup(store) else {
         return;
     };
     let dir = files.to_str().unwrap();
-    let r = sessctl(&store, &["import", "--from", "claude-code", dir]);
+    let r = sessctl(store, &["import", "--from", "claude-code", dir]);
     assert_eq!((r.code, r.stderr.as_str()), (0, ""));
     assert_eq!(
         r.stdout,
@@ -51,7 +54,7 @@ fn import_prints_a_summary_and_a_second_import_writes_nothing() {
          33 objects written, 2 refs moved; 0 lines skipped\n\
          HEAD now names cc-9eda1058-970, the most recently active conversation imported\n"
     );
-    let again = sessctl(&store, &["import", "--from", "claude-code", dir]);
+    let again = sessctl(store, &["import", "--from", "claude-code", dir]);
     assert_eq!(again.code, 0);
     assert!(
         again.stdout.contains("(0 new)")
@@ -61,10 +64,10 @@ fn import_prints_a_summary_and_a_second_import_writes_nothing() {
     );
     // The history exports back as Claude Code lines: importing them into a
     // new store gives the same head.
-    let head = sessctl(&store, &["rev-parse", "cc-4c2ddfdc-b61"]).stdout;
+    let head = sessctl(store, &["rev-parse", "cc-4c2ddfdc-b61"]).stdout;
     let out = files.parent().unwrap().join("out.jsonl");
     let e = sessctl(
-        &store,
+        store,
         &[
             "export",
             "cc-4c2ddfdc-b61",
@@ -87,19 +90,18 @@ fn import_prints_a_summary_and_a_second_import_writes_nothing() {
         head
     );
     // jsonl: one message a line.
-    let jl = sessctl(&store, &["export", "cc-4c2ddfdc-b61", "--format", "jsonl"]);
+    let jl = sessctl(store, &["export", "cc-4c2ddfdc-b61", "--format", "jsonl"]);
     assert_eq!(jl.code, 0);
     assert!(jl
         .stdout
         .lines()
         .all(|l| serde_json::from_str::<Value>(l).is_ok()));
-    let bad = sessctl(&store, &["export", "cc-4c2ddfdc-b61", "--format", "xml"]);
+    let bad = sessctl(store, &["export", "cc-4c2ddfdc-b61", "--format", "xml"]);
     assert_eq!(bad.code, 2);
 }
 
-#[test]
-fn skipped_lines_exit_1_and_are_listed() {
-    let Some((_d, store, files)) = setup() else {
+fn skipped_lines_exit_1_and_are_listed(store: &TestStore) {
+    let Some(files) = setup(store) else {
         return;
     };
     let f = files.join("session-9eda1058.jsonl");
@@ -108,7 +110,7 @@ fn skipped_lines_exit_1_and_are_listed() {
     lines[2] = "{not json";
     std::fs::write(&f, lines.join("\n") + "\n").unwrap();
     let r = sessctl(
-        &store,
+        store,
         &["import", "--from", "claude-code", f.to_str().unwrap()],
     );
     assert_eq!(r.code, 1);
@@ -120,17 +122,16 @@ fn skipped_lines_exit_1_and_are_listed() {
         r.stderr
     );
     // The rest is in the store.
-    let ls = sessctl(&store, &["ls"]);
+    let ls = sessctl(store, &["ls"]);
     assert!(ls.stdout.contains("cc-9eda1058-970"), "{}", ls.stdout);
 }
 
-#[test]
-fn json_report() {
-    let Some((_d, store, files)) = setup() else {
+fn json_report(store: &TestStore) {
+    let Some(files) = setup(store) else {
         return;
     };
     let r = sessctl(
-        &store,
+        store,
         &[
             "import",
             "--from",
@@ -159,6 +160,6 @@ fn json_report() {
     assert_eq!(v["files"], 2);
     assert_eq!(v["skipped"], Value::Array(vec![]));
     assert_eq!(v["dangling"], Value::Array(vec![]));
-    let bad = sessctl(&store, &["import", "--from", "word", "x"]);
+    let bad = sessctl(store, &["import", "--from", "word", "x"]);
     assert_eq!(bad.code, 2);
 }

@@ -4,23 +4,32 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod support;
-use support::Run;
-
-use std::path::{Path, PathBuf};
+use support::{Run, Target, TestStore};
 
 use serde_json::{json, Value};
 use sessctl_store::refs::{PreviousValue, RefEdit};
 use sessctl_store::{
     Cut, Durability, ForkOptions, Messages, ObjectId, RefName, RefTarget, RunSummary,
-    SessionMetadata, Store, Transaction, Turn, Usage,
+    SessionMetadata, Transaction, Turn, Usage,
 };
 
+two_backends!(
+    log_oneline_graph_draws_the_fork_and_the_merge,
+    log_prints_entries_like_git,
+    log_json_has_the_documented_shape,
+    the_dot_graph_is_deterministic_and_labelled,
+    merge_base_answers_like_git,
+    rev_parse_resolves_steps_and_reports_why_not,
+    show_prints_a_session_and_its_messages,
+    diff_shows_messages_and_state_each_side_lacks,
+);
+
 /// The lineage commands read no standard input.
-fn sessctl(store: &Path, args: &[&str]) -> Run {
+fn sessctl<T: Target + ?Sized>(store: &T, args: &[&str]) -> Run {
     support::sessctl(store, args, None)
 }
 
-fn ok(store: &Path, args: &[&str]) -> String {
+fn ok<T: Target + ?Sized>(store: &T, args: &[&str]) -> String {
     let r = sessctl(store, args);
     assert_eq!((r.code, r.stderr.as_str()), (0, ""), "{args:?}");
     r.stdout
@@ -55,10 +64,8 @@ struct Ids {
 /// fix:   R - S1 - S2 - M (M merges F1); the tag golden at S1
 /// retry:        \- F1 - F2 (a fork of S1 that keeps its first 3 messages)
 /// other: O, unrelated. HEAD names fix.
-fn fixture() -> (tempfile::TempDir, PathBuf, Ids) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s");
-    let store = Store::init(&path).unwrap();
+fn fixture(s: &TestStore) -> Ids {
+    let store = s.library();
     let d = Durability::NoSync;
     let mut t = turn(
         0,
@@ -131,28 +138,23 @@ fn fixture() -> (tempfile::TempDir, PathBuf, Ids) {
         )
         .unwrap();
     drop(store);
-    (
-        dir,
-        path,
-        Ids {
-            r,
-            s1,
-            f1,
-            s2,
-            m,
-            f2,
-            o,
-        },
-    )
+    Ids {
+        r,
+        s1,
+        f1,
+        s2,
+        m,
+        f2,
+        o,
+    }
 }
 
 fn short(id: &ObjectId) -> String {
     id.to_hex_prefix(12)
 }
 
-#[test]
-fn log_oneline_graph_draws_the_fork_and_the_merge() {
-    let (_d, s, i) = fixture();
+fn log_oneline_graph_draws_the_fork_and_the_merge(s: &TestStore) {
+    let i = fixture(s);
     let (o, f2, m, s2, f1, s1, r) = (
         short(&i.o),
         short(&i.f2),
@@ -163,7 +165,7 @@ fn log_oneline_graph_draws_the_fork_and_the_merge() {
         short(&i.r),
     );
     assert_eq!(
-        ok(&s, &["log", "--oneline", "--graph", "--all"]),
+        ok(s, &["log", "--oneline", "--graph", "--all"]),
         format!(
             "* {o} (other) Unrelated\n\
              \n\
@@ -179,28 +181,25 @@ fn log_oneline_graph_draws_the_fork_and_the_merge() {
     );
     // `graph` is the same picture by default.
     assert_eq!(
-        ok(&s, &["graph"]),
-        ok(&s, &["log", "--oneline", "--graph", "--all"])
+        ok(s, &["graph"]),
+        ok(s, &["log", "--oneline", "--graph", "--all"])
     );
     // From HEAD only, without lanes; --first-parent skips the merged line.
     assert_eq!(
-        ok(&s, &["log", "--oneline"]),
+        ok(s, &["log", "--oneline"]),
         format!(
             "{m} (HEAD -> fix) Merge retry\n{s2} Add a test\n{f1} Try another way\n\
              {s1} (tag: golden) Run it again\n{r} Fix CI\n"
         )
     );
     assert_eq!(
-        ok(
-            &s,
-            &["log", "--oneline", "--first-parent", "-n", "3", "fix"]
-        ),
+        ok(s, &["log", "--oneline", "--first-parent", "-n", "3", "fix"]),
         format!(
             "{m} (HEAD -> fix) Merge retry\n{s2} Add a test\n{s1} (tag: golden) Run it again\n"
         )
     );
     assert_eq!(
-        ok(&s, &["log", "--oneline", "--graph", "retry", "golden"]),
+        ok(s, &["log", "--oneline", "--graph", "retry", "golden"]),
         format!(
             "* {f2} (retry) Still trying\n* {f1} Try another way\n\
              * {s1} (tag: golden) Run it again\n* {r} Fix CI\n"
@@ -208,12 +207,11 @@ fn log_oneline_graph_draws_the_fork_and_the_merge() {
     );
 }
 
-#[test]
-fn log_prints_entries_like_git() {
-    let (_d, s, i) = fixture();
+fn log_prints_entries_like_git(s: &TestStore) {
+    let i = fixture(s);
     let (m, s2, f1) = (i.m, short(&i.s2), short(&i.f1));
     assert_eq!(
-        ok(&s, &["log", "-n", "2", "fix"]),
+        ok(s, &["log", "-n", "2", "fix"]),
         format!(
             "session {m} (HEAD -> fix)\n\
              Merge:        {s2} {f1}\n\
@@ -235,12 +233,12 @@ fn log_prints_entries_like_git() {
         )
     );
     // The last user message this session added, first line only.
-    let golden = ok(&s, &["log", "-n", "1", "golden"]);
+    let golden = ok(s, &["log", "-n", "1", "golden"]);
     assert!(golden.contains(
         "Usage:        42 tokens (30 prompt, 12 completion), 1 request\n\n    Run it again\n"
     ));
     // With lanes: the entry's further lines carry them.
-    let graph = ok(&s, &["log", "--graph", "-n", "3"]);
+    let graph = ok(s, &["log", "--graph", "-n", "3"]);
     let lines: Vec<&str> = graph.lines().collect();
     assert_eq!(lines[0], format!("* session {m} (HEAD -> fix)"));
     assert_eq!(lines[1], format!("| Merge:        {s2} {f1}"));
@@ -251,10 +249,9 @@ fn log_prints_entries_like_git() {
     assert_eq!(lines[11], format!("* | session {}", i.s2));
 }
 
-#[test]
-fn log_json_has_the_documented_shape() {
-    let (_d, s, i) = fixture();
-    let v: Value = serde_json::from_str(&ok(&s, &["log", "--json", "-n", "2"])).unwrap();
+fn log_json_has_the_documented_shape(s: &TestStore) {
+    let i = fixture(s);
+    let v: Value = serde_json::from_str(&ok(s, &["log", "--json", "-n", "2"])).unwrap();
     let entries = v.as_array().unwrap();
     assert_eq!(entries.len(), 2);
     assert_eq!(
@@ -276,21 +273,20 @@ fn log_json_has_the_documented_shape() {
     assert_eq!(entries[1]["summary"], "Add a test");
     assert_eq!(entries[1]["title"], Value::Null);
     assert_eq!(entries[1]["refs"], json!([]));
-    let all: Value = serde_json::from_str(&ok(&s, &["log", "--json", "--all"])).unwrap();
+    let all: Value = serde_json::from_str(&ok(s, &["log", "--json", "--all"])).unwrap();
     assert_eq!(all.as_array().unwrap().len(), 7);
     assert_eq!(all[3]["refs"], json!([]), "{all}");
     assert_eq!(all[5]["refs"], json!(["refs/tags/golden"]));
     // An empty walk is an empty array.
-    assert_eq!(ok(&s, &["log", "--json", "-n", "0"]), "[]\n");
+    assert_eq!(ok(s, &["log", "--json", "-n", "0"]), "[]\n");
     // --json and the text forms exclude each other.
-    assert_eq!(sessctl(&s, &["log", "--json", "--oneline"]).code, 2);
+    assert_eq!(sessctl(s, &["log", "--json", "--oneline"]).code, 2);
 }
 
-#[test]
-fn the_dot_graph_is_deterministic_and_labelled() {
-    let (_d, s, i) = fixture();
-    let dot = ok(&s, &["graph", "--format", "dot", "fix"]);
-    assert_eq!(dot, ok(&s, &["graph", "--format", "dot", "fix"]));
+fn the_dot_graph_is_deterministic_and_labelled(s: &TestStore) {
+    let i = fixture(s);
+    let dot = ok(s, &["graph", "--format", "dot", "fix"]);
+    assert_eq!(dot, ok(s, &["graph", "--format", "dot", "fix"]));
     let (m, s2, f1, s1, r) = (i.m, i.s2, i.f1, i.s1, i.r);
     let node =
         |id: &ObjectId, label: &str| format!("  \"{id}\" [label=\"{}\\n{label}\"];\n", short(id));
@@ -307,29 +303,28 @@ fn the_dot_graph_is_deterministic_and_labelled() {
             node(&r, "2 messages"),
         )
     );
-    let r = sessctl(&s, &["graph", "--format", "svg"]);
+    let r = sessctl(s, &["graph", "--format", "svg"]);
     assert_eq!(r.code, 2);
 }
 
-#[test]
-fn merge_base_answers_like_git() {
-    let (_d, s, i) = fixture();
+fn merge_base_answers_like_git(s: &TestStore) {
+    let i = fixture(s);
     assert_eq!(
-        ok(&s, &["merge-base", "fix", "retry"]),
+        ok(s, &["merge-base", "fix", "retry"]),
         format!("{}\n", i.f1)
     );
     assert_eq!(
-        ok(&s, &["merge-base", "fix~1", "retry"]),
+        ok(s, &["merge-base", "fix~1", "retry"]),
         format!("{}\n", i.s1)
     );
     assert_eq!(
-        ok(&s, &["merge-base", "--all", "fix~1", "retry~1"]),
+        ok(s, &["merge-base", "--all", "fix~1", "retry~1"]),
         format!("{}\n", i.s1)
     );
     // No common history: exit 1, nothing printed.
-    let r = sessctl(&s, &["merge-base", "fix", "other"]);
+    let r = sessctl(s, &["merge-base", "fix", "other"]);
     assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (1, "", ""));
-    let r = sessctl(&s, &["merge-base", "--all", "fix", "other"]);
+    let r = sessctl(s, &["merge-base", "--all", "fix", "other"]);
     assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (1, "", ""));
     for (a, b, code) in [
         ("golden", "fix", 0),
@@ -339,7 +334,7 @@ fn merge_base_answers_like_git() {
         ("fix", "golden", 1),
         ("other", "fix", 1),
     ] {
-        let r = sessctl(&s, &["merge-base", "--is-ancestor", a, b]);
+        let r = sessctl(s, &["merge-base", "--is-ancestor", a, b]);
         assert_eq!(
             (r.code, r.stdout.as_str(), r.stderr.as_str()),
             (code, "", ""),
@@ -347,17 +342,16 @@ fn merge_base_answers_like_git() {
         );
     }
     // A revision that does not resolve is an error, not a "no".
-    let r = sessctl(&s, &["merge-base", "--is-ancestor", "nope", "fix"]);
+    let r = sessctl(s, &["merge-base", "--is-ancestor", "nope", "fix"]);
     assert_eq!(r.code, 1);
     assert!(r.stderr.starts_with("sessctl: unknown revision 'nope'"));
 }
 
-#[test]
-fn rev_parse_resolves_steps_and_reports_why_not() {
-    let (_d, s, i) = fixture();
+fn rev_parse_resolves_steps_and_reports_why_not(s: &TestStore) {
+    let i = fixture(s);
     assert_eq!(
         ok(
-            &s,
+            s,
             &[
                 "rev-parse",
                 "fix",
@@ -376,7 +370,7 @@ fn rev_parse_resolves_steps_and_reports_why_not() {
             .collect::<String>()
     );
     assert_eq!(
-        ok(&s, &["rev-parse", &i.m.to_hex()[..8], "tags/golden~"]),
+        ok(s, &["rev-parse", &i.m.to_hex()[..8], "tags/golden~"]),
         format!("{}\n{}\n", i.m, i.r)
     );
     let cases: &[(&str, i32, &str)] = &[
@@ -394,7 +388,7 @@ fn rev_parse_resolves_steps_and_reports_why_not() {
         ("", 2, "sessctl: a revision cannot be empty\n"),
     ];
     for (rev, code, err) in cases {
-        let r = sessctl(&s, &["rev-parse", "fix", rev]);
+        let r = sessctl(s, &["rev-parse", "fix", rev]);
         assert_eq!(
             (r.code, r.stdout.as_str(), r.stderr.as_str()),
             (*code, "", *err),
@@ -402,16 +396,15 @@ fn rev_parse_resolves_steps_and_reports_why_not() {
         );
     }
     // Malformed revisions are refused before the store is opened.
-    let missing = s.parent().unwrap().join("no-store");
+    let missing = s.scratch().join("no-store");
     assert_eq!(sessctl(&missing, &["rev-parse", "a~b"]).code, 2);
-    assert_eq!(sessctl(&s, &["rev-parse"]).code, 2);
+    assert_eq!(sessctl(s, &["rev-parse"]).code, 2);
 }
 
-#[test]
-fn show_prints_a_session_and_its_messages() {
-    let (_d, s, i) = fixture();
+fn show_prints_a_session_and_its_messages(s: &TestStore) {
+    let i = fixture(s);
     assert_eq!(
-        ok(&s, &["show", "golden"]),
+        ok(s, &["show", "golden"]),
         format!(
             "session {} (tag: golden)\n\
              Parent:       {}\n\
@@ -429,7 +422,7 @@ fn show_prints_a_session_and_its_messages() {
             i.s1, i.r, i.r
         )
     );
-    let v: Value = serde_json::from_str(&ok(&s, &["show", "--json"])).unwrap();
+    let v: Value = serde_json::from_str(&ok(s, &["show", "--json"])).unwrap();
     assert_eq!(v["id"], i.m.to_hex());
     assert_eq!(v["kind"], "session");
     assert_eq!(v["parents"], json!([i.s2.to_hex(), i.f1.to_hex()]));
@@ -448,7 +441,7 @@ fn show_prints_a_session_and_its_messages() {
     );
     assert_eq!(shown[0]["id"], v["messages"]["added"][0]);
     let whole: Value =
-        serde_json::from_str(&ok(&s, &["show", "--json", "--messages", "fix"])).unwrap();
+        serde_json::from_str(&ok(s, &["show", "--json", "--messages", "fix"])).unwrap();
     let shown = whole["shown_messages"].as_array().unwrap();
     assert_eq!(shown.len(), 7);
     assert_eq!(shown[0]["value"]["content"], "Fix the flaky test");
@@ -459,16 +452,15 @@ fn show_prints_a_session_and_its_messages() {
             .collect::<Vec<_>>(),
         (0..7).collect::<Vec<_>>()
     );
-    let text = ok(&s, &["show", "--messages", "fix"]);
+    let text = ok(s, &["show", "--messages", "fix"]);
     assert!(text.contains("\nHistory:\n[0] user\n    Fix the flaky test\n[1] assistant\n"));
     assert!(text.contains("Metadata:     cwd = \"/src\"\n"));
     assert!(text.contains("Transport:    cli\n"));
 }
 
-#[test]
-fn diff_shows_messages_and_state_each_side_lacks() {
-    let (_d, s, i) = fixture();
-    let v: Value = serde_json::from_str(&ok(&s, &["diff", "--json", "fix", "retry"])).unwrap();
+fn diff_shows_messages_and_state_each_side_lacks(s: &TestStore) {
+    let i = fixture(s);
+    let v: Value = serde_json::from_str(&ok(s, &["diff", "--json", "fix", "retry"])).unwrap();
     let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(
         keys,
@@ -534,13 +526,13 @@ fn diff_shows_messages_and_state_each_side_lacks() {
     assert_eq!(v["environment_state"], json!([]));
 
     // The same message at another position is found by id.
-    let v: Value = serde_json::from_str(&ok(&s, &["diff", "--json", "golden", "fix"])).unwrap();
+    let v: Value = serde_json::from_str(&ok(s, &["diff", "--json", "golden", "fix"])).unwrap();
     assert_eq!(v["common_prefix"], 4);
     assert_eq!(v["messages"]["a"], json!([]));
     assert_eq!(v["messages"]["b"].as_array().unwrap().len(), 3);
     assert_eq!(v["only_in_a"], json!([]));
 
-    let text = ok(&s, &["diff", "fix~1", "retry"]);
+    let text = ok(s, &["diff", "fix~1", "retry"]);
     assert_eq!(
         text,
         format!(
@@ -564,7 +556,7 @@ fn diff_shows_messages_and_state_each_side_lacks() {
             i.s2, i.f2, i.s1
         )
     );
-    let r = sessctl(&s, &["diff", "fix", "other"]);
+    let r = sessctl(s, &["diff", "fix", "other"]);
     assert_eq!(r.code, 0);
     assert!(r.stdout.contains("merge base: none (no common history)\n"));
 }

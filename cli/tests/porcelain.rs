@@ -5,14 +5,25 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod support;
-use support::{new_store, sessctl};
-
-use std::path::Path;
+use support::{new_store, sessctl, Target, TestStore};
 
 use serde_json::Value;
 
+two_backends!(
+    a_fork_that_drops_messages_is_not_a_fast_forward,
+    a_fork_that_keeps_nothing_is_a_root,
+    merge_records_both_parents_and_refuses_what_is_merged_already,
+    tags_are_created_listed_moved_resolved_and_deleted_like_git,
+    rename_moves_the_ref_the_record_and_head,
+    reset_moves_a_conversation_and_at_n_reads_the_ref_log,
+    head_at_n_undoes_a_reset_of_this_conversation_as_in_git,
+    at_n_counts_across_archive_unarchive_and_a_rename_back,
+    an_import_points_a_head_that_names_nothing_at_what_it_imported,
+    a_subagent_created_with_spawned_by_joins_its_spawners_conversation,
+);
+
 /// Runs a command that must succeed silently on stderr; returns stdout.
-fn ok(store: &Path, args: &[&str]) -> String {
+fn ok<T: Target + ?Sized>(store: &T, args: &[&str]) -> String {
     let r = sessctl(store, args, None);
     assert_eq!((r.code, r.stderr.as_str()), (0, ""), "{args:?}");
     r.stdout
@@ -20,7 +31,7 @@ fn ok(store: &Path, args: &[&str]) -> String {
 
 /// Runs a command that must fail with one line on stderr; returns (exit
 /// code, stderr).
-fn fails(store: &Path, args: &[&str]) -> (i32, String) {
+fn fails<T: Target + ?Sized>(store: &T, args: &[&str]) -> (i32, String) {
     let r = sessctl(store, args, None);
     assert_ne!(r.code, 0, "{args:?} succeeded: {}", r.stdout);
     assert_eq!(r.stdout, "", "{args:?}");
@@ -28,13 +39,13 @@ fn fails(store: &Path, args: &[&str]) -> (i32, String) {
     (r.code, r.stderr)
 }
 
-fn json(store: &Path, args: &[&str]) -> Value {
+fn json<T: Target + ?Sized>(store: &T, args: &[&str]) -> Value {
     serde_json::from_str(&ok(store, args)).unwrap()
 }
 
 /// Commits one turn of `texts` (user, assistant, ...) on `conv` (with
 /// `--new` when `new`); returns the session id.
-fn turn(store: &Path, conv: &str, new: bool, texts: &[&str]) -> String {
+fn turn<T: Target + ?Sized>(store: &T, conv: &str, new: bool, texts: &[&str]) -> String {
     let msgs: Vec<Value> = texts
         .iter()
         .enumerate()
@@ -54,11 +65,11 @@ fn turn(store: &Path, conv: &str, new: bool, texts: &[&str]) -> String {
     r.stdout.trim().to_owned()
 }
 
-fn rev(store: &Path, rev: &str) -> String {
+fn rev<T: Target + ?Sized>(store: &T, rev: &str) -> String {
     ok(store, &["rev-parse", rev]).trim().to_owned()
 }
 
-fn is_ancestor(store: &Path, a: &str, b: &str) -> i32 {
+fn is_ancestor<T: Target + ?Sized>(store: &T, a: &str, b: &str) -> i32 {
     let r = sessctl(store, &["merge-base", "--is-ancestor", a, b], None);
     assert_eq!((r.stdout.as_str(), r.stderr.as_str()), ("", ""));
     r.code
@@ -66,20 +77,18 @@ fn is_ancestor(store: &Path, a: &str, b: &str) -> i32 {
 
 // ---- lineage true to the cut ----
 
-#[test]
-fn a_fork_that_drops_messages_is_not_a_fast_forward() {
-    let (_d, s) = new_store();
-    let r = turn(&s, "x", true, &["a", "b"]);
-    let s1 = turn(&s, "x", false, &["c", "d"]);
-    let s2 = turn(&s, "x", false, &["e", "f"]);
+fn a_fork_that_drops_messages_is_not_a_fast_forward(s: &TestStore) {
+    let r = turn(s, "x", true, &["a", "b"]);
+    let s1 = turn(s, "x", false, &["c", "d"]);
+    let s2 = turn(s, "x", false, &["e", "f"]);
     // Keeping 2 of 6: the root, whose history is exactly those two.
-    let out = ok(&s, &["fork", "x", "--at-message", "2", "--as", "two"]);
+    let out = ok(s, &["fork", "x", "--at-message", "2", "--as", "two"]);
     assert!(out.starts_with("two "), "{out}");
-    assert_eq!(rev(&s, "two^"), r);
-    assert_eq!(is_ancestor(&s, "x", "two"), 1);
+    assert_eq!(rev(s, "two^"), r);
+    assert_eq!(is_ancestor(s, "x", "two"), 1);
     // Keeping 3: no session has exactly 3; S1 is the oldest with at least 3.
     let out = ok(
-        &s,
+        s,
         &[
             "fork",
             "x",
@@ -92,25 +101,25 @@ fn a_fork_that_drops_messages_is_not_a_fast_forward() {
     );
     let three = out.split_whitespace().nth(1).unwrap().to_owned();
     // --no-checkout left HEAD on the previous fork, as `git branch` would.
-    assert_eq!(rev(&s, "HEAD"), rev(&s, "two"));
-    assert_eq!(rev(&s, "three^"), s1);
-    assert_eq!(json(&s, &["show", "--json", "three"])["history_length"], 3);
+    assert_eq!(rev(s, "HEAD"), rev(s, "two"));
+    assert_eq!(rev(s, "three^"), s1);
+    assert_eq!(json(s, &["show", "--json", "three"])["history_length"], 3);
     // The tip is not an ancestor of a fork that dropped messages; the
     // session it continues is.
-    assert_eq!(is_ancestor(&s, "x", "three"), 1);
-    assert_eq!(is_ancestor(&s, &s1, "three"), 0);
+    assert_eq!(is_ancestor(s, "x", "three"), 1);
+    assert_eq!(is_ancestor(s, &s1, "three"), 0);
     // Keeping everything (and adding) continues the tip: a fast-forward.
     let r2 = sessctl(
-        &s,
+        s,
         &["fork", "x", "--as", "more", "--messages", "-"],
         Some(r#"[{"role":"user","content":"g"}]"#),
     );
     assert_eq!(r2.code, 0, "{}", r2.stderr);
-    assert_eq!(is_ancestor(&s, "x", "more"), 0);
-    assert_eq!(rev(&s, "more^"), s2);
+    assert_eq!(is_ancestor(s, "x", "more"), 0);
+    assert_eq!(rev(s, "more^"), s2);
     // log --graph draws the fork off S1, not as a continuation of the tip.
     let (three, s1s, s2s) = (&three[..12], &s1[..12], &s2[..12]);
-    let graph = ok(&s, &["log", "--oneline", "--graph", "x", "three"]);
+    let graph = ok(s, &["log", "--oneline", "--graph", "x", "three"]);
     assert_eq!(
         graph,
         format!(
@@ -124,124 +133,116 @@ fn a_fork_that_drops_messages_is_not_a_fast_forward() {
     );
 }
 
-#[test]
-fn a_fork_that_keeps_nothing_is_a_root() {
-    let (_d, s) = new_store();
-    let r = turn(&s, "x", true, &["a", "b"]);
-    ok(&s, &["fork", "x", "--at-message", "0", "--as", "empty"]);
-    let v = json(&s, &["show", "--json", "empty"]);
+fn a_fork_that_keeps_nothing_is_a_root(s: &TestStore) {
+    let r = turn(s, "x", true, &["a", "b"]);
+    ok(s, &["fork", "x", "--at-message", "0", "--as", "empty"]);
+    let v = json(s, &["show", "--json", "empty"]);
     assert_eq!(v["history_length"], 0);
     assert_eq!(v["parents"], serde_json::json!([]), "{v}");
     // No session of x is its ancestor, as for git's orphan branch.
-    assert_eq!(is_ancestor(&s, &r, "empty"), 1);
-    assert_eq!(is_ancestor(&s, "x", "empty"), 1);
-    let r = sessctl(&s, &["rev-parse", "empty^"], None);
+    assert_eq!(is_ancestor(s, &r, "empty"), 1);
+    assert_eq!(is_ancestor(s, "x", "empty"), 1);
+    let r = sessctl(s, &["rev-parse", "empty^"], None);
     assert_eq!(r.code, 1, "{}", r.stdout);
 }
 
 // ---- merge ----
 
-#[test]
-fn merge_records_both_parents_and_refuses_what_is_merged_already() {
-    let (_d, s) = new_store();
-    turn(&s, "x", true, &["a", "b"]);
-    let x1 = turn(&s, "x", false, &["c"]);
-    ok(&s, &["fork", "x~1", "--as", "y"]);
-    let y1 = turn(&s, "y", false, &["d"]);
-    let v = json(&s, &["merge", "x", "y", "--json"]);
+fn merge_records_both_parents_and_refuses_what_is_merged_already(s: &TestStore) {
+    turn(s, "x", true, &["a", "b"]);
+    let x1 = turn(s, "x", false, &["c"]);
+    ok(s, &["fork", "x~1", "--as", "y"]);
+    let y1 = turn(s, "y", false, &["d"]);
+    let v = json(s, &["merge", "x", "y", "--json"]);
     assert_eq!(v["conversation"], "x");
     assert_eq!(v["parents"], serde_json::json!([x1, y1]));
     let m = v["id"].as_str().unwrap().to_owned();
-    assert_eq!(rev(&s, "x"), m);
-    assert_eq!(rev(&s, "x^2"), y1);
-    assert_eq!(is_ancestor(&s, "y", "x"), 0);
+    assert_eq!(rev(s, "x"), m);
+    assert_eq!(rev(s, "x^2"), y1);
+    assert_eq!(is_ancestor(s, "y", "x"), 0);
     // The reflog says it was a merge.
-    let log = json(&s, &["reflog", "--json", "x"]);
+    let log = json(s, &["reflog", "--json", "x"]);
     assert_eq!(log[0]["reason"], "merge");
     // Merging it again: nothing to merge, nothing written.
-    let (code, err) = fails(&s, &["merge", "x", "y"]);
+    let (code, err) = fails(s, &["merge", "x", "y"]);
     assert_eq!(code, 1);
     assert!(
         err.starts_with("sessctl: y is already merged into x"),
         "{err}"
     );
-    assert_eq!(rev(&s, "x"), m);
+    assert_eq!(rev(s, "x"), m);
     // With messages: they follow the head's history; plain output is the id.
     let r = sessctl(
-        &s,
+        s,
         &["merge", "y", "x", "--messages", "-"],
         Some(r#"[{"role":"user","content":"merged"}]"#),
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(r.stdout.trim(), rev(&s, "y"));
-    assert_eq!(json(&s, &["show", "--json", "y"])["history_length"], 4);
+    assert_eq!(r.stdout.trim(), rev(s, "y"));
+    assert_eq!(json(s, &["show", "--json", "y"])["history_length"], 4);
     // Unknown sides are refused.
-    assert_eq!(fails(&s, &["merge", "x", "nope"]).0, 1);
-    assert_eq!(fails(&s, &["merge", "nope", "x"]).0, 1);
+    assert_eq!(fails(s, &["merge", "x", "nope"]).0, 1);
+    assert_eq!(fails(s, &["merge", "nope", "x"]).0, 1);
 }
 
 // ---- tag ----
 
-#[test]
-fn tags_are_created_listed_moved_resolved_and_deleted_like_git() {
-    let (_d, s) = new_store();
-    let a = turn(&s, "x", true, &["a"]);
-    let b = turn(&s, "x", false, &["b"]);
+fn tags_are_created_listed_moved_resolved_and_deleted_like_git(s: &TestStore) {
+    let a = turn(s, "x", true, &["a"]);
+    let b = turn(s, "x", false, &["b"]);
     // Nothing to list prints nothing.
-    assert_eq!(ok(&s, &["tag"]), "");
-    assert_eq!(ok(&s, &["tag", "v2"]), "");
-    assert_eq!(ok(&s, &["tag", "v1", "x~1"]), "");
-    assert_eq!(ok(&s, &["tag"]), "v1\nv2\n");
+    assert_eq!(ok(s, &["tag"]), "");
+    assert_eq!(ok(s, &["tag", "v2"]), "");
+    assert_eq!(ok(s, &["tag", "v1", "x~1"]), "");
+    assert_eq!(ok(s, &["tag"]), "v1\nv2\n");
     assert_eq!(
-        json(&s, &["tag", "--json"]),
+        json(s, &["tag", "--json"]),
         serde_json::json!([{"name": "v1", "id": a}, {"name": "v2", "id": b}])
     );
     // Revisions resolve tags, by name and as tags/NAME.
-    assert_eq!(rev(&s, "v1"), a);
-    assert_eq!(rev(&s, "tags/v2~1"), a);
+    assert_eq!(rev(s, "v1"), a);
+    assert_eq!(rev(s, "tags/v2~1"), a);
     // An existing tag is refused, -f moves it.
-    let (code, err) = fails(&s, &["tag", "v1", "x"]);
+    let (code, err) = fails(s, &["tag", "v1", "x"]);
     assert_eq!(
         (code, err.as_str()),
         (1, "sessctl: tag v1 exists already\n")
     );
     assert_eq!(
-        ok(&s, &["tag", "-f", "v1", "x"]),
+        ok(s, &["tag", "-f", "v1", "x"]),
         format!("Updated tag 'v1' (was {})\n", &a[..12])
     );
-    assert_eq!(rev(&s, "v1"), b);
+    assert_eq!(rev(s, "v1"), b);
     assert_eq!(
-        ok(&s, &["tag", "-d", "v2"]),
+        ok(s, &["tag", "-d", "v2"]),
         format!("Deleted tag 'v2' (was {})\n", &b[..12])
     );
-    assert_eq!(ok(&s, &["tag"]), "v1\n");
-    let (code, err) = fails(&s, &["tag", "-d", "v2"]);
+    assert_eq!(ok(s, &["tag"]), "v1\n");
+    let (code, err) = fails(s, &["tag", "-d", "v2"]);
     assert_eq!((code, err.as_str()), (1, "sessctl: no tag named v2\n"));
-    assert_eq!(fails(&s, &["tag", "v3", "nope"]).0, 1);
-    assert_eq!(fails(&s, &["tag", "bad name"]).0, 2);
+    assert_eq!(fails(s, &["tag", "v3", "nope"]).0, 1);
+    assert_eq!(fails(s, &["tag", "bad name"]).0, 2);
     // Every move is in the ref log.
-    let log = json(&s, &["reflog", "--json", "refs/tags/v1"]);
+    let log = json(s, &["reflog", "--json", "refs/tags/v1"]);
     assert_eq!(log.as_array().unwrap().len(), 2);
     assert_eq!(log[0]["reason"], "tag");
 }
 
 // ---- rename ----
 
-#[test]
-fn rename_moves_the_ref_the_record_and_head() {
-    let (_d, s) = new_store();
-    turn(&s, "x", true, &["a"]);
-    let x1 = turn(&s, "x", false, &["b"]);
-    turn(&s, "other", true, &["o"]);
-    ok(&s, &["checkout", "x"]);
-    assert_eq!(ok(&s, &["rename", "x", "y"]), "");
-    assert_eq!(rev(&s, "y"), x1);
-    assert_eq!(fails(&s, &["rev-parse", "x"]).0, 1);
+fn rename_moves_the_ref_the_record_and_head(s: &TestStore) {
+    turn(s, "x", true, &["a"]);
+    let x1 = turn(s, "x", false, &["b"]);
+    turn(s, "other", true, &["o"]);
+    ok(s, &["checkout", "x"]);
+    assert_eq!(ok(s, &["rename", "x", "y"]), "");
+    assert_eq!(rev(s, "y"), x1);
+    assert_eq!(fails(s, &["rev-parse", "x"]).0, 1);
     // HEAD followed: a bare commit continues y.
-    let y2 = turn(&s, "", false, &["c"]);
-    assert_eq!(rev(&s, "y"), y2);
+    let y2 = turn(s, "", false, &["c"]);
+    assert_eq!(rev(s, "y"), y2);
     // The record moved with its figures.
-    let ls = json(&s, &["ls", "--json"]);
+    let ls = json(s, &["ls", "--json"]);
     let y = ls
         .as_array()
         .unwrap()
@@ -252,7 +253,7 @@ fn rename_moves_the_ref_the_record_and_head() {
     assert_eq!(y["messages"], 3);
     assert!(ls.as_array().unwrap().iter().all(|c| c["name"] != "x"));
     // The reflog records both sides.
-    let log = json(&s, &["reflog", "--json"]);
+    let log = json(s, &["reflog", "--json"]);
     let renames: Vec<&Value> = log
         .as_array()
         .unwrap()
@@ -263,38 +264,36 @@ fn rename_moves_the_ref_the_record_and_head() {
     assert!(refs.contains(&"refs/heads/x") && refs.contains(&"refs/heads/y"));
     assert!(refs.contains(&"HEAD"), "{refs:?}");
     // HEAD is left alone when it named another conversation.
-    ok(&s, &["checkout", "other"]);
-    ok(&s, &["rename", "y", "z"]);
-    assert_eq!(rev(&s, "HEAD"), rev(&s, "other"));
+    ok(s, &["checkout", "other"]);
+    ok(s, &["rename", "y", "z"]);
+    assert_eq!(rev(s, "HEAD"), rev(s, "other"));
     // NEW must be free; OLD must exist.
-    let (code, err) = fails(&s, &["rename", "z", "other"]);
+    let (code, err) = fails(s, &["rename", "z", "other"]);
     assert_eq!(
         (code, err.as_str()),
         (1, "sessctl: a conversation named other exists already\n")
     );
-    assert_eq!(fails(&s, &["rename", "nope", "w"]).0, 1);
-    assert_eq!(fails(&s, &["rename", "z", "bad/name"]).0, 2);
+    assert_eq!(fails(s, &["rename", "nope", "w"]).0, 1);
+    assert_eq!(fails(s, &["rename", "z", "bad/name"]).0, 2);
     // An archived conversation stays archived under its new name.
-    ok(&s, &["archive", "z"]);
-    ok(&s, &["rename", "z", "old"]);
-    assert_eq!(rev(&s, "archive/old"), y2);
+    ok(s, &["archive", "z"]);
+    ok(s, &["rename", "z", "old"]);
+    assert_eq!(rev(s, "archive/old"), y2);
 }
 
 // ---- reset and NAME@{n} ----
 
-#[test]
-fn reset_moves_a_conversation_and_at_n_reads_the_ref_log() {
-    let (_d, s) = new_store();
-    let a = turn(&s, "x", true, &["a"]);
-    let b = turn(&s, "x", false, &["b"]);
-    let c = turn(&s, "x", false, &["c"]);
-    assert_eq!(rev(&s, "x@{0}"), c);
-    assert_eq!(rev(&s, "x@{1}"), b);
-    assert_eq!(rev(&s, "x@{2}"), a);
-    assert_eq!(rev(&s, "x@{1}~1"), a);
+fn reset_moves_a_conversation_and_at_n_reads_the_ref_log(s: &TestStore) {
+    let a = turn(s, "x", true, &["a"]);
+    let b = turn(s, "x", false, &["b"]);
+    let c = turn(s, "x", false, &["c"]);
+    assert_eq!(rev(s, "x@{0}"), c);
+    assert_eq!(rev(s, "x@{1}"), b);
+    assert_eq!(rev(s, "x@{2}"), a);
+    assert_eq!(rev(s, "x@{1}~1"), a);
     // A bare @{n} reads the conversation HEAD is on.
-    assert_eq!(rev(&s, "@{1}"), b);
-    let (code, err) = fails(&s, &["rev-parse", "x@{3}"]);
+    assert_eq!(rev(s, "@{1}"), b);
+    let (code, err) = fails(s, &["rev-parse", "x@{3}"]);
     assert_eq!(
         (code, err.as_str()),
         (
@@ -302,23 +301,23 @@ fn reset_moves_a_conversation_and_at_n_reads_the_ref_log() {
             "sessctl: x@{3}: the ref log of refs/heads/x has only 3 entries (@{0} to @{2})\n"
         )
     );
-    assert_eq!(fails(&s, &["rev-parse", "x@{one}"]).0, 2);
+    assert_eq!(fails(s, &["rev-parse", "x@{one}"]).0, 2);
     // reset: the conversation moves, the reflog says why.
     assert_eq!(
-        ok(&s, &["reset", "x", "x~2"]),
+        ok(s, &["reset", "x", "x~2"]),
         format!("x is now at {} a\n", &a[..12])
     );
-    assert_eq!(rev(&s, "x"), a);
-    assert_eq!(json(&s, &["reflog", "--json", "x"])[0]["reason"], "reset");
+    assert_eq!(rev(s, "x"), a);
+    assert_eq!(json(s, &["reflog", "--json", "x"])[0]["reason"], "reset");
     // ... and back to where it was, by the ref log.
-    let v = json(&s, &["reset", "x", "x@{1}", "--json"]);
+    let v = json(s, &["reset", "x", "x@{1}", "--json"]);
     assert_eq!(
         v,
         serde_json::json!({"conversation": "x", "old": a, "new": c})
     );
-    assert_eq!(json(&s, &["show", "--json", "x"])["history_length"], 3);
+    assert_eq!(json(s, &["show", "--json", "x"])["history_length"], 3);
     // Unknown revisions and conversations are refused; nothing moves.
-    let (code, err) = fails(&s, &["reset", "x", "nope"]);
+    let (code, err) = fails(s, &["reset", "x", "nope"]);
     assert_eq!(
         (code, err.as_str()),
         (
@@ -326,48 +325,46 @@ fn reset_moves_a_conversation_and_at_n_reads_the_ref_log() {
             "sessctl: unknown revision 'nope': not a conversation, ref, tag or object id\n"
         )
     );
-    assert_eq!(fails(&s, &["reset", "nope", "x"]).0, 1);
-    assert_eq!(rev(&s, "x"), c);
+    assert_eq!(fails(s, &["reset", "nope", "x"]).0, 1);
+    assert_eq!(rev(s, "x"), c);
     // The log of a renamed conversation goes on with its old name's.
-    ok(&s, &["rename", "x", "y"]);
-    assert_eq!(rev(&s, "y@{0}"), c);
-    assert_eq!(rev(&s, "y@{2}"), a);
+    ok(s, &["rename", "x", "y"]);
+    assert_eq!(rev(s, "y@{0}"), c);
+    assert_eq!(rev(s, "y@{2}"), a);
 }
 
-#[test]
-fn head_at_n_undoes_a_reset_of_this_conversation_as_in_git() {
-    let (_d, s) = new_store();
-    let o = turn(&s, "o", true, &["o"]);
-    let a0 = turn(&s, "a", true, &["a"]);
-    let a1 = turn(&s, "a", false, &["b"]);
-    ok(&s, &["reset", "a", "a~1"]);
-    assert_eq!(rev(&s, "a"), a0);
+fn head_at_n_undoes_a_reset_of_this_conversation_as_in_git(s: &TestStore) {
+    let o = turn(s, "o", true, &["o"]);
+    let a0 = turn(s, "a", true, &["a"]);
+    let a1 = turn(s, "a", false, &["b"]);
+    ok(s, &["reset", "a", "a~1"]);
+    assert_eq!(rev(s, "a"), a0);
     // HEAD@{1}: where HEAD was before the reset (a1), not o's head.
-    assert_eq!(rev(&s, "HEAD@{1}"), a1);
-    ok(&s, &["reset", "a", "HEAD@{1}"]);
-    assert_eq!(rev(&s, "a"), a1);
-    assert_ne!(rev(&s, "a"), o);
+    assert_eq!(rev(s, "HEAD@{1}"), a1);
+    ok(s, &["reset", "a", "HEAD@{1}"]);
+    assert_eq!(rev(s, "a"), a1);
+    assert_ne!(rev(s, "a"), o);
 }
 
-#[test]
-fn at_n_counts_across_archive_unarchive_and_a_rename_back() {
-    let (_d, s) = new_store();
-    let a = turn(&s, "x", true, &["a"]);
-    let b = turn(&s, "x", false, &["b"]);
-    ok(&s, &["archive", "x"]);
-    ok(&s, &["unarchive", "x"]);
+fn at_n_counts_across_archive_unarchive_and_a_rename_back(s: &TestStore) {
+    let a = turn(s, "x", true, &["a"]);
+    let b = turn(s, "x", false, &["b"]);
+    ok(s, &["archive", "x"]);
+    ok(s, &["unarchive", "x"]);
     // unarchive, archive, commit, create.
-    assert_eq!(rev(&s, "x@{1}"), b);
-    assert_eq!(rev(&s, "x@{2}"), b);
-    assert_eq!(rev(&s, "x@{3}"), a);
-    ok(&s, &["rename", "x", "y"]);
-    ok(&s, &["rename", "y", "x"]);
-    assert_eq!(rev(&s, "x@{5}"), a);
-    assert_eq!(fails(&s, &["rev-parse", "x@{6}"]).0, 1);
+    assert_eq!(rev(s, "x@{1}"), b);
+    assert_eq!(rev(s, "x@{2}"), b);
+    assert_eq!(rev(s, "x@{3}"), a);
+    ok(s, &["rename", "x", "y"]);
+    ok(s, &["rename", "y", "x"]);
+    assert_eq!(rev(s, "x@{5}"), a);
+    assert_eq!(fails(s, &["rev-parse", "x@{6}"]).0, 1);
 }
 
 // ---- push --force, --force-with-lease ----
 
+// Local only: pushes between two store directories (clone/push/pull to a
+// remote store: tests/remote_store.rs).
 #[test]
 fn push_force_and_force_with_lease_follow_git() {
     let (_d, a) = new_store();
@@ -469,11 +466,9 @@ fn push_force_and_force_with_lease_follow_git() {
 
 // ---- HEAD after import ----
 
-#[test]
-fn an_import_points_a_head_that_names_nothing_at_what_it_imported() {
-    let (d, s) = new_store();
+fn an_import_points_a_head_that_names_nothing_at_what_it_imported(s: &TestStore) {
     let write = |name: &str, text: &str| {
-        let p = d.path().join(name);
+        let p = s.scratch().join(name);
         let conv = serde_json::json!({"messages": [
             {"role": "user", "content": text},
             {"role": "assistant", "content": "ok"},
@@ -483,49 +478,47 @@ fn an_import_points_a_head_that_names_nothing_at_what_it_imported() {
     };
     let one = write("one.json", "first");
     // A fresh store: HEAD names nothing, so `log` has nothing to show.
-    assert_eq!(fails(&s, &["log"]).0, 1);
-    let v = json(&s, &["import", "--from", "openai", "--json", &one]);
+    assert_eq!(fails(s, &["log"]).0, 1);
+    let v = json(s, &["import", "--from", "openai", "--json", &one]);
     let name = v["head"].as_str().unwrap().to_owned();
     assert!(name.starts_with("openai-"), "{v}");
     // Bare log and show work at once.
-    assert!(ok(&s, &["log", "--oneline"]).contains(&format!("(HEAD -> {name}) first")));
-    assert_eq!(rev(&s, "HEAD"), rev(&s, &name));
+    assert!(ok(s, &["log", "--oneline"]).contains(&format!("(HEAD -> {name}) first")));
+    assert_eq!(rev(s, "HEAD"), rev(s, &name));
     // The text report says so.
     let two = write("two.json", "second");
-    ok(&s, &["checkout", &name]);
-    let out = ok(&s, &["import", "--from", "openai", &two]);
+    ok(s, &["checkout", &name]);
+    let out = ok(s, &["import", "--from", "openai", &two]);
     // HEAD named a conversation: it is left alone.
     assert!(!out.contains("HEAD now names"), "{out}");
-    assert_eq!(rev(&s, "HEAD"), rev(&s, &name));
+    assert_eq!(rev(s, "HEAD"), rev(s, &name));
     // Detached (its conversation removed) it still names a session: left.
-    let at = rev(&s, &name);
-    ok(&s, &["rm", &name]);
+    let at = rev(s, &name);
+    ok(s, &["rm", &name]);
     let three = write("three.json", "third");
-    let out = ok(&s, &["import", "--from", "openai", &three]);
+    let out = ok(s, &["import", "--from", "openai", &three]);
     assert!(!out.contains("HEAD now names"), "{out}");
-    assert_eq!(rev(&s, "HEAD"), at);
+    assert_eq!(rev(s, "HEAD"), at);
     // Gone: the next import that writes something takes it.
-    ok(&s, &["update-ref", "-d", "HEAD"]);
+    ok(s, &["update-ref", "-d", "HEAD"]);
     let four = write("four.json", "fourth");
-    let out = ok(&s, &["import", "--from", "openai", &four]);
+    let out = ok(s, &["import", "--from", "openai", &four]);
     assert!(out.contains("HEAD now names openai-"), "{out}");
-    assert!(ok(&s, &["log", "--oneline"]).contains("fourth"));
+    assert!(ok(s, &["log", "--oneline"]).contains("fourth"));
     // An import that writes nothing moves nothing.
-    ok(&s, &["update-ref", "-d", "HEAD"]);
-    let v = json(&s, &["import", "--from", "openai", "--json", &four]);
+    ok(s, &["update-ref", "-d", "HEAD"]);
+    let v = json(s, &["import", "--from", "openai", "--json", &four]);
     assert_eq!(v["head"], Value::Null);
 }
 
 // ---- subagents ----
 
-#[test]
-fn a_subagent_created_with_spawned_by_joins_its_spawners_conversation() {
-    let (_d, s) = new_store();
-    let root = turn(&s, "main", true, &["go"]);
-    let spawner = turn(&s, "main", false, &["spawn one"]);
+fn a_subagent_created_with_spawned_by_joins_its_spawners_conversation(s: &TestStore) {
+    let root = turn(s, "main", true, &["go"]);
+    let spawner = turn(s, "main", false, &["spawn one"]);
     let spawned_by = format!("spawned_by=\"{spawner}\"");
     let r = sessctl(
-        &s,
+        s,
         &[
             "commit",
             "--new",
@@ -541,16 +534,16 @@ fn a_subagent_created_with_spawned_by_joins_its_spawners_conversation() {
     );
     assert_eq!((r.code, r.stderr.as_str()), (0, ""));
     let sub = r.stdout.trim().to_owned();
-    let entry = &json(&s, &["log", "--json", "-n", "1", "agent-1"])[0];
+    let entry = &json(s, &["log", "--json", "-n", "1", "agent-1"])[0];
     assert_eq!(entry["id"], sub);
     assert_eq!(entry["conversation"], root);
     assert_eq!(entry["conversation_name"], "main");
     // Its continuation stays in the spawner's conversation.
-    let next = turn(&s, "agent-1", false, &["result"]);
-    let entry = &json(&s, &["log", "--json", "-n", "1", &next])[0];
+    let next = turn(s, "agent-1", false, &["result"]);
+    let entry = &json(s, &["log", "--json", "-n", "1", &next])[0];
     assert_eq!(entry["conversation"], root);
     // The spawner's conversation counts them.
-    let ls = json(&s, &["ls", "--json"]);
+    let ls = json(s, &["ls", "--json"]);
     let main = ls
         .as_array()
         .unwrap()
@@ -560,7 +553,7 @@ fn a_subagent_created_with_spawned_by_joins_its_spawners_conversation() {
     assert_eq!(main["sessions"], 4);
     // Without spawned_by an async_subagent session starts its own.
     let r = sessctl(
-        &s,
+        s,
         &[
             "commit",
             "--new",
@@ -575,7 +568,7 @@ fn a_subagent_created_with_spawned_by_joins_its_spawners_conversation() {
     assert_eq!(r.code, 0);
     let loose = r.stdout.trim().to_owned();
     assert_eq!(
-        json(&s, &["log", "--json", "-n", "1", "loose"])[0]["conversation"],
+        json(s, &["log", "--json", "-n", "1", "loose"])[0]["conversation"],
         loose
     );
 }

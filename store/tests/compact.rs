@@ -1,6 +1,10 @@
 //! Lossless compaction and auto-compaction, through the public API.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+#[path = "support/backends.rs"]
+mod backends;
+use backends::Backend;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -67,9 +71,8 @@ fn checkpoint_summarizer(seen: Arc<Mutex<Vec<Value>>>) -> impl Summarizer {
     }
 }
 
-#[test]
-fn compaction_summarises_the_start_and_keeps_everything_reachable() {
-    let store = Store::in_memory().unwrap();
+fn compaction_summarises_the_start_and_keeps_everything_reachable(b: &Backend) {
+    let store = b.open();
     let old = conversation(&store);
     let old_history = store.odb().load_messages(&old).unwrap();
     let old_display = store.odb().display_history(&old).unwrap();
@@ -126,9 +129,8 @@ fn compaction_summarises_the_start_and_keeps_everything_reachable() {
     assert_eq!(last.reason, "compact");
 }
 
-#[test]
-fn summary_messages_are_used_as_given_and_recorded_as_an_array() {
-    let store = Store::in_memory().unwrap();
+fn summary_messages_are_used_as_given_and_recorded_as_an_array(b: &Backend) {
+    let store = b.open();
     let old = conversation(&store);
     let summary = vec![msg("system", "be brief"), msg("user", "summary: found it")];
     let given = summary.clone();
@@ -185,10 +187,9 @@ fn assert_unchanged(store: &Store, old: ObjectId, err: &Error, wanted: &str) {
     );
 }
 
-#[test]
-fn a_failing_or_garbage_summarizer_changes_nothing() {
+fn a_failing_or_garbage_summarizer_changes_nothing(b: &Backend) {
     // The CLI's command summarizer has its own cases (cli/src/summarizer.rs).
-    let store = Store::in_memory().unwrap();
+    let store = b.open();
     let old = conversation(&store);
     let ops = store.reflog_entries().unwrap().len();
     let err = compact(
@@ -210,9 +211,8 @@ fn a_failing_or_garbage_summarizer_changes_nothing() {
     assert_eq!(store.reflog_entries().unwrap().len(), ops);
 }
 
-#[test]
-fn compaction_loses_a_race_with_a_commit_cleanly() {
-    let store = Store::in_memory().unwrap();
+fn compaction_loses_a_race_with_a_commit_cleanly(b: &Backend) {
+    let store = b.open();
     let old = conversation(&store);
     let newer = store
         .commit(
@@ -235,9 +235,8 @@ fn compaction_loses_a_race_with_a_commit_cleanly() {
     assert_eq!(head(&store, "c"), newer);
 }
 
-#[test]
-fn nothing_to_compact_is_an_error() {
-    let store = Store::in_memory().unwrap();
+fn nothing_to_compact_is_an_error(b: &Backend) {
+    let store = b.open();
     let old = conversation(&store);
     let calls = AtomicUsize::new(0);
     let s = |_: &[Value]| {
@@ -292,9 +291,8 @@ fn counting_summarizer(calls: Arc<AtomicUsize>) -> Arc<dyn Summarizer + Send + S
     })
 }
 
-#[test]
-fn auto_compaction_triggers_at_the_threshold_and_not_below() {
-    let store = Store::in_memory().unwrap();
+fn auto_compaction_triggers_at_the_threshold_and_not_below(b: &Backend) {
+    let store = b.open();
     let calls = Arc::new(AtomicUsize::new(0));
     let mut auto = AutoCompaction::new(100, 1, counting_summarizer(calls.clone()));
     auto.threshold = 0.5; // compact at 50 estimated tokens, 200 bytes
@@ -342,9 +340,8 @@ fn auto_compaction_triggers_at_the_threshold_and_not_below() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
-#[test]
-fn a_failed_auto_compaction_leaves_the_commit_and_reports() {
-    let store = Store::in_memory().unwrap();
+fn a_failed_auto_compaction_leaves_the_commit_and_reports(b: &Backend) {
+    let store = b.open();
     let failing: Arc<dyn Summarizer + Send + Sync> =
         Arc::new(|_: &[Value]| Err::<Summary, _>("no model".to_owned()));
     store.set_auto_compaction(Some(AutoCompaction::new(1, 1, failing)));
@@ -405,9 +402,8 @@ fn a_failed_auto_compaction_leaves_the_commit_and_reports() {
 /// the new messages; it must decide exactly as a load of the whole history
 /// would, turn after turn, across empty turns, unicode, a fork that cuts
 /// and the compactions it makes itself.
-#[test]
-fn auto_compaction_decides_as_the_whole_history_would() {
-    let store = Store::in_memory().unwrap();
+fn auto_compaction_decides_as_the_whole_history_would(b: &Backend) {
+    let store = b.open();
     let calls = Arc::new(AtomicUsize::new(0));
     let max_tokens = 400;
     let auto = AutoCompaction::new(max_tokens, 2, counting_summarizer(calls.clone()));
@@ -466,3 +462,14 @@ fn auto_compaction_decides_as_the_whole_history_would() {
     );
     assert!(store.take_auto_compaction_errors().is_empty());
 }
+
+two_backends!(
+    compaction_summarises_the_start_and_keeps_everything_reachable,
+    summary_messages_are_used_as_given_and_recorded_as_an_array,
+    a_failing_or_garbage_summarizer_changes_nothing,
+    compaction_loses_a_race_with_a_commit_cleanly,
+    nothing_to_compact_is_an_error,
+    auto_compaction_triggers_at_the_threshold_and_not_below,
+    a_failed_auto_compaction_leaves_the_commit_and_reports,
+    auto_compaction_decides_as_the_whole_history_would,
+);

@@ -4,6 +4,10 @@
 //! chain is whole.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+#[path = "support/backends.rs"]
+mod backends;
+use backends::Backend;
+
 use std::collections::HashSet;
 use std::path::PathBuf;
 
@@ -99,9 +103,8 @@ fn parse(text: &str) -> Vec<Value> {
         .collect()
 }
 
-#[test]
-fn a_rollout_comes_back_line_for_line_under_a_new_id() {
-    let store = Store::in_memory().unwrap();
+fn a_rollout_comes_back_line_for_line_under_a_new_id(b: &Backend) {
+    let store = b.open();
     let src = rollout();
     import(&store, Format::Codex, "rollout-x.jsonl", &jsonl(&src));
     let name = "codex-019e0000-000";
@@ -129,9 +132,8 @@ fn a_rollout_comes_back_line_for_line_under_a_new_id() {
     assert_eq!(lines[1..], src[1..]);
 }
 
-#[test]
-fn a_rollout_with_a_blank_line_keeps_every_line() {
-    let store = Store::in_memory().unwrap();
+fn a_rollout_with_a_blank_line_keeps_every_line(b: &Backend) {
+    let store = b.open();
     let src = rollout();
     let mut text = jsonl(&src[..5]);
     text.push('\n');
@@ -169,9 +171,8 @@ fn cc_line(uuid: &str, parent: Option<&str>, ty: &str, content: &str) -> Value {
            "message": {"role": ty, "content": content}})
 }
 
-#[test]
-fn a_claude_code_fork_comes_back_with_one_session_id_and_a_whole_chain() {
-    let store = Store::in_memory().unwrap();
+fn a_claude_code_fork_comes_back_with_one_session_id_and_a_whole_chain(b: &Backend) {
+    let store = b.open();
     let src = vec![
         cc_line("u1", None, "user", "one"),
         cc_line("a1", Some("u1"), "assistant", "1"),
@@ -216,3 +217,9 @@ fn a_claude_code_fork_comes_back_with_one_session_id_and_a_whole_chain() {
     assert_eq!(last["message"]["content"][0]["text"], "new");
     assert_eq!(out.cwd.as_deref(), Some("/w"));
 }
+
+two_backends!(
+    a_rollout_comes_back_line_for_line_under_a_new_id,
+    a_rollout_with_a_blank_line_keeps_every_line,
+    a_claude_code_fork_comes_back_with_one_session_id_and_a_whole_chain,
+);

@@ -3,6 +3,10 @@
 //! changed run diverges.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+#[path = "support/backends.rs"]
+mod backends;
+use backends::Backend;
+
 use serde_json::{json, Value};
 use sessctl_store::compact::{compact, Checkpoint, Summary};
 use sessctl_store::replay::{Cassette, Divergence, Replay, ToolCall};
@@ -57,9 +61,8 @@ fn fake_model(calls: &mut usize, h: &[Value]) -> Vec<Value> {
 
 const SCRIPT: [&str; 4] = ["hello", "list the files", "read main.rs", "fix it"];
 
-#[test]
-fn a_cassette_replays_a_recorded_loop_and_catches_a_divergence() {
-    let store = Store::in_memory().unwrap();
+fn a_cassette_replays_a_recorded_loop_and_catches_a_divergence(b: &Backend) {
+    let store = b.open();
     let mut calls = 0;
     let (recorded, head) =
         agent_loop(&store, "rec", &SCRIPT, |h| Ok(fake_model(&mut calls, h))).unwrap();
@@ -127,9 +130,8 @@ fn a_cassette_replays_a_recorded_loop_and_catches_a_divergence() {
     assert_eq!((err.turn, err.expected), (5, None));
 }
 
-#[test]
-fn replay_lists_turns_with_tool_calls_and_results() {
-    let store = Store::in_memory().unwrap();
+fn replay_lists_turns_with_tool_calls_and_results(b: &Backend) {
+    let store = b.open();
     let openai_call = json!({"role": "assistant", "content": null, "tool_calls": [
         {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{\"dir\":\".\"}"}}]});
     let openai_result = json!({"role": "tool", "tool_call_id": "call_1", "content": "main.rs"});
@@ -253,9 +255,8 @@ fn replay_lists_turns_with_tool_calls_and_results() {
     assert_eq!(cassette.answer(&h[..8]).unwrap(), &h[8..9]);
 }
 
-#[test]
-fn compaction_sessions_are_turns_but_not_model_requests() {
-    let store = Store::in_memory().unwrap();
+fn compaction_sessions_are_turns_but_not_model_requests(b: &Backend) {
+    let store = b.open();
     let mut calls = 0;
     let (_, head) =
         agent_loop(&store, "c", &SCRIPT[..2], |h| Ok(fake_model(&mut calls, h))).unwrap();
@@ -289,3 +290,9 @@ fn compaction_sessions_are_turns_but_not_model_requests() {
     let h = store.odb().load_messages(&after).unwrap();
     assert_eq!(last.request, Cassette::request_id(&h[..4]).unwrap());
 }
+
+two_backends!(
+    a_cassette_replays_a_recorded_loop_and_catches_a_divergence,
+    replay_lists_turns_with_tool_calls_and_results,
+    compaction_sessions_are_turns_but_not_model_requests,
+);

@@ -1,13 +1,17 @@
 //! Checkout, the seed layout and the resume payload, through the public API.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+#[path = "support/backends.rs"]
+mod backends;
+use backends::Backend;
+
 use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 use sessctl_store::compact::{compact, Checkpoint, Summary};
 use sessctl_store::refs::RefTarget;
 use sessctl_store::resume::{checkout, resume, Seed};
-use sessctl_store::{Durability, Error, Messages, RefName, Store, Turn};
+use sessctl_store::{Durability, Error, Messages, RefName, Turn};
 
 fn msg(role: &str, content: &str) -> Value {
     json!({"role": role, "content": content})
@@ -21,9 +25,8 @@ fn turn(msgs: Vec<Value>, at: i64) -> Turn {
     }
 }
 
-#[test]
-fn checkout_makes_head_symbolic_or_detached() {
-    let store = Store::in_memory().unwrap();
+fn checkout_makes_head_symbolic_or_detached(b: &Backend) {
+    let store = b.open();
     let (_, a0) = store
         .create(Some("a"), turn(vec![msg("user", "a")], 1), Durability::Sync)
         .unwrap();
@@ -85,9 +88,8 @@ fn checkout_makes_head_symbolic_or_detached() {
     assert_eq!(store.get_ref(&RefName::Head).unwrap(), before);
 }
 
-#[test]
-fn the_seed_is_byte_exact_and_written_atomically() {
-    let store = Store::in_memory().unwrap();
+fn the_seed_is_byte_exact_and_written_atomically(b: &Backend) {
+    let store = b.open();
     let (_, root) = store
         .create(
             Some("c"),
@@ -129,9 +131,8 @@ fn the_seed_is_byte_exact_and_written_atomically() {
     assert_eq!(names, ["display_messages.json", "state.json"]);
 }
 
-#[test]
-fn resume_gives_the_history_and_a_summary_for_people() {
-    let store = Store::in_memory().unwrap();
+fn resume_gives_the_history_and_a_summary_for_people(b: &Backend) {
+    let store = b.open();
     let long = format!("{}\nsecond line", "word ".repeat(60));
     store
         .create(
@@ -208,9 +209,8 @@ fn resume_gives_the_history_and_a_summary_for_people() {
     assert_ne!(titled, later);
 }
 
-#[test]
-fn a_compacted_session_resumes_from_its_checkpoint() {
-    let store = Store::in_memory().unwrap();
+fn a_compacted_session_resumes_from_its_checkpoint(b: &Backend) {
+    let store = b.open();
     let (_, root) = store
         .create(
             Some("c"),
@@ -272,3 +272,10 @@ fn a_compacted_session_resumes_from_its_checkpoint() {
     let err = resume(&store, &sessctl_store::ObjectId::from_bytes([7; 32])).unwrap_err();
     assert!(matches!(err, Error::NotFound { .. }), "{err}");
 }
+
+two_backends!(
+    checkout_makes_head_symbolic_or_detached,
+    the_seed_is_byte_exact_and_written_atomically,
+    resume_gives_the_history_and_a_summary_for_people,
+    a_compacted_session_resumes_from_its_checkpoint,
+);

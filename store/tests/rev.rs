@@ -2,6 +2,10 @@
 //! chains, and errors that say what did not resolve and why.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+#[path = "support/backends.rs"]
+mod backends;
+use backends::Backend;
+
 use std::collections::HashMap;
 
 use serde_json::json;
@@ -29,8 +33,8 @@ struct Ids {
 }
 
 /// fix: R - S1 - S2 - M, where M also has F1 (on side, forked from S1).
-fn store() -> (Store, Ids) {
-    let store = Store::in_memory().unwrap();
+fn store(b: &Backend) -> (Store, Ids) {
+    let store = b.open();
     let d = Durability::NoSync;
     let (_, r) = store.create(Some("fix"), turn(0, "a"), d).unwrap();
     let s1 = store.commit("fix", None, turn(1, "b"), d).unwrap();
@@ -50,9 +54,8 @@ fn store() -> (Store, Ids) {
     (store, Ids { r, s1, s2, f1, m })
 }
 
-#[test]
-fn steps_walk_first_parents_and_pick_parents() {
-    let (store, i) = store();
+fn steps_walk_first_parents_and_pick_parents(b: &Backend) {
+    let (store, i) = store(b);
     let cases: &[(&str, ObjectId)] = &[
         ("fix", i.m),
         ("fix~0", i.m),
@@ -108,9 +111,8 @@ fn steps_walk_first_parents_and_pick_parents() {
     );
 }
 
-#[test]
-fn out_of_range_steps_say_how_far_history_goes() {
-    let (store, _) = store();
+fn out_of_range_steps_say_how_far_history_goes(b: &Backend) {
+    let (store, _) = store(b);
     let err = |rev: &str| store.resolve_rev(rev).unwrap_err().to_string();
     assert_eq!(err("fix~5"), "fix~5: fix has only 3 first-parent ancestors");
     assert_eq!(
@@ -128,9 +130,8 @@ fn out_of_range_steps_say_how_far_history_goes() {
     assert!(matches!(store.resolve_rev("fix^3"), Err(Error::Invalid(_))));
 }
 
-#[test]
-fn unknown_and_malformed_revisions_are_told_apart() {
-    let (store, _) = store();
+fn unknown_and_malformed_revisions_are_told_apart(b: &Backend) {
+    let (store, _) = store(b);
     assert_eq!(
         store.resolve_rev("nope~2").unwrap_err().to_string(),
         "unknown revision 'nope': not a conversation, ref, tag or object id"
@@ -172,9 +173,8 @@ fn unknown_and_malformed_revisions_are_told_apart() {
     );
 }
 
-#[test]
-fn an_ambiguous_prefix_lists_its_candidates_even_with_steps() {
-    let (store, i) = store();
+fn an_ambiguous_prefix_lists_its_candidates_even_with_steps(b: &Backend) {
+    let (store, i) = store(b);
     // Sessions until two ids share their first 4 hex digits.
     let mut by_prefix: HashMap<String, Session> = HashMap::new();
     let (a, b) = (0..)
@@ -212,9 +212,8 @@ fn an_ambiguous_prefix_lists_its_candidates_even_with_steps() {
     );
 }
 
-#[test]
-fn a_name_wins_over_a_prefix() {
-    let (store, i) = store();
+fn a_name_wins_over_a_prefix(b: &Backend) {
+    let (store, i) = store(b);
     let prefix = i.r.to_hex_prefix(6);
     store
         .fork(
@@ -231,9 +230,8 @@ fn a_name_wins_over_a_prefix() {
     assert_eq!(store.resolve_rev(&i.r.to_hex_prefix(7)).unwrap(), i.r);
 }
 
-#[test]
-fn at_n_goes_on_across_an_archive_and_an_unarchive() {
-    let store = Store::in_memory().unwrap();
+fn at_n_goes_on_across_an_archive_and_an_unarchive(b: &Backend) {
+    let store = b.open();
     let d = Durability::NoSync;
     let (_, r0) = store.create(Some("x"), turn(0, "a"), d).unwrap();
     let r1 = store.commit("x", None, turn(1, "b"), d).unwrap();
@@ -253,9 +251,8 @@ fn at_n_goes_on_across_an_archive_and_an_unarchive() {
     ));
 }
 
-#[test]
-fn at_n_goes_on_across_a_rename_and_back() {
-    let store = Store::in_memory().unwrap();
+fn at_n_goes_on_across_a_rename_and_back(b: &Backend) {
+    let store = b.open();
     let d = Durability::NoSync;
     let (_, r0) = store.create(Some("x"), turn(0, "a"), d).unwrap();
     let r1 = store.commit("x", None, turn(1, "b"), d).unwrap();
@@ -281,9 +278,8 @@ fn at_n_goes_on_across_a_rename_and_back() {
     ));
 }
 
-#[test]
-fn head_at_n_counts_as_gits_head_log() {
-    let store = Store::in_memory().unwrap();
+fn head_at_n_counts_as_gits_head_log(b: &Backend) {
+    let store = b.open();
     let d = Durability::NoSync;
     // Creating and committing on a conversation points HEAD at it.
     let (_, o0) = store.create(Some("o"), turn(0, "o"), d).unwrap();
@@ -307,3 +303,14 @@ fn head_at_n_counts_as_gits_head_log() {
     store.reset("a", back, d).unwrap();
     assert_eq!(store.resolve_rev("a").unwrap(), a1);
 }
+
+two_backends!(
+    steps_walk_first_parents_and_pick_parents,
+    out_of_range_steps_say_how_far_history_goes,
+    unknown_and_malformed_revisions_are_told_apart,
+    an_ambiguous_prefix_lists_its_candidates_even_with_steps,
+    a_name_wins_over_a_prefix,
+    at_n_goes_on_across_an_archive_and_an_unarchive,
+    at_n_goes_on_across_a_rename_and_back,
+    head_at_n_counts_as_gits_head_log,
+);

@@ -1,4 +1,7 @@
-//! Conversations, refs, runs and the derived index, through the public API.
+//! Conversations, refs, runs and the derived index, through the public API:
+//! each behaviour test runs on a local store and on a remote one
+//! (`name::local`, `name::remote`, see support/backends.rs); the tests of
+//! the local layout on disk run locally only and say so.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 use std::path::{Path, PathBuf};
@@ -7,6 +10,10 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use sessctl_store::index::ConversationInfo;
 use sessctl_store::refs::{ConversationStatus, PreviousValue, RefEdit};
+#[path = "support/backends.rs"]
+mod backends;
+use backends::Backend;
+
 use sessctl_store::{
     Cut, Durability, Error, ForkOptions, Messages, OpenOptions, RefName, RefTarget, RepackOptions,
     SessionStatus, Store, Transaction, Turn,
@@ -22,6 +29,23 @@ fn new_store() -> (tempfile::TempDir, PathBuf) {
 fn open(path: &Path) -> Store {
     Store::open(path, &OpenOptions::default()).unwrap()
 }
+
+two_backends!(
+    a_conversation_lives_forks_and_is_archived,
+    names_are_checked_and_listing_is_by_activity,
+    full_histories_commit_only_their_new_messages,
+    states_carry_over_until_replaced,
+    one_run_at_a_time_and_dead_runs_are_failed_on_open => remote_ignored(
+        "remote: a claim's liveness is a lock file under the store's runs/; a remote store has none, so a dead run is never failed"
+    ),
+    racing_writers_on_one_conversation_lose_cleanly,
+    different_conversations_never_block_each_other,
+    update_ref_transactions_check_their_expectations,
+    a_fork_names_the_parent_true_to_its_cut,
+    tag_rename_and_reset_move_refs_and_records,
+    a_subagent_session_takes_its_spawners_conversation_id,
+    refs_to_names_exactly_the_refs_at_those_sessions,
+);
 
 fn msgs(texts: &[&str]) -> Vec<Value> {
     texts
@@ -48,9 +72,8 @@ fn contents(store: &Store, id: &sessctl_store::ObjectId) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn a_conversation_lives_forks_and_is_archived() {
-    let store = Store::in_memory().unwrap();
+fn a_conversation_lives_forks_and_is_archived(b: &Backend) {
+    let store = b.open();
     let (name, root) = store
         .create(Some("fix"), turn(&["hi", "hello"]), Durability::Sync)
         .unwrap();
@@ -202,9 +225,8 @@ fn a_conversation_lives_forks_and_is_archived() {
     ));
 }
 
-#[test]
-fn names_are_checked_and_listing_is_by_activity() {
-    let store = Store::in_memory().unwrap();
+fn names_are_checked_and_listing_is_by_activity(b: &Backend) {
+    let store = b.open();
     assert!(matches!(
         store.create(Some("a b"), turn(&["x"]), Durability::Sync),
         Err(Error::BadName(_))
@@ -236,9 +258,8 @@ fn names_are_checked_and_listing_is_by_activity() {
     assert_eq!(store.conversations(Some(1)).unwrap().len(), 1);
 }
 
-#[test]
-fn full_histories_commit_only_their_new_messages() {
-    let store = Store::in_memory().unwrap();
+fn full_histories_commit_only_their_new_messages(b: &Backend) {
+    let store = b.open();
     store
         .create(Some("c"), turn(&["a", "b"]), Durability::Sync)
         .unwrap();
@@ -271,9 +292,8 @@ fn full_histories_commit_only_their_new_messages() {
     assert_eq!((s.messages.base, s.messages.added.len()), (1, 1));
 }
 
-#[test]
-fn states_carry_over_until_replaced() {
-    let store = Store::in_memory().unwrap();
+fn states_carry_over_until_replaced(b: &Backend) {
+    let store = b.open();
     let (_, root) = store
         .create(
             Some("c"),
@@ -292,10 +312,8 @@ fn states_carry_over_until_replaced() {
     assert_eq!(store.odb().session(&next).unwrap().context_state, a);
 }
 
-#[test]
-fn one_run_at_a_time_and_dead_runs_are_failed_on_open() {
-    let (_d, path) = new_store();
-    let store = open(&path);
+fn one_run_at_a_time_and_dead_runs_are_failed_on_open(b: &Backend) {
+    let store = b.open();
     let (_, root) = store
         .create(Some("c"), turn(&["go"]), Durability::Sync)
         .unwrap();
@@ -335,7 +353,7 @@ fn one_run_at_a_time_and_dead_runs_are_failed_on_open() {
     // A run left open by a process that is gone.
     let run = store.begin_run("c").unwrap();
     drop(store);
-    let store = open(&path);
+    let store = b.open();
     let notes = store.take_recovery_notes();
     assert!(
         notes
@@ -353,9 +371,8 @@ fn one_run_at_a_time_and_dead_runs_are_failed_on_open() {
     assert!(reasons.contains(&"commit".to_owned()));
 }
 
-#[test]
-fn racing_writers_on_one_conversation_lose_cleanly() {
-    let store = Arc::new(Store::in_memory().unwrap());
+fn racing_writers_on_one_conversation_lose_cleanly(b: &Backend) {
+    let store = Arc::new(b.open());
     store
         .create(Some("race"), turn(&["start"]), Durability::Sync)
         .unwrap();
@@ -407,10 +424,8 @@ fn racing_writers_on_one_conversation_lose_cleanly() {
     }
 }
 
-#[test]
-fn different_conversations_never_block_each_other() {
-    let (_d, path) = new_store();
-    let store = Arc::new(open(&path));
+fn different_conversations_never_block_each_other(b: &Backend) {
+    let store = Arc::new(b.open());
     for t in 0..8 {
         store
             .create(Some(&format!("c{t}")), turn(&["x"]), Durability::Sync)
@@ -495,6 +510,7 @@ fn populate(store: &Store) {
         .unwrap();
 }
 
+// Local only: deletes the index directory of a store on disk.
 #[test]
 fn reindex_and_a_deleted_index_give_the_same_answers() {
     let (_d, path) = new_store();
@@ -541,6 +557,7 @@ fn reindex_and_a_deleted_index_give_the_same_answers() {
     assert_eq!(snapshot(&reader), after);
 }
 
+// Local only: truncates a journal segment on disk.
 #[test]
 fn index_tables_ahead_of_the_journal_are_not_trusted() {
     let (_d, path) = new_store();
@@ -595,9 +612,8 @@ fn index_tables_ahead_of_the_journal_are_not_trusted() {
     );
 }
 
-#[test]
-fn update_ref_transactions_check_their_expectations() {
-    let store = Store::in_memory().unwrap();
+fn update_ref_transactions_check_their_expectations(b: &Backend) {
+    let store = b.open();
     let (_, a) = store
         .create(Some("a"), turn(&["x"]), Durability::Sync)
         .unwrap();
@@ -682,6 +698,7 @@ fn update_ref_transactions_check_their_expectations() {
     assert!(store.resolve_rev("nope").is_err());
 }
 
+// Local only: rewrites a journal frame on disk.
 #[test]
 fn the_reflog_is_a_hash_chain_and_tampering_shows() {
     let (_d, path) = new_store();
@@ -737,6 +754,7 @@ fn the_reflog_is_a_hash_chain_and_tampering_shows() {
     assert!(problems[0].contains("operation"), "{problems:?}");
 }
 
+// Local only: garbles the index table files on disk.
 #[test]
 fn a_damaged_index_table_is_read_around_and_replaced() {
     let (_d, path) = new_store();
@@ -769,6 +787,7 @@ fn a_damaged_index_table_is_read_around_and_replaced() {
     assert_eq!(store.take_recovery_notes(), Vec::<String>::new());
 }
 
+// Local only: journal segments packed into the op log on disk.
 #[test]
 fn packing_sealed_segments_as_commits_go_loses_no_history() {
     let (_d, path) = new_store();
@@ -810,12 +829,21 @@ fn packing_sealed_segments_as_commits_go_loses_no_history() {
 /// newest first-parent ancestor whose history is exactly the kept messages,
 /// else the oldest that still starts with them; never a session that
 /// rewrote them (objects-format.md, "Forks").
+fn a_fork_names_the_parent_true_to_its_cut(b: &Backend) {
+    fork_true_to_its_cut(b, false);
+}
+
+/// The same after a repack (the lineage index answers the walk).
+// Local only: the lineage index is a file a local repack writes beside the packs.
 #[test]
-fn a_fork_names_the_parent_true_to_its_cut() {
+fn a_fork_names_the_parent_true_to_its_cut_after_a_repack() {
+    fork_true_to_its_cut(&Backend::local(), true);
+}
+
+fn fork_true_to_its_cut(b: &Backend, repacked: bool) {
     use sessctl_store::graph::is_ancestor;
-    for repacked in [false, true] {
-        let (_dir, path) = new_store();
-        let store = open(&path);
+    {
+        let store = b.open();
         let d = Durability::NoSync;
         let (_, root) = store.create(Some("x"), turn(&["a", "b"]), d).unwrap();
         let s1 = store.commit("x", None, turn(&["c", "d"]), d).unwrap();
@@ -874,10 +902,8 @@ fn a_fork_names_the_parent_true_to_its_cut() {
 
 /// Tags, renames and resets: ref moves with a reason in the ref log; a
 /// renamed conversation keeps its figures, also after a reindex.
-#[test]
-fn tag_rename_and_reset_move_refs_and_records() {
-    let (_dir, path) = new_store();
-    let store = open(&path);
+fn tag_rename_and_reset_move_refs_and_records(b: &Backend) {
+    let store = b.open();
     let d = Durability::NoSync;
     let (_, a) = store.create(Some("x"), turn(&["a"]), d).unwrap();
     let b = store.commit("x", None, turn(&["b"]), d).unwrap();
@@ -930,10 +956,9 @@ fn tag_rename_and_reset_move_refs_and_records() {
 /// An async subagent's session belongs to its spawner's conversation: it
 /// carries the spawner's conversation id, so do its continuations, and
 /// they count for the spawner's conversation, which keeps its id.
-#[test]
-fn a_subagent_session_takes_its_spawners_conversation_id() {
+fn a_subagent_session_takes_its_spawners_conversation_id(b: &Backend) {
     use sessctl_store::{SessionMetadata, SessionType};
-    let store = Store::in_memory().unwrap();
+    let store = b.open();
     let d = Durability::NoSync;
     let (_, root) = store.create(Some("main"), turn(&["go"]), d).unwrap();
     let spawner = store.commit("main", None, turn(&["spawn"]), d).unwrap();
@@ -974,10 +999,8 @@ fn a_subagent_session_takes_its_spawners_conversation_id() {
 /// refs `refs` lists at those sessions, whether their entries sit in index
 /// tables, in the overlay above them, or were moved since a table was
 /// written (the newest entry wins).
-#[test]
-fn refs_to_names_exactly_the_refs_at_those_sessions() {
-    let (_dir, path) = new_store();
-    let store = open(&path);
+fn refs_to_names_exactly_the_refs_at_those_sessions(b: &Backend) {
+    let store = b.open();
     let turn = |t: &str| Turn {
         messages: Messages::Added(msgs(&[t])),
         ..Turn::default()
@@ -1061,7 +1084,7 @@ fn refs_to_names_exactly_the_refs_at_those_sessions() {
         assert_eq!(at5, ["refs/heads/c2", "refs/tags/a"]);
     };
     check(&store);
-    check(&open(&path));
+    check(&b.open());
 }
 
 /// The index tables hold a `t:` key per ref target (format version 2), so
@@ -1069,6 +1092,7 @@ fn refs_to_names_exactly_the_refs_at_those_sessions() {
 /// ref; a store whose tables were written before them (version 1, no `t:`
 /// keys) still answers, from its `r:` entries, until `reindex` rewrites
 /// its tables as version 2.
+// Local only: reads and rewrites index table files on disk.
 #[test]
 fn refs_to_reads_reverse_keys_and_version_1_tables_still_answer() {
     use sessctl_store::index::table::{
