@@ -35,9 +35,7 @@ two_backends!(
     names_are_checked_and_listing_is_by_activity,
     full_histories_commit_only_their_new_messages,
     states_carry_over_until_replaced,
-    one_run_at_a_time_and_dead_runs_are_failed_on_open => remote_ignored(
-        "remote: a claim's liveness is a lock file under the store's runs/; a remote store has none, so a dead run is never failed"
-    ),
+    one_run_at_a_time_and_dead_runs_are_failed_on_open,
     racing_writers_on_one_conversation_lose_cleanly,
     different_conversations_never_block_each_other,
     update_ref_transactions_check_their_expectations,
