@@ -28,7 +28,8 @@ mod report;
 mod scale;
 // The remote tests' servers (a throwaway PostgreSQL cluster and moto),
 // shared with store/tests and cli/tests.
-#[allow(clippy::unwrap_used, missing_debug_implementations)] // a panic is the report
+// (It allows clippy::unwrap_used itself: a panic is the report.)
+#[allow(missing_debug_implementations)]
 #[path = "../../store/tests/support/servers.rs"]
 mod servers;
 #[allow(clippy::unwrap_used, missing_debug_implementations)] // the shared test generator; a panic is the report

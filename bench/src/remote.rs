@@ -343,12 +343,16 @@ fn conv(k: usize) -> String {
 /// A LangGraph-shaped checkpoint id: time-ordered, 36 characters like the
 /// uuid6 PostgresSaver stores.
 fn checkpoint_id(k: usize, t: usize) -> String {
-    format!("1f0c5a2e-{k:04x}-6{:03x}-8000-{:012x}", t >> 12 & 0xfff, t)
+    format!(
+        "1f0c5a2e-{k:04x}-6{:03x}-8000-{:012x}",
+        (t >> 12) & 0xfff,
+        t
+    )
 }
 
 /// One writer of one system: its connection or handle and where it is.
 enum Writer1 {
-    Sessctl(Store),
+    Sessctl(Box<Store>),
     Delta(Client),
     Snapshot {
         c: Client,
@@ -360,7 +364,7 @@ enum Writer1 {
 impl Writer1 {
     fn open(system: System, place: &Place<'_>) -> R<Writer1> {
         Ok(match system {
-            System::Sessctl => Writer1::Sessctl(place.open_store()?),
+            System::Sessctl => Writer1::Sessctl(Box::new(place.open_store()?)),
             System::Delta => Writer1::Delta(place.connect()?),
             System::Snapshot => Writer1::Snapshot {
                 c: place.connect()?,
