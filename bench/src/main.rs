@@ -9,7 +9,9 @@
 //! The scenarios, numbered as in the table: 1 commit throughput, 2 loading
 //! a history (and catching up a growing transcript), 3 lineage queries, 4 gc and fsck, 5 bytes on disk, 6 a fresh
 //! process listing the newest conversations, 7 N processes committing at
-//! once, 9 flat cost at scale (8 is kept for a remote-backend benchmark).
+//! once, 8 the remote store against PostgreSQL delta and snapshot tables
+//! (servers started by the run, skipped with a note when absent), 9 flat
+//! cost at scale.
 
 mod anchors;
 mod bulk;
@@ -21,8 +23,15 @@ mod lineage;
 mod list;
 mod maintenance;
 mod procs;
+mod remote;
 mod report;
 mod scale;
+// The remote tests' servers (a throwaway PostgreSQL cluster and moto),
+// shared with store/tests and cli/tests.
+// (It allows clippy::unwrap_used itself: a panic is the report.)
+#[allow(missing_debug_implementations)]
+#[path = "../../store/tests/support/servers.rs"]
+mod servers;
 #[allow(clippy::unwrap_used, missing_debug_implementations)] // the shared test generator; a panic is the report
 #[path = "../../store/tests/support/mod.rs"]
 mod support;
@@ -56,7 +65,7 @@ struct Args {
     /// Also write the table as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Run only these scenarios (1-7 and 9, comma-separated) [default: all].
+    /// Run only these scenarios (1-9, comma-separated) [default: all].
     #[arg(long, value_name = "N,...", value_delimiter = ',')]
     only: Vec<u32>,
     /// Where the temporary stores go [default: the system temp dir].
@@ -113,11 +122,12 @@ struct Args {
     /// quick: 5000].
     #[arg(long, value_name = "N")]
     gc_objects: Option<usize>,
-    /// 6: conversations in the store that is listed [default: 100000;
+    /// 6, 8: conversations in the store that is listed [default: 100000;
     /// quick: 200].
     #[arg(long, value_name = "N")]
     conversations: Option<usize>,
-    /// 6: fresh processes per system [default: 10; quick: 2].
+    /// 6, 8: fresh processes (8: and new handles) per system [default: 10;
+    /// quick: 2].
     #[arg(long, value_name = "N")]
     spawns: Option<usize>,
     /// 7: processes committing at once, each to its own conversation
@@ -130,6 +140,14 @@ struct Args {
     /// 7: no-sync commits per process [default: 1000; quick: 10].
     #[arg(long, value_name = "N")]
     proc_turns: Option<usize>,
+    /// 8: writer threads committing at once, a conversation each
+    /// [default: 16].
+    #[arg(long, value_name = "N")]
+    remote_writers: Option<usize>,
+    /// 8: durable turns (two messages each) per writer [default: 40;
+    /// quick: 2].
+    #[arg(long, value_name = "N")]
+    remote_turns: Option<usize>,
     /// 9: also build and measure stores of 1 and 10 million sessions (the
     /// 1M store takes about 7 minutes to build here and 0.7 GB, the 10M one
     /// about ten times that; not for CI).
@@ -177,6 +195,8 @@ pub struct Sizes {
     pub procs: Vec<usize>,
     pub proc_commits: usize,
     pub proc_turns: usize,
+    pub remote_writers: usize,
+    pub remote_turns: usize,
     pub scale: Vec<usize>,
     pub keep_stores: bool,
 }
@@ -224,6 +244,8 @@ impl Sizes {
             procs,
             proc_commits: pick(a.proc_commits, 200, 10),
             proc_turns: pick(a.proc_turns, 1000, 10),
+            remote_writers: a.remote_writers.unwrap_or(16).max(1),
+            remote_turns: pick(a.remote_turns, 40, 2),
             scale,
             keep_stores: a.keep_stores,
         }
@@ -239,7 +261,8 @@ impl Sizes {
             "lineage_runs": self.lineage_runs, "gc_objects": self.gc_objects,
             "conversations": self.conversations, "spawns": self.spawns,
             "procs": self.procs, "proc_commits": self.proc_commits,
-            "proc_turns": self.proc_turns, "scale": self.scale,
+            "proc_turns": self.proc_turns, "remote_writers": self.remote_writers,
+            "remote_turns": self.remote_turns, "scale": self.scale,
         })
     }
 }
@@ -385,7 +408,7 @@ fn run(args: Args) -> R<()> {
         git: git_version.is_some(),
     };
     let mut rows: Vec<Row> = Vec::new();
-    let steps: [(u32, &str, Scenario); 8] = [
+    let steps: [(u32, &str, Scenario); 9] = [
         (1, "commit throughput", commit::run),
         (2, "load a history", history::load),
         (3, "lineage", lineage::run),
@@ -393,6 +416,7 @@ fn run(args: Args) -> R<()> {
         (5, "bytes on disk", history::disk),
         (6, "list newest", list::run),
         (7, "processes at once", procs::run),
+        (8, "remote store vs PostgreSQL", remote::run),
         (9, "flat cost at scale", scale::run),
     ];
     let total = Instant::now();

@@ -13,7 +13,11 @@
 //!
 //! One cluster and one moto serve every test of a test binary that runs at
 //! the same time (each test gets its own database and bucket); they stop
-//! when the last such test ends. Shared by store/tests and cli/tests.
+//! when the last such test ends. Shared by store/tests, cli/tests and the
+//! benchmark harness (bench/, scenario 8), which starts its servers with
+//! [`Servers::try_start`]: it skips with a note rather than failing, and
+//! runs PostgreSQL durable (`fsync` on, as a default server has it) where
+//! the tests turn `fsync` off for speed.
 #![allow(dead_code)]
 #![allow(clippy::unwrap_used)]
 
@@ -57,6 +61,8 @@ pub struct Servers {
     bin: PathBuf,
     dir: tempfile::TempDir,
     run_as: Option<(u32, u32)>,
+    /// PostgreSQL with `fsync` on (the benchmark) or off (the tests).
+    durable: bool,
     pub pg_port: u16,
     moto: Mutex<Option<Child>>,
     moto_cmd: PathBuf,
@@ -135,8 +141,10 @@ impl Remote {
     }
 }
 
-fn missing(what: &str) -> ! {
-    panic!(
+/// What is missing, as the one line a test fails with (the benchmark
+/// prints it as its skip note).
+fn missing(what: &str) -> String {
+    format!(
         "remote-store tests need {what}; install it (tests/run.sh does), or set {OPT_OUT}=skip to skip them"
     )
 }
@@ -157,16 +165,16 @@ fn on_path(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn pg_bin() -> PathBuf {
+fn pg_bin() -> Result<PathBuf, String> {
     if let Some(d) = std::env::var_os("SESSCTL_PG_BIN") {
         let d = PathBuf::from(d);
         if d.join("initdb").is_file() {
-            return d;
+            return Ok(d);
         }
-        missing(&format!(
+        return Err(missing(&format!(
             "PostgreSQL's initdb in SESSCTL_PG_BIN={}",
             d.display()
-        ));
+        )));
     }
     let mut debian: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
@@ -180,60 +188,81 @@ fn pg_bin() -> PathBuf {
         .collect();
     debian.sort();
     if let Some((_, bin)) = debian.pop() {
-        return bin;
+        return Ok(bin);
     }
     match on_path("initdb") {
-        Some(p) => p.parent().unwrap().to_path_buf(),
-        None => missing(
+        Some(p) => Ok(p.parent().unwrap().to_path_buf()),
+        None => Err(missing(
             "PostgreSQL's server binaries (initdb, pg_ctl: apt-get install postgresql; or set SESSCTL_PG_BIN)",
-        ),
+        )),
     }
 }
 
 /// The `postgres` user's uid and gid when this process is root.
-fn run_as() -> Option<(u32, u32)> {
+fn run_as() -> Result<Option<(u32, u32)>, String> {
     let me = std::fs::read_to_string("/proc/self/status")
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse::<u32>()
-        .ok()?;
-    if me != 0 {
-        return None;
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))?
+                .split_whitespace()
+                .nth(1)?
+                .parse::<u32>()
+                .ok()
+        });
+    if me != Some(0) {
+        return Ok(None);
     }
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
     let line = passwd
         .lines()
         .find(|l| l.starts_with("postgres:"))
-        .unwrap_or_else(|| missing("a postgres user to run PostgreSQL as (the tests run as root)"));
+        .ok_or_else(|| missing("a postgres user to run PostgreSQL as (the tests run as root)"))?;
     let f: Vec<&str> = line.split(':').collect();
-    Some((f[2].parse().unwrap(), f[3].parse().unwrap()))
+    match (
+        f.get(2).and_then(|u| u.parse().ok()),
+        f.get(3).and_then(|g| g.parse().ok()),
+    ) {
+        (Some(uid), Some(gid)) => Ok(Some((uid, gid))),
+        _ => Err(format!(
+            "/etc/passwd: cannot read the postgres user's ids: {line}"
+        )),
+    }
 }
 
 impl Servers {
+    /// The tests' servers (`fsync` off); a missing binary fails the test
+    /// with one line.
     fn start() -> Servers {
-        let bin = pg_bin();
+        Servers::try_start(false).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Finds the binaries and starts both servers, PostgreSQL with `fsync`
+    /// on when `durable`; the error is one line saying what is missing or
+    /// what failed to start.
+    pub fn try_start(durable: bool) -> Result<Servers, String> {
+        let bin = pg_bin()?;
         let moto_cmd = std::env::var_os("SESSCTL_MOTO_SERVER")
             .map(PathBuf::from)
             .filter(|p| p.is_file())
             .or_else(|| on_path("moto_server"))
-            .unwrap_or_else(|| {
+            .ok_or_else(|| {
                 missing("moto_server (pip install 'moto[server]'; or set SESSCTL_MOTO_SERVER)")
-            });
-        let run_as = run_as();
+            })?;
+        let run_as = run_as()?;
         let dir = tempfile::Builder::new()
             .prefix("sessctl-remote-")
             .tempdir()
-            .unwrap();
+            .map_err(|e| format!("a temporary directory for the servers: {e}"))?;
         if let Some((uid, gid)) = run_as {
-            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
+                .map_err(|e| format!("chown {} to postgres: {e}", dir.path().display()))?;
         }
         let servers = Servers {
             bin,
             dir,
             run_as,
+            durable,
             pg_port: free_port(),
             moto: Mutex::new(None),
             moto_cmd,
@@ -246,15 +275,16 @@ impl Servers {
             .arg(&data)
             .args(["-U", "sessctl", "-A", "trust", "-E", "UTF8", "--no-sync"])
             .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "initdb failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        servers.start_postgres();
-        servers.start_moto();
-        servers
+            .map_err(|e| format!("initdb: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        servers.try_start_postgres()?;
+        servers.try_start_moto()?;
+        Ok(servers)
     }
 
     fn data(&self) -> PathBuf {
@@ -276,10 +306,15 @@ impl Servers {
 
     /// Starts the cluster and waits until it takes connections.
     pub fn start_postgres(&self) {
+        self.try_start_postgres().unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    fn try_start_postgres(&self) -> Result<(), String> {
         let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync={} -c max_connections=200",
             self.pg_port,
-            self.dir.path().display()
+            self.dir.path().display(),
+            if self.durable { "on" } else { "off" }
         );
         let out = self
             .pg_command("pg_ctl")
@@ -290,13 +325,15 @@ impl Servers {
             .args(["-w", "-t", "60", "-o", &opts, "start"])
             .stdin(Stdio::null())
             .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "pg_ctl start failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
-        );
+            .map_err(|e| format!("pg_ctl: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "pg_ctl start failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
+            ));
+        }
+        Ok(())
     }
 
     /// Stops the cluster at once (as a crash would).
@@ -359,24 +396,33 @@ impl Servers {
     }
 
     pub fn start_moto(&self) {
-        let log = std::fs::File::create(self.dir.path().join("moto.log")).unwrap();
+        self.try_start_moto().unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    fn try_start_moto(&self) -> Result<(), String> {
+        let log_path = self.dir.path().join("moto.log");
+        let log = std::fs::File::create(&log_path)
+            .and_then(|l| Ok((l.try_clone()?, l)))
+            .map_err(|e| format!("{}: {e}", log_path.display()))?;
         let child = Command::new(&self.moto_cmd)
             .args(["-H", "127.0.0.1", "-p", &self.moto_port.to_string()])
             .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
+            .stdout(log.0)
+            .stderr(log.1)
             .spawn()
-            .unwrap();
+            .map_err(|e| format!("{}: {e}", self.moto_cmd.display()))?;
         *self.moto.lock().unwrap() = Some(child);
         let deadline = Instant::now() + Duration::from_secs(60);
         while TcpStream::connect(("127.0.0.1", self.moto_port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "moto_server did not listen within 60 s: {}",
-                std::fs::read_to_string(self.dir.path().join("moto.log")).unwrap_or_default()
-            );
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "moto_server did not listen within 60 s: {}",
+                    std::fs::read_to_string(&log_path).unwrap_or_default()
+                ));
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
+        Ok(())
     }
 
     pub fn stop_moto(&self) {
@@ -404,24 +450,72 @@ impl Servers {
         );
     }
 
-    /// The keys under `prefix` in `bucket` (a plain ListObjectsV2 request).
+    /// The keys under `prefix` in `bucket`.
     pub fn list_keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.moto_port)).unwrap();
-        write!(
-            s,
-            "GET /{bucket}?list-type=2&prefix={prefix} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n{MOTO_AUTH}Connection: close\r\n\r\n",
-            self.moto_port
-        )
-        .unwrap();
-        let mut answer = String::new();
-        s.read_to_string(&mut answer).unwrap();
-        answer
-            .split("<Key>")
-            .skip(1)
-            .filter_map(|k| k.split("</Key>").next())
-            .map(str::to_owned)
+        self.list_objects(bucket, prefix)
+            .into_iter()
+            .map(|(k, _)| k)
             .collect()
     }
+
+    /// The keys under `prefix` in `bucket` with their sizes in bytes (plain
+    /// ListObjectsV2 requests, a page of up to 1,000 keys at a time).
+    pub fn list_objects(&self, bucket: &str, prefix: &str) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut s = TcpStream::connect(("127.0.0.1", self.moto_port)).unwrap();
+            let next = token
+                .as_deref()
+                .map(|t| format!("&continuation-token={}", query_escape(t)))
+                .unwrap_or_default();
+            write!(
+                s,
+                "GET /{bucket}?list-type=2&prefix={prefix}{next} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n{MOTO_AUTH}Connection: close\r\n\r\n",
+                self.moto_port
+            )
+            .unwrap();
+            let mut answer = String::new();
+            s.read_to_string(&mut answer).unwrap();
+            assert!(
+                answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"),
+                "listing bucket {bucket}: {answer}"
+            );
+            for c in answer.split("<Contents>").skip(1) {
+                let key = element(c, "Key").unwrap_or_else(|| panic!("no Key in {c}"));
+                let size = element(c, "Size")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| panic!("no Size in {c}"));
+                out.push((key.to_owned(), size));
+            }
+            match element(&answer, "NextContinuationToken") {
+                Some(t) if element(&answer, "IsTruncated") == Some("true") => {
+                    token = Some(t.to_owned())
+                }
+                _ => return out,
+            }
+        }
+    }
+}
+
+/// The text of the first `<name>` element in `xml`.
+fn element<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
+    let open = format!("<{name}>");
+    let start = xml.find(&open)? + open.len();
+    let len = xml[start..].find(&format!("</{name}>"))?;
+    Some(&xml[start..start + len])
+}
+
+/// `s` percent-encoded for a query string (everything but unreserved).
+fn query_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 impl Drop for Servers {
