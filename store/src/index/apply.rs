@@ -106,7 +106,7 @@ impl Index {
         odb: &Odb,
         fresh: &[(ObjectId, Session)],
         pending: &[EncodedObject],
-    ) -> Result<Vec<(Vec<u8>, Option<Vec<u8>>)>> {
+    ) -> Result<Vec<crate::odb::KeyWrite>> {
         Ok(self
             .overlay_of(op, odb, fresh, pending)?
             .writes
