@@ -334,6 +334,11 @@ pub enum IndexError {
     /// An operation entry sits under another sequence number.
     #[error("operation entry {seq} holds operation {found}")]
     MisplacedOperation { seq: u64, found: u64 },
+    /// A store's backend keeps the index keys, and they do not describe
+    /// its operations yet (a store upgraded from an older schema, whose
+    /// first writable open or `sessctl reindex` builds them).
+    #[error("index: the store's index keys are not built yet (open it writable once, or run sessctl reindex)")]
+    KeptNotBuilt,
 }
 
 /// What the object database will not do.

@@ -294,6 +294,11 @@ impl Store {
         report.notes = odb.backend().set_aside();
         if opts.full {
             report.problems.extend(odb.backend().verify_storage());
+            // Index keys a backend keeps (PostgreSQL), against a replay.
+            match self.index().verify_kept(odb) {
+                Ok(p) => report.problems.extend(p),
+                Err(e) => report.problems.push(e.to_string()),
+            }
             // The lineage index: its structure on open, its checksum, then
             // every record against its session. A missing file is fine.
             if let Some(root) = self.root() {

@@ -698,6 +698,9 @@ fn an_s3_outage_is_one_error_and_leaves_nothing_half_visible() {
         .unwrap();
     let ops = || r.servers.psql(&r.name, "SELECT count(*) FROM sessctl.ops");
     let before = ops();
+    // This handle reads the parent now (its pack is kept), as a commit on
+    // top of it will need it once moto has lost everything.
+    assert_eq!(contents(&store, &root), ["start"]);
     r.servers.stop_moto();
     let err = store
         .commit("a", Some(root), turn(&["while down"]), Durability::Sync)
@@ -1230,11 +1233,11 @@ fn gc_while_another_process_commits_keeps_every_acknowledged_commit() {
     all_reads_and_verifies(&r);
 }
 
-/// A store of schema version 1 (before `sessctl.retired_packs`) opens,
-/// reads and writes; a gc that would drop objects says `init` upgrades it
-/// and changes nothing; after `init`, it collects.
+/// A store of schema version 2 (before `sessctl.retired_packs`) opens
+/// read-only as it is; its first writable open applies migration 3, and
+/// gc collects.
 #[test]
-fn a_version_1_store_opens_and_gc_asks_for_the_upgrade() {
+fn a_version_2_store_reads_read_only_and_its_first_writable_open_lets_gc_work() {
     let Some((r, store)) = remote_store() else {
         return;
     };
@@ -1248,27 +1251,257 @@ fn a_version_1_store_opens_and_gc_asks_for_the_upgrade() {
     store
         .expire_reflog(None, i64::MAX, false, Durability::Sync)
         .unwrap();
+    drop(store);
     r.servers.psql(
         &r.name,
         "DROP TABLE sessctl.retired_packs; DELETE FROM sessctl.schema_version WHERE version = 3",
     );
-    let old = open(&r);
-    assert_eq!(contents(&old, &keep), ["kept"]);
-    let next = old
+    let version = || {
+        r.servers
+            .psql(&r.name, "SELECT max(version) FROM sessctl.schema_version")
+            .trim()
+            .to_owned()
+    };
+    let ro = Store::open_remote_with(
+        &r.url,
+        &OpenOptions {
+            read_only: true,
+            ..OpenOptions::default()
+        },
+        &settings(&r),
+    )
+    .unwrap();
+    assert_eq!(contents(&ro, &keep), ["kept"]);
+    assert_eq!(version(), "2");
+    let packs = packs_in_bucket(&r);
+    // The first writable open applies migration 3; gc then prunes.
+    let rw = open(&r);
+    assert_eq!(version(), "3");
+    let next = rw
         .commit("keep", Some(keep), turn(&["more"]), Durability::Sync)
         .unwrap();
-    let packs = packs_in_bucket(&r);
-    let err = old.gc(&prune_now()).unwrap_err();
-    assert!(
-        err.to_string().contains(
-            "needs schema version 3 (this store has 1); `sessctl init --store URL` upgrades it"
-        ),
-        "{err}"
-    );
-    assert_eq!(packs_in_bucket(&r), packs);
-    assert!(!RemoteBackend::init(&r.url, &settings(&r)).unwrap());
-    let report = open(&r).gc(&prune_now()).unwrap();
+    assert!(packs_in_bucket(&r).len() > packs.len());
+    let report = rw.gc(&prune_now()).unwrap();
     assert!(report.pruned >= 2, "{report:?}");
     assert_eq!(contents(&open_uncached(&r), &next), ["kept", "more"]);
     all_reads_and_verifies(&r);
+}
+
+/// Every key in PostgreSQL's index table with its value, as text.
+fn index_keys(r: &servers::Remote) -> String {
+    r.servers.psql(
+        &r.name,
+        "SELECT encode(key, 'hex') || ' ' || encode(value, 'hex') FROM sessctl.index_keys ORDER BY key",
+    )
+}
+
+/// Makes every operation row unreadable, so that a handle that replayed
+/// them would fail: what a handle reads from the index keys alone works.
+fn garble_ops(r: &servers::Remote) {
+    r.servers
+        .psql(&r.name, "UPDATE sessctl.ops SET body = '\\x00'::bytea");
+}
+
+/// The index lives in PostgreSQL, kept in each write's transaction: a
+/// handle opened afterwards (another process, another machine) reads refs,
+/// summaries and the newest-first listing from there without replaying a
+/// single operation, and one open already sees another's later commit the
+/// same way. (With the operation rows unreadable, a replay would fail.)
+#[test]
+fn a_second_handle_reads_the_index_from_postgres_without_replaying() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    let (_, a0) = store
+        .create(Some("a"), turn(&["first", "ok"]), Durability::Sync)
+        .unwrap();
+    let a1 = store
+        .commit("a", Some(a0), turn(&["second", "ok"]), Durability::Sync)
+        .unwrap();
+    store
+        .create(Some("b"), turn(&["other"]), Durability::Sync)
+        .unwrap();
+    let other = open(&r);
+    let c0 = store
+        .create(Some("c"), turn(&["newest"]), Durability::Sync)
+        .unwrap()
+        .1;
+    let names = |s: &Store| -> Vec<String> {
+        s.conversations(None)
+            .unwrap()
+            .into_iter()
+            .map(|c| c.name)
+            .collect()
+    };
+    let expected = names(&store);
+    assert_eq!(expected, ["c", "b", "a"]);
+    garble_ops(&r);
+
+    let fresh = open(&r);
+    assert_eq!(names(&fresh), expected);
+    let a = fresh.conversation("a").unwrap().unwrap();
+    assert_eq!((a.head, a.sessions, a.messages), (Some(a1), 2, 4));
+    assert_eq!(a.preview, "first");
+    assert_eq!(
+        fresh
+            .resolve_ref(&RefName::conversation("c").unwrap())
+            .unwrap(),
+        Some(c0)
+    );
+    assert_eq!(fresh.session_info(&a1).unwrap().unwrap().messages, 4);
+    // The handle opened before "c" sees it too, and writes on top of it.
+    assert_eq!(names(&other), expected);
+    other
+        .commit("c", Some(c0), turn(&["from the other"]), Durability::Sync)
+        .unwrap();
+    assert_eq!(names(&fresh), ["c", "b", "a"]);
+    assert_eq!(fresh.conversation("c").unwrap().unwrap().messages, 2);
+}
+
+/// A writer killed after running its statements but before PostgreSQL's
+/// commit leaves the index keys as they were, byte for byte.
+#[test]
+fn a_writer_killed_before_commit_leaves_the_index_keys_unchanged() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    store
+        .create(Some("a"), turn(&["start"]), Durability::Sync)
+        .unwrap();
+    let before = index_keys(&r);
+    assert!(before.lines().count() > 3, "{before}");
+    let mut child = spawn_writer(
+        &r,
+        0,
+        1,
+        &[(sessctl_store::odb::remote::CRASH_BEFORE_COMMIT_VAR, "1")],
+    );
+    let stderr = child.stderr.take().unwrap();
+    let mut said = String::new();
+    for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+        let line = line.unwrap();
+        said.push_str(&line);
+        said.push('\n');
+        if line == sessctl_store::odb::remote::STOPPED_BEFORE_COMMIT {
+            break;
+        }
+    }
+    assert!(
+        said.contains(sessctl_store::odb::remote::STOPPED_BEFORE_COMMIT),
+        "the writer never reached the commit: {said}"
+    );
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert_eq!(index_keys(&r), before);
+    let report = open(&r)
+        .fsck(&FsckOptions { full: true }, &mut |_, _| {})
+        .unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+/// A store written by schema version 1 (no index keys) still opens: read
+/// only, from its operations as before; the first writable open upgrades
+/// it, building the keys from the operations, and writes go on.
+#[test]
+fn a_schema_version_1_store_opens_and_is_upgraded_by_its_first_writable_open() {
+    let Some(r) = servers::remote() else {
+        return;
+    };
+    assert!(RemoteBackend::init_at_version(&r.url, &settings(&r), 1).unwrap());
+    let version = || {
+        r.servers
+            .psql(&r.name, "SELECT max(version) FROM sessctl.schema_version")
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(version(), "1");
+    // An empty one is upgraded at once.
+    let store = open(&r);
+    assert_eq!(version(), "3");
+    let (_, a0) = store
+        .create(Some("a"), turn(&["old", "store"]), Durability::Sync)
+        .unwrap();
+    store
+        .create(Some("b"), turn(&["newer"]), Durability::Sync)
+        .unwrap();
+    drop(store);
+    // What a version-1 sessctl would have written: the same rows, less
+    // those of migrations 2 and 3.
+    r.servers.psql(
+        &r.name,
+        "DROP TABLE sessctl.index_keys;
+         DROP TABLE sessctl.retired_packs;
+         ALTER TABLE sessctl.chain_head DROP COLUMN index_seq;
+         DELETE FROM sessctl.schema_version WHERE version IN (2, 3)",
+    );
+    assert_eq!(version(), "1");
+
+    let ro = Store::open_remote_with(
+        &r.url,
+        &OpenOptions {
+            read_only: true,
+            ..OpenOptions::default()
+        },
+        &settings(&r),
+    )
+    .unwrap();
+    assert_eq!(ro.conversations(None).unwrap().len(), 2);
+    assert_eq!(version(), "1");
+
+    let rw = open(&r);
+    assert_eq!(version(), "3");
+    assert_eq!(
+        r.servers
+            .psql(&r.name, "SELECT index_seq = seq FROM sessctl.chain_head")
+            .trim(),
+        "t"
+    );
+    let names: Vec<String> = rw
+        .conversations(None)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(names, ["b", "a"]);
+    rw.commit("a", Some(a0), turn(&["upgraded"]), Durability::Sync)
+        .unwrap();
+    garble_ops(&r);
+    assert_eq!(open(&r).conversation("a").unwrap().unwrap().messages, 3);
+}
+
+/// fsck --full compares PostgreSQL's index keys with a replay of the
+/// operations and names each key that differs; reindex rebuilds them.
+#[test]
+fn fsck_full_names_a_wrong_index_key_and_reindex_rebuilds_it() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    let (_, a0) = store
+        .create(Some("a"), turn(&["start"]), Durability::Sync)
+        .unwrap();
+    store
+        .commit("a", Some(a0), turn(&["more"]), Durability::Sync)
+        .unwrap();
+    let good = index_keys(&r);
+    let full = FsckOptions { full: true };
+    let problems = |s: &Store| s.fsck(&full, &mut |_, _| {}).unwrap().problems;
+    assert_eq!(problems(&open(&r)), Vec::<String>::new());
+    r.servers.psql(
+        &r.name,
+        "DELETE FROM sessctl.index_keys WHERE key = convert_to('c:a', 'UTF8');
+         UPDATE sessctl.index_keys SET value = '\\x00'::bytea WHERE key = convert_to('r:refs/heads/a', 'UTF8');
+         INSERT INTO sessctl.index_keys VALUES (convert_to('u:ghost', 'UTF8'), '\\x01'::bytea)",
+    );
+    let found = problems(&open(&r));
+    for want in [
+        "key c:a is missing from PostgreSQL",
+        "key r:refs/heads/a differs",
+        "key u:ghost is in PostgreSQL, but no operation made it",
+    ] {
+        assert!(found.iter().any(|p| p.contains(want)), "{want}: {found:#?}");
+    }
+    let fixed = open(&r);
+    assert_eq!(fixed.reindex().unwrap(), 2);
+    assert_eq!(index_keys(&r), good);
+    assert_eq!(problems(&open(&r)), Vec::<String>::new());
 }

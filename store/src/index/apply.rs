@@ -13,7 +13,7 @@ use super::{key, Index};
 use crate::error::Result;
 use crate::hash::ObjectId;
 use crate::message::user_text;
-use crate::object::{Session, SessionStatus, SessionType, Usage};
+use crate::object::{EncodedObject, Session, SessionStatus, SessionType, Usage};
 use crate::odb::Odb;
 use crate::refs::{Operation, RefName, RefTarget, RunEventKind};
 
@@ -90,6 +90,37 @@ impl Index {
         if self.view().applied.is_some_and(|(seq, _)| op.seq <= seq) {
             return Ok(());
         }
+        let o = self.overlay_of(op, odb, fresh, &[])?;
+        o.commit((op.seq, op.hash()))
+    }
+
+    /// The keys `op` changes, over the index as it stands, without
+    /// applying them: what a writer to a backend that keeps the keys
+    /// itself hands it to write in the operation's transaction, under the
+    /// write lock (so that the state read cannot move meanwhile).
+    /// `pending` holds the objects written with the operation, not stored
+    /// yet (their messages give the previews).
+    pub fn effects(
+        &self,
+        op: &Operation,
+        odb: &Odb,
+        fresh: &[(ObjectId, Session)],
+        pending: &[EncodedObject],
+    ) -> Result<Vec<crate::odb::KeyWrite>> {
+        Ok(self
+            .overlay_of(op, odb, fresh, pending)?
+            .writes
+            .into_iter()
+            .collect())
+    }
+
+    fn overlay_of(
+        &self,
+        op: &Operation,
+        odb: &Odb,
+        fresh: &[(ObjectId, Session)],
+        pending: &[EncodedObject],
+    ) -> Result<Overlay<'_>> {
         let mut o = Overlay::new(self);
         let mut touched: BTreeSet<String> = BTreeSet::new();
         // A rename (the new name's record written, the old one's removed, in
@@ -176,7 +207,7 @@ impl Index {
         let replaces = replacements(op, odb, fresh);
         for u in &op.refs {
             if let Some(RefTarget::Session(id)) = &u.new {
-                index_sessions(&mut o, odb, *id, fresh, &replaces)?;
+                index_sessions(&mut o, odb, *id, fresh, pending, &replaces)?;
             }
             if let RefName::Conversation(n) | RefName::Archived(n) = &u.name {
                 touched.insert(n.clone());
@@ -196,7 +227,7 @@ impl Index {
         for name in &touched {
             summarize(&mut o, name, activity, op.time)?;
         }
-        o.commit((op.seq, op.hash()))
+        Ok(o)
     }
 }
 
@@ -261,6 +292,7 @@ fn index_sessions(
     odb: &Odb,
     id: ObjectId,
     fresh: &[(ObjectId, Session)],
+    unstored: &[EncodedObject],
     replaces: &HashMap<ObjectId, ObjectId>,
 ) -> Result<()> {
     let mut pending = vec![id];
@@ -288,7 +320,7 @@ fn index_sessions(
         }
         for (sid, s) in chain.into_iter().rev() {
             let info = match &s {
-                Some(s) => session_info(o, odb, sid, s)?,
+                Some(s) => session_info(o, odb, unstored, sid, s)?,
                 None => (
                     SessionInfo {
                         id: sid,
@@ -410,6 +442,7 @@ fn replacements(
 fn session_info(
     o: &Overlay<'_>,
     odb: &Odb,
+    pending: &[EncodedObject],
     id: ObjectId,
     s: &Session,
 ) -> Result<(SessionInfo, PreviewAt)> {
@@ -443,7 +476,11 @@ fn session_info(
     }
     if preview_at.is_none() {
         for (k, m) in s.messages.added.iter().enumerate() {
-            let Ok(v) = odb.blob(m) else { continue };
+            let v = match pending.iter().find(|p| p.id() == *m) {
+                Some(p) => crate::odb::message_value(m, p.kind(), p.payload()),
+                None => odb.blob(m),
+            };
+            let Ok(v) = v else { continue };
             if let Some(text) = user_text(&v) {
                 preview = text.chars().take(PREVIEW_CHARS).collect();
                 preview_at = Some(s.messages.base + k as u64);

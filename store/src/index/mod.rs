@@ -117,6 +117,11 @@ pub struct Index {
     /// from here, in sequence order, instead of being read back from the
     /// journal.
     appended: std::sync::Mutex<BTreeMap<u64, Appended>>,
+    /// A backend that keeps the keys itself (the remote one, see
+    /// [`crate::odb::KeptIndex`]): every read goes there, nothing is
+    /// applied here, and a writer computes its operation's keys for the
+    /// backend to write with it ([`Index::effects`]).
+    kept: Option<std::sync::Arc<dyn crate::odb::ObjectBackend>>,
 }
 
 /// An operation this handle appended, waiting to be applied.
@@ -174,7 +179,26 @@ impl Index {
             checked: Default::default(),
             looked_for_tables: Default::default(),
             appended: Default::default(),
+            kept: None,
         })
+    }
+
+    /// The index of a store whose backend keeps the keys itself (see
+    /// [`crate::odb::KeptIndex`]): nothing is held or applied here.
+    pub fn kept_by(backend: std::sync::Arc<dyn crate::odb::ObjectBackend>) -> Result<Index> {
+        let mut ix = Index::temporary()?;
+        ix.kept = Some(backend);
+        Ok(ix)
+    }
+
+    /// The backend's keys, when it keeps them.
+    fn kept(&self) -> Option<&dyn crate::odb::KeptIndex> {
+        self.kept.as_ref().and_then(|b| b.kept_index())
+    }
+
+    /// Whether the keys live in the backend (a remote store).
+    pub fn is_kept(&self) -> bool {
+        self.kept().is_some()
     }
 
     /// What opening the index had to read around, once.
@@ -196,6 +220,7 @@ impl Index {
             checked: Default::default(),
             looked_for_tables: Default::default(),
             appended: Default::default(),
+            kept: None,
         })
     }
 
@@ -213,6 +238,9 @@ impl Index {
 
     /// One key: the overlay first, then the tables, newest first.
     fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(kept) = self.kept() {
+            return kept.index_get(k);
+        }
         self.view().get(k)
     }
 
@@ -264,6 +292,9 @@ impl Index {
         reverse: bool,
         n: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        if let Some(kept) = self.kept() {
+            return kept.index_scan(prefix, cursor, reverse, n);
+        }
         let view = self.view();
         let lower = match (reverse, cursor) {
             (false, Some(c)) => Bound::Excluded(c.to_vec()),
@@ -336,6 +367,10 @@ impl Index {
     /// object (session summaries follow in [`Index::catch_up`], after the
     /// lock is released). Lookups of those keys see them at once.
     pub fn catch_up_refs(&self, odb: &Odb) -> Result<()> {
+        if self.kept().is_some() {
+            // The backend's keys are current under its write lock.
+            return self.catch_up_kept();
+        }
         let guard = self.applying();
         let from = self.head();
         let raw = odb.backend().ops_after(from.map_or(0, |f| f.0))?;
@@ -372,6 +407,14 @@ impl Index {
         op: Operation,
         fresh: Vec<(crate::hash::ObjectId, crate::object::Session)>,
     ) {
+        if self.kept().is_some() {
+            // Its keys were committed with it.
+            let mut v = self.view_mut();
+            if v.applied.is_none_or(|a| a.0 < op.seq) {
+                v.applied = Some((op.seq, op.hash()));
+            }
+            return;
+        }
         let mut effects = apply::ref_effects(&op);
         effects.extend(apply::record_effects(&op));
         {
@@ -399,7 +442,7 @@ impl Index {
     /// holds the apply lock applies all that is waiting, so threads that
     /// commit at once do not each wait for their own turn.
     pub fn apply_appended(&self, odb: &Odb, seq: u64) -> Result<()> {
-        if self.view().applied.is_some_and(|a| a.0 >= seq) {
+        if self.kept().is_some() || self.view().applied.is_some_and(|a| a.0 >= seq) {
             return Ok(());
         }
         self.catch_up_to(odb, seq).map(|_| ())
@@ -426,6 +469,10 @@ impl Index {
 
     /// [`Index::catch_up`], applying no operation past `last`.
     pub fn catch_up_to(&self, odb: &Odb, last: u64) -> Result<CatchUp> {
+        if self.kept().is_some() {
+            self.catch_up_kept()?;
+            return Ok(CatchUp::Applied(0));
+        }
         let _one_at_a_time = self.applying();
         let applied = self.view().applied;
         // Operations this handle appended follow on from what is applied:
@@ -482,9 +529,107 @@ impl Index {
         Ok(CatchUp::Applied(from_memory + raw.len()))
     }
 
+    /// Catching up, for keys the backend keeps: reading the operation they
+    /// describe (one query; no operation is read).
+    fn catch_up_kept(&self) -> Result<()> {
+        let kept = self.kept().expect("called for kept keys");
+        let (head, built) = kept.index_head()?;
+        if !built {
+            return Err(IndexError::KeptNotBuilt.into());
+        }
+        let mut v = self.view_mut();
+        if head.map_or(0, |h| h.0) >= v.applied.map_or(0, |a| a.0) {
+            v.applied = head;
+        }
+        Ok(())
+    }
+
+    /// Rebuilds the keys a backend keeps: every operation applied again
+    /// in memory under the store's write lock, then every key replaced in
+    /// one transaction. Returns how many operations were applied.
+    fn rebuild_kept(&self, odb: &Odb) -> Result<usize> {
+        let kept = self.kept().expect("called for kept keys");
+        let lock = odb.backend().write_lock()?;
+        let (fresh, n) = Index::replayed(odb)?;
+        let fresh = fresh.view.into_inner().unwrap_or_else(|p| p.into_inner());
+        let keys = fresh
+            .overlay
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect();
+        kept.index_replace(lock, keys)?;
+        self.view_mut().applied = fresh.applied;
+        Ok(n)
+    }
+
+    /// Every operation applied from the first into an index in memory.
+    fn replayed(odb: &Odb) -> Result<(Index, usize)> {
+        let fresh = Index::temporary()?;
+        let ops = odb.backend().ops_after(0)?;
+        for (seq, bytes) in &ops {
+            fresh.apply(&decode_op(*seq, bytes)?, odb)?;
+        }
+        Ok((fresh, ops.len()))
+    }
+
+    /// For keys a backend keeps: each key whose value differs from what
+    /// replaying every operation gives, one line per key (fsck --full).
+    /// The replay and the keys are compared at one chain head; should the
+    /// head move meanwhile, the comparison is run again.
+    pub fn verify_kept(&self, odb: &Odb) -> Result<Vec<String>> {
+        let Some(kept) = self.kept() else {
+            return Ok(Vec::new());
+        };
+        for _ in 0..3 {
+            let before = kept.index_head()?;
+            let (fresh, _) = Index::replayed(odb)?;
+            let stored = kept.index_scan(b"", None, false, usize::MAX)?;
+            if kept.index_head()? != before {
+                continue;
+            }
+            let replayed: BTreeMap<Vec<u8>, Vec<u8>> = fresh
+                .view
+                .into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .overlay
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| (k, v)))
+                .collect();
+            let stored: BTreeMap<Vec<u8>, Vec<u8>> = stored.into_iter().collect();
+            let mut problems = Vec::new();
+            let show = |k: &[u8]| show_key(k);
+            for (k, v) in &replayed {
+                match stored.get(k) {
+                    None => problems.push(format!(
+                        "index: key {} is missing from PostgreSQL; a reindex rebuilds it",
+                        show(k)
+                    )),
+                    Some(s) if s != v => problems.push(format!(
+                        "index: key {} differs in PostgreSQL from what the operations give; a reindex rebuilds it",
+                        show(k)
+                    )),
+                    Some(_) => {}
+                }
+            }
+            for k in stored.keys().filter(|k| !replayed.contains_key(*k)) {
+                problems.push(format!(
+                    "index: key {} is in PostgreSQL, but no operation made it; a reindex rebuilds it",
+                    show(k)
+                ));
+            }
+            return Ok(problems);
+        }
+        Ok(vec![
+            "index: the store kept changing; its keys were not compared (run fsck again)".into(),
+        ])
+    }
+
     /// Forgets the tables and applies every operation from the first into
     /// the overlay (nothing on disk changes).
     pub(crate) fn rebuild_in_memory(&self, odb: &Odb) -> Result<usize> {
+        if self.kept().is_some() {
+            return Err(Error::ReadOnly);
+        }
         let _one_at_a_time = self.applying();
         self.rebuild_locked(odb)
     }
@@ -517,6 +662,9 @@ impl Index {
     /// (see [`Index::mark_rebuild`]). Returns how many operations were
     /// applied.
     pub fn rebuild(&self, odb: &Odb) -> Result<usize> {
+        if self.kept().is_some() {
+            return self.rebuild_kept(odb);
+        }
         let n = self.rebuild_in_memory(odb)?;
         self.write_tables_from(odb, true, false)?;
         if let (Some(dir), Some(_)) = (&self.dir, &self.lock) {
@@ -733,6 +881,7 @@ impl Index {
             checked: Default::default(),
             looked_for_tables: Default::default(),
             appended: Default::default(),
+            kept: None,
         };
         // Only tables that describe the operations as stored.
         match odb.backend().op_at(theirs.0)? {
@@ -781,6 +930,20 @@ impl Index {
     /// The tables this handle reads: (file name, first and last operation).
     pub fn tables(&self) -> Vec<(String, u64, u64)> {
         self.view().stack.describe()
+    }
+}
+
+/// A key as errors name it: its prefix, then the rest as text when it is
+/// printable, in hex when not (`s:` ids, `a:` times).
+fn show_key(k: &[u8]) -> String {
+    let (head, rest) = k.split_at(k.len().min(2));
+    let head = String::from_utf8_lossy(head);
+    match std::str::from_utf8(rest) {
+        Ok(t) if t.chars().all(|c| !c.is_control()) => format!("{head}{t}"),
+        _ => format!(
+            "{head}{}",
+            rest.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        ),
     }
 }
 

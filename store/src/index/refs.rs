@@ -116,6 +116,11 @@ impl Index {
                     }
                 }
             }
+            if let Some(kept) = self.kept() {
+                for (k, _) in kept.index_scan(&prefix, None, false, usize::MAX)? {
+                    take(&k);
+                }
+            }
             for t in view.stack.tables() {
                 t.each_under(&prefix, |k, v| {
                     if v.is_some() {

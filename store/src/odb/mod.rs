@@ -123,6 +123,40 @@ pub use pack::ScanItem;
 /// place in storage order (batches may come out of order).
 pub type ScanFn<'a> = dyn Fn(usize, &[ScanItem<'_>]) + Sync + 'a;
 
+/// One change to a derived-index key: its new value, or `None` to remove it.
+pub type KeyWrite = (Vec<u8>, Option<Vec<u8>>);
+
+/// The derived index's keys as a backend that keeps them itself holds them
+/// (the remote one, in PostgreSQL: objects-format.md, "Remote store"):
+/// written in the same transaction as the operation that changes them, so
+/// that they always describe the head of the operation chain, and read
+/// from there by every handle without replaying any operation.
+pub trait KeptIndex: Send + Sync {
+    /// The operation the keys describe (`None`: none yet) and whether
+    /// they describe the head of the chain; keys not built yet (a store
+    /// upgraded from an older schema) do not.
+    fn index_head(&self) -> Result<(Option<(u64, crate::refs::Hash)>, bool)>;
+    /// One key's value.
+    fn index_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Up to `n` keys starting with `prefix` past `cursor` (exclusive),
+    /// descending with `reverse`.
+    fn index_scan(
+        &self,
+        prefix: &[u8],
+        cursor: Option<&[u8]>,
+        reverse: bool,
+        n: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    /// The key changes of the operations the next
+    /// [`ObjectBackend::append_locked`] appends, written in its
+    /// transaction: all of it or none.
+    fn index_stage(&self, writes: Vec<KeyWrite>);
+    /// Replaces every key with `keys`, which describe the chain's head as
+    /// of `lock` (a reindex, or building the keys of an upgraded store),
+    /// and commits.
+    fn index_replace(&self, lock: WriteLock<'_>, keys: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()>;
+}
+
 /// Where objects and operations are kept. Implementations verify every
 /// object they return.
 pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
@@ -164,6 +198,12 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
     fn append(&self, objects: &[EncodedObject], ops: &[RawOp]) -> Result<(usize, SyncTicket)> {
         let lock = self.write_lock()?;
         self.append_locked(&lock, objects, ops)
+    }
+    /// The derived index's keys, when this backend keeps them itself
+    /// (see [`KeptIndex`]); `None`: the index derives them (tables and an
+    /// overlay, or memory).
+    fn kept_index(&self) -> Option<&dyn KeptIndex> {
+        None
     }
     /// Catches up with what other handles appended since this one last
     /// looked (O(what is new)); takes no lock.
@@ -932,7 +972,7 @@ fn replay_deltas(chain: &[(ObjectId, crate::object::MessageDelta)]) -> Result<Ve
 /// The JSON value of a message read as `kind` and `payload` (verified
 /// against `id`): a blob's value, or the value a raw object's lines read
 /// as; any other kind is `WrongKind`.
-fn message_value(id: &ObjectId, kind: ObjectKind, payload: &[u8]) -> Result<Value> {
+pub(crate) fn message_value(id: &ObjectId, kind: ObjectKind, payload: &[u8]) -> Result<Value> {
     match kind {
         ObjectKind::Blob => Blob::decode(payload).map(Blob::into_value),
         ObjectKind::Raw => Raw::decode(payload).and_then(Raw::into_value),

@@ -163,13 +163,29 @@ impl Store {
         opts: &OpenOptions,
         s3: &crate::odb::S3Settings,
     ) -> Result<Store> {
-        let backend = crate::odb::RemoteBackend::open_with(url, opts, s3)?;
-        let store = Store::assemble(
-            Odb::with_backend(Arc::new(backend)),
-            Index::temporary()?,
-            !opts.read_only,
-            None,
-        )?;
+        let backend: Arc<dyn crate::odb::ObjectBackend> =
+            Arc::new(crate::odb::RemoteBackend::open_with(url, opts, s3)?);
+        let odb = Odb::with_backend(Arc::clone(&backend));
+        let index = match backend.kept_index() {
+            Some(kept) => {
+                let index = Index::kept_by(Arc::clone(&backend))?;
+                if !kept.index_head()?.1 {
+                    if opts.read_only {
+                        // Keys not built yet (a store upgraded from schema
+                        // version 1): read as before, from the operations.
+                        Index::temporary()?
+                    } else {
+                        index.rebuild(&odb)?;
+                        index
+                    }
+                } else {
+                    index
+                }
+            }
+            // A version-1 store opened read-only: replayed in memory.
+            None => Index::temporary()?,
+        };
+        let store = Store::assemble(odb, index, !opts.read_only, None)?;
         if store.writable {
             store.recover_runs()?;
         }

@@ -297,6 +297,12 @@ impl Store {
                 crate::odb::raise_format(root, crate::odb::STORE_FORMAT_EXPIRE)?;
             }
         }
+        if let Some(kept) = self.odb.backend().kept_index() {
+            // The backend keeps the index's keys: they go in the
+            // operation's own transaction, computed now, under the lock,
+            // over a state that cannot move meanwhile.
+            kept.index_stage(self.index.effects(&op, &self.odb, decoded, &tx.objects)?);
+        }
         let bytes = op.encode();
         // A claim this operation makes is held before anyone can see it
         // (where the backend holds claims: a remote store's advisory lock).

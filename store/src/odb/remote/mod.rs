@@ -42,8 +42,8 @@ use postgres::error::SqlState;
 use postgres::{Client, NoTls};
 
 use super::{
-    Held, ObjectBackend, OdbStats, OpenOptions, RawOp, RepackOptions, RepackStats, SyncTicket,
-    WriteLock,
+    Held, KeptIndex, KeyWrite, ObjectBackend, OdbStats, OpenOptions, RawOp, RepackOptions,
+    RepackStats, SyncTicket, WriteLock,
 };
 use crate::error::{Error, Result};
 use crate::hash::{IdMap, IdSet, ObjectId, Prefix};
@@ -54,14 +54,16 @@ use crate::refs::{Operation, RefUpdate};
 /// migration); objects-format.md, "Remote store".
 pub const SCHEMA_VERSION: i32 = 3;
 
-/// The oldest schema version this sessctl opens without `init` first.
-const OLDEST_OPENED: i32 = 1;
+/// The oldest schema version this sessctl opens: a version-1 store (no
+/// index keys) is upgraded by its first writable open, and read by
+/// replaying its operations until then; what version 3 adds (the table of
+/// retired packs) only gc and repack need, and they say so.
+pub const OLDEST_SCHEMA_VERSION: i32 = 1;
 
 /// The migrations, in order: version and SQL (`store/migrations/`).
-/// Version 2 is missing on purpose (another change's, numbered at merge):
-/// only versions above the store's are applied, so a gap is harmless.
 const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("../../../migrations/0001_init.sql")),
+    (2, include_str!("../../../migrations/0002_index.sql")),
     (
         3,
         include_str!("../../../migrations/0003_retired_packs.sql"),
@@ -309,6 +311,22 @@ pub struct RemoteBackend {
     /// The runs this handle has claimed, held as advisory locks (see
     /// `claims.rs`).
     claims: Mutex<claims::Claims>,
+    /// The schema version found at open (after upgrading it, for a
+    /// writable handle): below 2, there are no index keys to keep.
+    schema: i32,
+    /// The index keys the next append writes (see [`KeptIndex::index_stage`]).
+    staged_keys: Mutex<Option<Vec<KeyWrite>>>,
+    /// Test-only figures: statements run on the reader connection, and
+    /// operation rows read.
+    counts: Counts,
+}
+
+/// What a handle asked PostgreSQL, for tests that check that opening a
+/// store replays nothing ([`RemoteBackend::counts`]).
+#[derive(Debug, Default)]
+struct Counts {
+    queries: std::sync::atomic::AtomicU64,
+    op_rows: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for RemoteBackend {
@@ -369,7 +387,7 @@ impl RemoteBackend {
     /// PostgreSQL and checks the schema; the bucket is first used by the
     /// first read or write of an object.
     pub fn open_with(url: &str, opts: &OpenOptions, s3: &S3Settings) -> Result<RemoteBackend> {
-        let backend = RemoteBackend::connect(url, opts, s3)?;
+        let mut backend = RemoteBackend::connect(url, opts, s3)?;
         let version = backend.with_reader(|c| {
             match c.query_one("SELECT max(version) FROM sessctl.schema_version", &[]) {
                 Ok(r) => Ok(r.get::<_, Option<i32>>(0)),
@@ -393,29 +411,55 @@ impl RemoteBackend {
                     supported: SCHEMA_VERSION as u32,
                 })
             }
-            // Version 1 opens as it is: what later versions add (the table
-            // of retired packs) only gc and repack need, and they say so.
-            Some(v) if v < OLDEST_OPENED => {
+            Some(v) if v < OLDEST_SCHEMA_VERSION => {
                 return Err(Error::Invalid(format!(
                     "{} has schema version {v}; initialising the store again upgrades it to {SCHEMA_VERSION}",
                     backend.url.shown
                 )))
             }
-            Some(_) => {}
+            Some(v) if v < SCHEMA_VERSION && !opts.read_only => {
+                // The first writable open upgrades it; the keys are built
+                // from the operations next, under the write lock
+                // (`Store::open_remote`).
+                backend.migrate()?;
+                backend.schema = SCHEMA_VERSION;
+            }
+            Some(v) => backend.schema = v,
         }
         backend.refresh()?;
         Ok(backend)
     }
 
-    /// Checks that the bucket of the remote store `url` takes a create-only
-    /// write and gives it back, then creates (or upgrades) the schema,
-    /// applying the migrations it lacks in one transaction. Returns whether
-    /// the schema was new. Safe to run again, and from several processes.
-    pub fn init(url: &str, s3: &S3Settings) -> Result<bool> {
+    /// Statements run on the reader connection and operation rows read by
+    /// this handle so far (for tests: opening a store with index keys
+    /// reads no operation).
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.counts.queries.load(Ordering::Relaxed),
+            self.counts.op_rows.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Applies the migrations the schema lacks, in one transaction under
+    /// the advisory lock that orders initialisers. Returns whether the
+    /// schema was new.
+    fn migrate(&self) -> Result<bool> {
+        self.migrate_to(SCHEMA_VERSION)
+    }
+
+    /// Test-only: initialises the remote store `url` at an older schema
+    /// version (the migrations up to `version`), as an older sessctl would
+    /// have, to check that such a store still opens.
+    #[doc(hidden)]
+    pub fn init_at_version(url: &str, s3: &S3Settings, version: i32) -> Result<bool> {
         let backend = RemoteBackend::connect(url, &OpenOptions::default(), s3)?;
-        // The bucket first: an init that fails there leaves no schema.
         backend.check_bucket()?;
-        let was_new = backend.with_writer_conn(|c| {
+        backend.migrate_to(version)
+    }
+
+    /// [`RemoteBackend::migrate`], up to `version` only.
+    fn migrate_to(&self, target: i32) -> Result<bool> {
+        self.with_writer_conn(|c| {
             let mut tx = c.transaction()?;
             // One initialiser at a time (the lock ends with the transaction).
             tx.execute(
@@ -433,7 +477,7 @@ impl RemoteBackend {
                 .query_one("SELECT max(version) FROM sessctl.schema_version", &[])?
                 .get(0);
             let have = have.unwrap_or(0);
-            for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > have) {
+            for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > have && *v <= target) {
                 tx.batch_execute(sql)?;
                 tx.execute(
                     "INSERT INTO sessctl.schema_version (version, applied_at) VALUES ($1, $2)",
@@ -442,7 +486,18 @@ impl RemoteBackend {
             }
             tx.commit()?;
             Ok(have == 0)
-        })?;
+        })
+    }
+
+    /// Checks that the bucket of the remote store `url` takes a create-only
+    /// write and gives it back, then creates (or upgrades) the schema,
+    /// applying the migrations it lacks in one transaction. Returns whether
+    /// the schema was new. Safe to run again, and from several processes.
+    pub fn init(url: &str, s3: &S3Settings) -> Result<bool> {
+        let backend = RemoteBackend::connect(url, &OpenOptions::default(), s3)?;
+        // The bucket first: an init that fails there leaves no schema.
+        backend.check_bucket()?;
+        let was_new = backend.migrate_to(SCHEMA_VERSION)?;
         Ok(was_new)
     }
 
@@ -498,6 +553,9 @@ impl RemoteBackend {
             cache_dir: s3_settings_cache,
             staged: Mutex::new(None),
             claims: Mutex::new(claims::Claims::default()),
+            schema: SCHEMA_VERSION,
+            staged_keys: Mutex::new(None),
+            counts: Counts::default(),
         };
         // Connect now: an unreachable server is one clear error at open.
         backend.with_reader(|_| Ok(()))?;
@@ -536,6 +594,7 @@ impl RemoteBackend {
         f: impl Fn(&mut Client) -> std::result::Result<T, postgres::Error>,
     ) -> Result<T> {
         let mut slot = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        self.counts.queries.fetch_add(1, Ordering::Relaxed);
         for attempt in 0..2 {
             let client = self.client(&mut slot)?;
             match f(client) {
@@ -886,13 +945,67 @@ impl RemoteBackend {
             (seq, hash) = (op.seq as i64, Some(h.to_vec()));
         }
         if !ops.is_empty() {
+            if self.schema >= 2 {
+                // The index keys the operations change, in their
+                // transaction: a write that brings none would leave the
+                // keys behind the chain, so it is refused.
+                let keys = self
+                    .staged_keys
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take()
+                    .ok_or_else(|| {
+                        Error::Invalid(format!(
+                            "{}: an operation written without its index keys",
+                            self.url.shown
+                        ))
+                    })?;
+                self.write_keys(c, keys)?;
+            }
             c.execute(
-                "UPDATE sessctl.chain_head SET seq = $1, hash = $2",
-                &[&seq, &hash],
+                "UPDATE sessctl.chain_head SET seq = $1, hash = $2, index_seq = $3",
+                &[&seq, &hash, &(self.schema >= 2).then_some(seq)],
             )
             .map_err(pg)?;
         }
         Ok((pack_row, seq))
+    }
+
+    /// Upserts and removes index keys in the open transaction (two
+    /// statements, however many keys).
+    fn write_keys(&self, c: &mut Client, keys: Vec<KeyWrite>) -> Result<()> {
+        // The last write of a key wins (a key written twice in one batch
+        // would make one statement touch one row twice).
+        let mut last: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> = Default::default();
+        last.extend(keys);
+        let (mut put_k, mut put_v, mut del) = (Vec::new(), Vec::new(), Vec::new());
+        for (k, v) in last {
+            match v {
+                Some(v) => {
+                    put_k.push(k);
+                    put_v.push(v);
+                }
+                None => del.push(k),
+            }
+        }
+        let pg = |e| self.pg_error(e);
+        if !del.is_empty() {
+            c.execute(
+                "DELETE FROM sessctl.index_keys WHERE key = ANY($1)",
+                &[&del],
+            )
+            .map_err(pg)?;
+        }
+        if !put_k.is_empty() {
+            c.execute(
+                "INSERT INTO sessctl.index_keys (key, value)
+                 SELECT k, v FROM unnest($1::bytea[], $2::bytea[]) AS t(k, v)
+                 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                &[&put_k, &put_v],
+            )
+            .map_err(pg)?;
+        }
+        Ok(())
     }
 }
 
@@ -973,6 +1086,108 @@ impl RemoteBackend {
     }
 }
 
+impl KeptIndex for RemoteBackend {
+    fn index_head(&self) -> Result<(Option<(u64, crate::refs::Hash)>, bool)> {
+        let row = self.with_reader(|c| {
+            c.query_one("SELECT seq, hash, index_seq FROM sessctl.chain_head", &[])
+        })?;
+        let (seq, hash, index_seq): (i64, Option<Vec<u8>>, Option<i64>) =
+            (row.get(0), row.get(1), row.get(2));
+        let head = match hash {
+            Some(h) => Some((
+                seq.max(0) as u64,
+                h.as_slice().try_into().map_err(|_| Error::Remote {
+                    what: self.url.shown.clone(),
+                    reason: format!("the chain head's hash has {} bytes", h.len()),
+                })?,
+            )),
+            None => None,
+        };
+        Ok((head, index_seq == Some(seq)))
+    }
+
+    fn index_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let row = self.with_reader(|c| {
+            c.query_opt(
+                "SELECT value FROM sessctl.index_keys WHERE key = $1",
+                &[&key],
+            )
+        })?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    fn index_scan(
+        &self,
+        prefix: &[u8],
+        cursor: Option<&[u8]>,
+        reverse: bool,
+        n: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        // bytea compares byte by byte, as the index's keys sort.
+        let mut lower = prefix.to_vec();
+        let mut upper = prefix_end(prefix);
+        match (reverse, cursor) {
+            (false, Some(c)) => lower = [c, &[0u8][..]].concat(),
+            (true, Some(c)) => upper = Some(c.to_vec()),
+            _ => {}
+        }
+        let limit = i64::try_from(n).unwrap_or(i64::MAX);
+        let sql = match (reverse, upper.is_some()) {
+            (false, true) => "SELECT key, value FROM sessctl.index_keys WHERE key >= $1 AND key < $2 ORDER BY key LIMIT $3",
+            (true, true) => "SELECT key, value FROM sessctl.index_keys WHERE key >= $1 AND key < $2 ORDER BY key DESC LIMIT $3",
+            (false, false) => "SELECT key, value FROM sessctl.index_keys WHERE key >= $1 AND $2::bytea IS NULL ORDER BY key LIMIT $3",
+            (true, false) => "SELECT key, value FROM sessctl.index_keys WHERE key >= $1 AND $2::bytea IS NULL ORDER BY key DESC LIMIT $3",
+        };
+        let rows = self.with_reader(|c| c.query(sql, &[&lower, &upper, &limit]))?;
+        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    fn index_stage(&self, writes: Vec<KeyWrite>) {
+        *self.staged_keys.lock().unwrap_or_else(|p| p.into_inner()) = Some(writes);
+    }
+
+    fn index_replace(&self, lock: WriteLock<'_>, keys: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
+        let Held::Remote(lock) = &lock.0 else {
+            return Err(Error::Invalid(
+                "a remote store written under another backend's lock".into(),
+            ));
+        };
+        let mut conn = lock.conn.borrow_mut();
+        let c = conn.as_mut().expect("a held lock has its connection");
+        let pg = |e| self.pg_error(e);
+        c.batch_execute("DELETE FROM sessctl.index_keys")
+            .map_err(pg)?;
+        for chunk in keys.chunks(10_000) {
+            let (ks, vs): (Vec<&[u8]>, Vec<&[u8]>) = chunk
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                .unzip();
+            c.execute(
+                "INSERT INTO sessctl.index_keys (key, value)
+                 SELECT k, v FROM unnest($1::bytea[], $2::bytea[]) AS t(k, v)",
+                &[&ks, &vs],
+            )
+            .map_err(pg)?;
+        }
+        c.batch_execute("UPDATE sessctl.chain_head SET index_seq = seq; COMMIT")
+            .map_err(pg)?;
+        lock.open.set(false);
+        Ok(())
+    }
+}
+
+/// The smallest byte string above every one that starts with `prefix`.
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
 /// An error and its sources on one line, each said once.
 fn one_line(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
@@ -993,6 +1208,10 @@ fn pack_key(name: &str) -> String {
 }
 
 impl ObjectBackend for RemoteBackend {
+    fn kept_index(&self) -> Option<&dyn KeptIndex> {
+        (self.schema >= 2).then_some(self as &dyn KeptIndex)
+    }
+
     fn stage(&self, objects: &[EncodedObject]) -> Result<()> {
         if self.read_only {
             return Ok(());
@@ -1190,6 +1409,9 @@ impl ObjectBackend for RemoteBackend {
                 &[&after],
             )
         })?;
+        self.counts
+            .op_rows
+            .fetch_add(rows.len() as u64, Ordering::Relaxed);
         Ok(rows
             .into_iter()
             .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, Vec<u8>>(1)))
