@@ -706,6 +706,23 @@ impl Index {
             let mut v = self.view_mut();
             v.overlay.retain(|k, val| !doomed(k, val.as_deref()));
         }
+        if let Some(kept) = self.kept() {
+            // Kept in PostgreSQL: the dropped sessions' keys (named, not
+            // scanned for) and the conversations whose head went.
+            let mut gone: Vec<(Vec<u8>, Vec<u8>)> = dropped
+                .iter()
+                .map(|id| (key("s:", id.as_bytes()), Vec::new()))
+                .collect();
+            gone.extend(
+                self.scan(b"c:")?
+                    .into_iter()
+                    .filter(|(k, v)| doomed(k, Some(v))),
+            );
+            if gone.is_empty() {
+                return Ok(0);
+            }
+            return kept.index_forget(odb.backend().write_lock()?, gone);
+        }
         let (Some(dir), Some(lock)) = (&self.dir, &self.lock) else {
             return Ok(0);
         };

@@ -155,6 +155,12 @@ pub trait KeptIndex: Send + Sync {
     /// of `lock` (a reindex, or building the keys of an upgraded store),
     /// and commits.
     fn index_replace(&self, lock: WriteLock<'_>, keys: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()>;
+    /// gc's part, after its sweep committed, under the write lock, in one
+    /// transaction: deletes each `s:<id>` key unless its session is stored
+    /// again (a writer committed the same session after gc dropped it),
+    /// and each other `(key, value)` whose value is still `value`. Returns
+    /// how many keys went.
+    fn index_forget(&self, lock: WriteLock<'_>, doomed: Vec<(Vec<u8>, Vec<u8>)>) -> Result<usize>;
 }
 
 /// Where objects and operations are kept. Implementations verify every

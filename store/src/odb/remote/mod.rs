@@ -1174,6 +1174,39 @@ impl KeptIndex for RemoteBackend {
         lock.open.set(false);
         Ok(())
     }
+
+    fn index_forget(&self, lock: WriteLock<'_>, doomed: Vec<(Vec<u8>, Vec<u8>)>) -> Result<usize> {
+        let Held::Remote(lock) = &lock.0 else {
+            return Err(Error::Invalid(
+                "a remote store written under another backend's lock".into(),
+            ));
+        };
+        let mut conn = lock.conn.borrow_mut();
+        let c = conn.as_mut().expect("a held lock has its connection");
+        let pg = |e| self.pg_error(e);
+        let mut gone = 0;
+        for chunk in doomed.chunks(10_000) {
+            let (ks, vs): (Vec<&[u8]>, Vec<&[u8]>) = chunk
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                .unzip();
+            gone += c
+                .execute(
+                    "DELETE FROM sessctl.index_keys i
+                     USING unnest($1::bytea[], $2::bytea[]) AS t(k, v)
+                     WHERE i.key = t.k
+                       AND CASE WHEN substring(t.k FROM 1 FOR 2) = 's:'::bytea
+                                THEN NOT EXISTS (SELECT 1 FROM sessctl.objects o
+                                                 WHERE o.id = substring(t.k FROM 3))
+                                ELSE i.value = t.v END",
+                    &[&ks, &vs],
+                )
+                .map_err(pg)?;
+        }
+        c.batch_execute("COMMIT").map_err(pg)?;
+        lock.open.set(false);
+        Ok(gone as usize)
+    }
 }
 
 /// The smallest byte string above every one that starts with `prefix`.
