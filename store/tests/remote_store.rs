@@ -1505,3 +1505,45 @@ fn fsck_full_names_a_wrong_index_key_and_reindex_rebuilds_it() {
     assert_eq!(index_keys(&r), good);
     assert_eq!(problems(&open(&r)), Vec::<String>::new());
 }
+
+/// Opening a remote store and listing it read no object row: where the
+/// objects live is read once a handle first needs an object, so `ls` on a
+/// store of any history costs a few statements. (With the table out of
+/// reach, a handle that read it at open would fail.)
+#[test]
+fn opening_and_listing_read_no_object_row() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    let (_, a0) = store
+        .create(Some("a"), turn(&["first"]), Durability::Sync)
+        .unwrap();
+    store
+        .create(Some("b"), turn(&["second"]), Durability::Sync)
+        .unwrap();
+    r.servers.psql(
+        &r.name,
+        "ALTER TABLE sessctl.objects RENAME TO objects_out_of_reach",
+    );
+    let fresh = open(&r);
+    let names: Vec<String> = fresh
+        .conversations(None)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(names, ["b", "a"]);
+    assert_eq!(
+        fresh
+            .resolve_ref(&RefName::conversation("a").unwrap())
+            .unwrap(),
+        Some(a0)
+    );
+    // The first object read needs the table.
+    assert!(fresh.odb().load_messages(&a0).is_err());
+    r.servers.psql(
+        &r.name,
+        "ALTER TABLE sessctl.objects_out_of_reach RENAME TO objects",
+    );
+    assert_eq!(contents(&fresh, &a0), ["first"]);
+}

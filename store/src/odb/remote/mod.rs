@@ -299,6 +299,9 @@ pub struct RemoteBackend {
     rt: tokio::runtime::Runtime,
     s3: AmazonS3,
     known: RwLock<Known>,
+    /// Whether `known` holds the object rows (read on first need, see
+    /// [`RemoteBackend::load_rows`]).
+    loaded: AtomicBool,
     /// Set while this handle holds the write lock, after catching up: no
     /// other writer can commit meanwhile, so a lookup that misses needs no
     /// round trip to PostgreSQL.
@@ -426,7 +429,6 @@ impl RemoteBackend {
             }
             Some(v) => backend.schema = v,
         }
-        backend.refresh()?;
         Ok(backend)
     }
 
@@ -548,6 +550,7 @@ impl RemoteBackend {
             rt,
             s3,
             known: RwLock::new(Known::default()),
+            loaded: AtomicBool::new(false),
             current: AtomicBool::new(false),
             bodies: Mutex::new(HashMap::new()),
             cache_dir: s3_settings_cache,
@@ -725,6 +728,59 @@ impl RemoteBackend {
 
     /// Where `id` lives; reads the tables again when this handle does not
     /// know it (unless nothing can have changed).
+    /// Reads the pack and object rows committed since this handle last
+    /// looked (one query): where each object lives. The first call reads
+    /// them all (O(objects), the price of a handle's first object read or
+    /// write); later ones only the packs committed since.
+    fn load_rows(&self) -> Result<()> {
+        let seen = self.known.read().unwrap_or_else(|p| p.into_inner()).seen;
+        let rows = self.with_reader(|c| {
+            c.query(
+                "SELECT o.id, o.pack, o.kind, o.off, o.len, p.key, p.bytes, p.created_at
+                 FROM sessctl.objects o JOIN sessctl.packs p ON p.id = o.pack
+                 WHERE o.pack > $1",
+                &[&seen],
+            )
+        })?;
+        self.loaded.store(true, Ordering::Release);
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+        for r in rows {
+            let id_bytes: Vec<u8> = r.get(0);
+            let pack: i64 = r.get(1);
+            let kind: i16 = r.get(2);
+            let bad = |reason: String| Error::Remote {
+                what: self.url.shown.clone(),
+                reason,
+            };
+            let id = ObjectId::from_slice(&id_bytes)
+                .ok_or_else(|| bad(format!("an object row has a {}-byte id", id_bytes.len())))?;
+            let kind = u8::try_from(kind)
+                .ok()
+                .and_then(ObjectKind::from_code)
+                .ok_or_else(|| bad(format!("object {id} has unknown kind {kind}")))?;
+            let (off, len): (i64, i64) = (r.get(3), r.get(4));
+            known.objects.insert(
+                id,
+                Loc {
+                    pack,
+                    kind,
+                    off: off.max(0) as u64,
+                    len: len.max(0) as u64,
+                },
+            );
+            known.packs.entry(pack).or_insert_with(|| PackRow {
+                key: r.get(5),
+                bytes: r.get::<_, i64>(6).max(0) as u64,
+                created_at: r.get(7),
+            });
+            known.seen = known.seen.max(pack);
+        }
+        Ok(())
+    }
+
     fn lookup(&self, id: &ObjectId) -> Result<Option<Loc>> {
         let hit = |s: &Self| {
             s.known
@@ -740,7 +796,7 @@ impl RemoteBackend {
         if self.current.load(Ordering::Acquire) {
             return Ok(None);
         }
-        self.refresh()?;
+        self.load_rows()?;
         Ok(hit(self))
     }
 
@@ -1249,6 +1305,8 @@ impl ObjectBackend for RemoteBackend {
         if self.read_only {
             return Ok(());
         }
+        // What is stored already is left out: the object rows first.
+        self.load_rows()?;
         let new = self.unknown(objects);
         if new.is_empty() {
             return Ok(());
@@ -1297,7 +1355,7 @@ impl ObjectBackend for RemoteBackend {
             .map_err(|e| self.pg_error(e))?;
         lock.head_seq = row.get(0);
         lock.head_hash = row.get(1);
-        self.refresh()?;
+        self.load_rows()?;
         self.current.store(true, Ordering::Release);
         Ok(WriteLock(Held::Remote(lock)))
     }
@@ -1367,52 +1425,13 @@ impl ObjectBackend for RemoteBackend {
         Ok((new.len(), SyncTicket((0, seq as u64))))
     }
 
-    /// Reads the pack and object rows committed since this handle last
-    /// looked (one query).
+    /// Catching up, for the store: the object rows are read once the
+    /// handle has needed them ([`RemoteBackend::load_rows`]), never at
+    /// open: listing and ref reads come from the index keys and need
+    /// none.
     fn refresh(&self) -> Result<()> {
-        let seen = self.known.read().unwrap_or_else(|p| p.into_inner()).seen;
-        let rows = self.with_reader(|c| {
-            c.query(
-                "SELECT o.id, o.pack, o.kind, o.off, o.len, p.key, p.bytes, p.created_at
-                 FROM sessctl.objects o JOIN sessctl.packs p ON p.id = o.pack
-                 WHERE o.pack > $1",
-                &[&seen],
-            )
-        })?;
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
-        for r in rows {
-            let id_bytes: Vec<u8> = r.get(0);
-            let pack: i64 = r.get(1);
-            let kind: i16 = r.get(2);
-            let bad = |reason: String| Error::Remote {
-                what: self.url.shown.clone(),
-                reason,
-            };
-            let id = ObjectId::from_slice(&id_bytes)
-                .ok_or_else(|| bad(format!("an object row has a {}-byte id", id_bytes.len())))?;
-            let kind = u8::try_from(kind)
-                .ok()
-                .and_then(ObjectKind::from_code)
-                .ok_or_else(|| bad(format!("object {id} has unknown kind {kind}")))?;
-            let (off, len): (i64, i64) = (r.get(3), r.get(4));
-            known.objects.insert(
-                id,
-                Loc {
-                    pack,
-                    kind,
-                    off: off.max(0) as u64,
-                    len: len.max(0) as u64,
-                },
-            );
-            known.packs.entry(pack).or_insert_with(|| PackRow {
-                key: r.get(5),
-                bytes: r.get::<_, i64>(6).max(0) as u64,
-                created_at: r.get(7),
-            });
-            known.seen = known.seen.max(pack);
+        if self.loaded.load(Ordering::Acquire) {
+            self.load_rows()?;
         }
         Ok(())
     }
@@ -1478,7 +1497,7 @@ impl ObjectBackend for RemoteBackend {
     }
 
     fn ids_with_prefix(&self, prefix: &Prefix) -> Result<Vec<ObjectId>> {
-        self.refresh()?;
+        self.load_rows()?;
         let known = self.known.read().unwrap_or_else(|p| p.into_inner());
         let mut v: Vec<ObjectId> = known
             .objects
@@ -1491,7 +1510,7 @@ impl ObjectBackend for RemoteBackend {
     }
 
     fn ids(&self) -> Result<Vec<ObjectId>> {
-        self.refresh()?;
+        self.load_rows()?;
         let known = self.known.read().unwrap_or_else(|p| p.into_inner());
         let mut v: Vec<ObjectId> = known.objects.keys().copied().collect();
         v.sort_unstable();
@@ -1500,7 +1519,7 @@ impl ObjectBackend for RemoteBackend {
 
     /// Pack by pack, so that each pack is fetched once.
     fn ids_in_storage_order(&self) -> Result<Vec<ObjectId>> {
-        self.refresh()?;
+        self.load_rows()?;
         let known = self.known.read().unwrap_or_else(|p| p.into_inner());
         let mut v: Vec<(i64, u64, ObjectId)> = known
             .objects
@@ -1542,7 +1561,7 @@ impl ObjectBackend for RemoteBackend {
     }
 
     fn stored_at(&self) -> Result<HashMap<ObjectId, i64>> {
-        self.refresh()?;
+        self.load_rows()?;
         let known = self.known.read().unwrap_or_else(|p| p.into_inner());
         Ok(known
             .objects
@@ -1552,7 +1571,7 @@ impl ObjectBackend for RemoteBackend {
     }
 
     fn stats(&self) -> Result<OdbStats> {
-        self.refresh()?;
+        self.load_rows()?;
         let known = self.known.read().unwrap_or_else(|p| p.into_inner());
         Ok(OdbStats {
             packs: known.packs.len(),
@@ -1571,7 +1590,7 @@ impl ObjectBackend for RemoteBackend {
             Ok(p) => p,
             Err(e) => return vec![e.to_string()],
         };
-        if let Err(e) = self.refresh() {
+        if let Err(e) = self.load_rows() {
             return vec![e.to_string()];
         }
         let (packs, objects) = {
