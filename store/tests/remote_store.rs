@@ -393,6 +393,34 @@ fn spawn_writer(
         .unwrap()
 }
 
+/// Starts a writer child that uploads its pack and runs its statements,
+/// then, when it says it is before PostgreSQL's commit, kills it with
+/// SIGKILL; returns what it left.
+fn writer_killed_before_commit(r: &servers::Remote) -> std::process::Output {
+    let mut child = spawn_writer(
+        r,
+        0,
+        1,
+        &[(sessctl_store::odb::remote::CRASH_BEFORE_COMMIT_VAR, "1")],
+    );
+    let stderr = child.stderr.take().unwrap();
+    let mut said = String::new();
+    for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+        let line = line.unwrap();
+        said.push_str(&line);
+        said.push('\n');
+        if line == sessctl_store::odb::remote::STOPPED_BEFORE_COMMIT {
+            break;
+        }
+    }
+    assert!(
+        said.contains(sessctl_store::odb::remote::STOPPED_BEFORE_COMMIT),
+        "the writer never reached the commit: {said}"
+    );
+    child.kill().unwrap(); // SIGKILL
+    child.wait_with_output().unwrap()
+}
+
 /// 8 processes × 50 commits over 2 conversations: every acknowledged
 /// commit is in its conversation's history, every other was told it lost,
 /// the ref-log chains are intact, fsck is clean, and PostgreSQL's refs
@@ -502,29 +530,7 @@ fn a_writer_killed_before_the_database_commit_leaves_only_an_orphan_pack() {
         .create(Some("b"), turn(&["other"]), Durability::Sync)
         .unwrap();
     let packs_before = r.servers.list_keys(&r.name, "store/packs/").len();
-    let mut child = spawn_writer(
-        &r,
-        0,
-        1,
-        &[(sessctl_store::odb::remote::CRASH_BEFORE_COMMIT_VAR, "1")],
-    );
-    // It says when it is between the upload and the commit; kill -9 then.
-    let stderr = child.stderr.take().unwrap();
-    let mut said = String::new();
-    for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
-        let line = line.unwrap();
-        said.push_str(&line);
-        said.push('\n');
-        if line == sessctl_store::odb::remote::STOPPED_BEFORE_COMMIT {
-            break;
-        }
-    }
-    assert!(
-        said.contains(sessctl_store::odb::remote::STOPPED_BEFORE_COMMIT),
-        "the writer never reached the commit: {said}"
-    );
-    child.kill().unwrap(); // SIGKILL
-    let out = child.wait_with_output().unwrap();
+    let out = writer_killed_before_commit(&r);
     assert!(!out.status.success());
     assert!(!String::from_utf8_lossy(&out.stdout).contains("ack "));
     // Its pack is in the bucket; PostgreSQL has no row for it.
@@ -1370,28 +1376,7 @@ fn a_writer_killed_before_commit_leaves_the_index_keys_unchanged() {
         .unwrap();
     let before = index_keys(&r);
     assert!(before.lines().count() > 3, "{before}");
-    let mut child = spawn_writer(
-        &r,
-        0,
-        1,
-        &[(sessctl_store::odb::remote::CRASH_BEFORE_COMMIT_VAR, "1")],
-    );
-    let stderr = child.stderr.take().unwrap();
-    let mut said = String::new();
-    for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
-        let line = line.unwrap();
-        said.push_str(&line);
-        said.push('\n');
-        if line == sessctl_store::odb::remote::STOPPED_BEFORE_COMMIT {
-            break;
-        }
-    }
-    assert!(
-        said.contains(sessctl_store::odb::remote::STOPPED_BEFORE_COMMIT),
-        "the writer never reached the commit: {said}"
-    );
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
+    writer_killed_before_commit(&r);
     assert_eq!(index_keys(&r), before);
     let report = open(&r)
         .fsck(&FsckOptions { full: true }, &mut |_, _| {})

@@ -33,7 +33,7 @@ use std::sync::RwLock;
 
 use crate::error::{Error, IndexError, Result};
 use crate::odb::lock::LockFile;
-use crate::odb::Odb;
+use crate::odb::{prefix_end, Odb};
 use crate::refs::{ConversationRecord, Hash, Operation};
 
 /// How long a rebuild waits for another process's table write.
@@ -962,18 +962,6 @@ fn show_key(k: &[u8]) -> String {
             rest.iter().map(|b| format!("{b:02x}")).collect::<String>()
         ),
     }
-}
-
-/// The smallest key greater than every key that starts with `prefix`.
-fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xFF {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
 }
 
 /// A key and its value, or `None` for a key removed.

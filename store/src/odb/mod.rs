@@ -126,6 +126,20 @@ pub type ScanFn<'a> = dyn Fn(usize, &[ScanItem<'_>]) + Sync + 'a;
 /// One change to a derived-index key: its new value, or `None` to remove it.
 pub type KeyWrite = (Vec<u8>, Option<Vec<u8>>);
 
+/// The smallest key greater than every key that starts with `prefix`
+/// (`None`: there is none, the prefix is all 0xFF): the end of a prefix
+/// range, for the index's scans wherever its keys are kept.
+pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
 /// The derived index's keys as a backend that keeps them itself holds them
 /// (the remote one, in PostgreSQL: objects-format.md, "Remote store"):
 /// written in the same transaction as the operation that changes them, so

@@ -297,13 +297,6 @@ impl Store {
                 crate::odb::raise_format(root, crate::odb::STORE_FORMAT_EXPIRE)?;
             }
         }
-        if let Some(kept) = self.odb.backend().kept_index() {
-            // The backend keeps the index's keys: they go in the
-            // operation's own transaction, computed now, under the lock,
-            // over a state that cannot move meanwhile.
-            kept.index_stage(self.index.effects(&op, &self.odb, decoded, &tx.objects)?);
-        }
-        let bytes = op.encode();
         // A claim this operation makes is held before anyone can see it
         // (where the backend holds claims: a remote store's advisory lock).
         let claims = op
@@ -313,6 +306,23 @@ impl Store {
         if claims {
             self.odb.backend().hold_claim(op.seq)?;
         }
+        if let Some(kept) = self.odb.backend().kept_index() {
+            // The backend keeps the index's keys: they go in the
+            // operation's own transaction, computed now, under the lock,
+            // over a state that cannot move meanwhile; staged last, so
+            // that nothing can fail between staging and the append.
+            let effects = self.index.effects(&op, &self.odb, decoded, &tx.objects);
+            match effects {
+                Ok(keys) => kept.index_stage(keys),
+                Err(e) => {
+                    if claims {
+                        self.odb.backend().release_claim(op.seq);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let bytes = op.encode();
         let appended = self
             .odb
             .backend()

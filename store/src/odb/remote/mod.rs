@@ -1181,7 +1181,7 @@ impl KeptIndex for RemoteBackend {
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         // bytea compares byte by byte, as the index's keys sort.
         let mut lower = prefix.to_vec();
-        let mut upper = prefix_end(prefix);
+        let mut upper = super::prefix_end(prefix);
         match (reverse, cursor) {
             (false, Some(c)) => lower = [c, &[0u8][..]].concat(),
             (true, Some(c)) => upper = Some(c.to_vec()),
@@ -1263,18 +1263,6 @@ impl KeptIndex for RemoteBackend {
         lock.open.set(false);
         Ok(gone as usize)
     }
-}
-
-/// The smallest byte string above every one that starts with `prefix`.
-fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xFF {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
 }
 
 /// An error and its sources on one line, each said once.
