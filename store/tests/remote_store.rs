@@ -12,7 +12,7 @@ mod servers;
 use serde_json::{json, Value};
 use sessctl_store::fsck::FsckOptions;
 use sessctl_store::graph::{log_order, Follow};
-use sessctl_store::odb::{RemoteBackend, S3Settings};
+use sessctl_store::odb::{RemoteBackend, S3Settings, REMOTE_SCHEMA_VERSION};
 use sessctl_store::{
     Durability, Error, ForkOptions, Messages, ObjectId, OpenOptions, RefName, RefTarget, Store,
     Turn,
@@ -1083,25 +1083,50 @@ fn gc_merges_small_packs_and_old_places_read_until_the_grace_period_ends() {
 }
 
 /// A writer that staged its pack and then waited on the write lock while
-/// the pack was deleted from the bucket (as a gc deletes an orphan older
-/// than the grace period) uploads it again under the lock: it never
-/// commits rows naming a pack that is gone.
+/// a gc's sweep deleted the pack from the bucket (as it deletes an orphan
+/// older than the grace period) uploads it again under the lock: it never
+/// commits rows naming a pack that is gone. Here the sweep was under way
+/// (announced, `chain_head.sweeps` odd) when the writer looked.
 #[test]
 fn a_writer_whose_staged_pack_was_swept_while_it_waited_uploads_it_again() {
+    swept_while_waiting(
+        "UPDATE sessctl.chain_head SET sweeps = (sweeps | 1) + 2",
+        "BEGIN; SELECT seq FROM sessctl.chain_head FOR UPDATE; SELECT pg_sleep(600)",
+    );
+}
+
+/// As above, the sweep announced, done and ended (an even value again)
+/// while the writer waited: the value differs from the one it saw.
+#[test]
+fn a_writer_checks_its_pack_after_a_whole_sweep_ran_while_it_waited() {
+    swept_while_waiting(
+        "SELECT 1",
+        "BEGIN; SELECT seq FROM sessctl.chain_head FOR UPDATE;
+         UPDATE sessctl.chain_head SET sweeps = (sweeps | 1) + 3;
+         DO $$ BEGIN PERFORM pg_sleep(600); EXCEPTION WHEN query_canceled THEN NULL; END $$;
+         COMMIT",
+    );
+}
+
+/// A writer stages its pack while `holder` (a psql session) holds the
+/// write lock, after `before` ran; the pack is deleted; the holder is
+/// cancelled (it commits what it did, or rolls back): the writer commits
+/// and its pack is in the bucket.
+fn swept_while_waiting(before: &str, holder: &str) {
     let Some((r, store)) = remote_store() else {
         return;
     };
     let (_, root) = store
         .create(Some("a"), turn(&["start"]), Durability::Sync)
         .unwrap();
-    let before = packs_in_bucket(&r);
+    let packs_before = packs_in_bucket(&r);
+    r.servers.psql(&r.name, before);
     // Another session holds the write lock.
-    let mut holder = r.servers.psql_background(
-        &r.name,
-        "BEGIN; SELECT seq FROM sessctl.chain_head FOR UPDATE; SELECT pg_sleep(600)",
-    );
+    let mut holder = r.servers.psql_background(&r.name, holder);
+    // This test's database only: tests run at once on one server.
     let holding = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(600)%' \
-                   AND state = 'active' AND pid <> pg_backend_pid()";
+                   AND state = 'active' AND pid <> pg_backend_pid() \
+                   AND datname = current_database()";
     while r.servers.psql(&r.name, holding).trim() != "1" {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
@@ -1123,7 +1148,7 @@ fn a_writer_whose_staged_pack_was_swept_while_it_waited_uploads_it_again() {
     // Its pack is staged (uploaded before the lock) ...
     let staged = loop {
         let now = packs_in_bucket(&r);
-        if let Some(k) = now.difference(&before).next() {
+        if let Some(k) = now.difference(&packs_before).next() {
             break k.clone();
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -1132,8 +1157,9 @@ fn a_writer_whose_staged_pack_was_swept_while_it_waited_uploads_it_again() {
     delete_key(&r, &staged);
     r.servers.psql(
         &r.name,
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE query LIKE '%pg_sleep(600)%' AND pid <> pg_backend_pid()",
+        "SELECT pg_cancel_backend(pid) FROM pg_stat_activity \
+         WHERE query LIKE '%pg_sleep(600)%' AND pid <> pg_backend_pid() \
+         AND datname = current_database()",
     );
     let _ = holder.wait();
     let id = writer.join().unwrap().unwrap();
@@ -1260,7 +1286,9 @@ fn a_version_2_store_reads_read_only_and_its_first_writable_open_lets_gc_work() 
     drop(store);
     r.servers.psql(
         &r.name,
-        "DROP TABLE sessctl.retired_packs; DELETE FROM sessctl.schema_version WHERE version = 3",
+        "DROP TABLE sessctl.retired_packs;
+         ALTER TABLE sessctl.chain_head DROP COLUMN sweeps;
+         DELETE FROM sessctl.schema_version WHERE version >= 3",
     );
     let version = || {
         r.servers
@@ -1280,9 +1308,9 @@ fn a_version_2_store_reads_read_only_and_its_first_writable_open_lets_gc_work() 
     assert_eq!(contents(&ro, &keep), ["kept"]);
     assert_eq!(version(), "2");
     let packs = packs_in_bucket(&r);
-    // The first writable open applies migration 3; gc then prunes.
+    // The first writable open applies the migrations it lacks; gc then prunes.
     let rw = open(&r);
-    assert_eq!(version(), "3");
+    assert_eq!(version(), REMOTE_SCHEMA_VERSION.to_string());
     let next = rw
         .commit("keep", Some(keep), turn(&["more"]), Durability::Sync)
         .unwrap();
@@ -1402,7 +1430,7 @@ fn a_schema_version_1_store_opens_and_is_upgraded_by_its_first_writable_open() {
     assert_eq!(version(), "1");
     // An empty one is upgraded at once.
     let store = open(&r);
-    assert_eq!(version(), "3");
+    assert_eq!(version(), REMOTE_SCHEMA_VERSION.to_string());
     let (_, a0) = store
         .create(Some("a"), turn(&["old", "store"]), Durability::Sync)
         .unwrap();
@@ -1411,13 +1439,14 @@ fn a_schema_version_1_store_opens_and_is_upgraded_by_its_first_writable_open() {
         .unwrap();
     drop(store);
     // What a version-1 sessctl would have written: the same rows, less
-    // those of migrations 2 and 3.
+    // those of the later migrations.
     r.servers.psql(
         &r.name,
         "DROP TABLE sessctl.index_keys;
          DROP TABLE sessctl.retired_packs;
          ALTER TABLE sessctl.chain_head DROP COLUMN index_seq;
-         DELETE FROM sessctl.schema_version WHERE version IN (2, 3)",
+         ALTER TABLE sessctl.chain_head DROP COLUMN sweeps;
+         DELETE FROM sessctl.schema_version WHERE version >= 2",
     );
     assert_eq!(version(), "1");
 
@@ -1434,7 +1463,7 @@ fn a_schema_version_1_store_opens_and_is_upgraded_by_its_first_writable_open() {
     assert_eq!(version(), "1");
 
     let rw = open(&r);
-    assert_eq!(version(), "3");
+    assert_eq!(version(), REMOTE_SCHEMA_VERSION.to_string());
     assert_eq!(
         r.servers
             .psql(&r.name, "SELECT index_seq = seq FROM sessctl.chain_head")

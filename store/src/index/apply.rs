@@ -107,6 +107,22 @@ impl Index {
         fresh: &[(ObjectId, Session)],
         pending: &[EncodedObject],
     ) -> Result<Vec<crate::odb::KeyWrite>> {
+        if let Some(kept) = self.kept() {
+            // Read ahead with the write's checks: the parents' summaries.
+            // Their previews' origins are a second read ahead.
+            let mut origins = Vec::new();
+            for p in fresh.iter().flat_map(|(_, s)| &s.parents) {
+                let Some(v) = self.get(&key("s:", p.as_bytes()))? else {
+                    continue;
+                };
+                if let Some((_, PreviewAt::In(o))) = SessionInfo::from_index_value(*p, &v) {
+                    origins.push(key("s:", o.as_bytes()));
+                }
+            }
+            if !origins.is_empty() {
+                kept.read_ahead_locked(&origins, &[])?;
+            }
+        }
         Ok(self
             .overlay_of(op, odb, fresh, pending)?
             .writes

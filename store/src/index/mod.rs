@@ -191,6 +191,49 @@ impl Index {
         Ok(ix)
     }
 
+    /// Tells a backend that keeps the keys, under the write lock, what a
+    /// write is about to read (see [`crate::odb::KeptIndex::read_ahead_locked`]):
+    /// the keys its checks and its effects read for `refs`,
+    /// `conversations` and `sessions` (decoded, new), and whether `ids` are
+    /// stored. Nothing for an index of its own.
+    pub(crate) fn read_ahead<'a>(
+        &self,
+        refs: impl Iterator<Item = &'a crate::refs::RefName>,
+        conversations: impl Iterator<Item = &'a str>,
+        sessions: &[(crate::hash::ObjectId, crate::object::Session)],
+        ids: &[crate::hash::ObjectId],
+    ) -> Result<()> {
+        let Some(kept) = self.kept() else {
+            return Ok(());
+        };
+        let mut keys = Vec::new();
+        // HEAD's rule is kept under the lock by every write.
+        let names = refs
+            .map(ToString::to_string)
+            .chain(std::iter::once(crate::refs::RefName::Head.to_string()));
+        for name in names {
+            keys.push(key("r:", name.as_bytes()));
+            keys.push(key("h:", name.as_bytes()));
+        }
+        for c in conversations {
+            keys.push(key("c:", c.as_bytes()));
+            keys.push(key("u:", c.as_bytes()));
+        }
+        for (id, s) in sessions {
+            keys.push(key("s:", id.as_bytes()));
+            keys.push(key("i:", id.as_bytes()));
+            for p in &s.parents {
+                keys.push(key("s:", p.as_bytes()));
+            }
+            if let Some(c) = s.conversation {
+                keys.push(key("i:", c.as_bytes()));
+            }
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        kept.read_ahead_locked(&keys, ids)
+    }
+
     /// The backend's keys, when it keeps them.
     fn kept(&self) -> Option<&dyn crate::odb::KeptIndex> {
         self.kept.as_ref().and_then(|b| b.kept_index())

@@ -39,7 +39,7 @@ pub use layout::{
 };
 pub use memory::MemoryBackend;
 #[cfg(feature = "remote")]
-pub use remote::{RemoteBackend, S3Settings};
+pub use remote::{RemoteBackend, S3Settings, SCHEMA_VERSION as REMOTE_SCHEMA_VERSION};
 
 /// How long a write waits for the write lock by default: far longer than
 /// any write holds it (a commit holds it for well under a millisecond; gc
@@ -152,6 +152,14 @@ pub trait KeptIndex: Send + Sync {
     fn index_head(&self) -> Result<(Option<(u64, crate::refs::Hash)>, bool)>;
     /// One key's value.
     fn index_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Told, by a writer holding the write lock, the keys it is about to
+    /// read and the objects it is about to ask about (`contains`): a
+    /// backend whose every read is a round trip reads them all in one and
+    /// answers from that until the lock is let go. A hint only: what was
+    /// not read ahead is read when asked for.
+    fn read_ahead_locked(&self, _keys: &[Vec<u8>], _ids: &[ObjectId]) -> Result<()> {
+        Ok(())
+    }
     /// Up to `n` keys starting with `prefix` past `cursor` (exclusive),
     /// descending with `reverse`.
     fn index_scan(

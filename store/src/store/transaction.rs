@@ -144,6 +144,28 @@ impl Store {
         // this lock too, and rescues what a write made use of before it.
         let lock = self.odb.backend().write_lock()?;
         self.index.catch_up_refs(&self.odb)?;
+        // What the checks below and the index's effects will read, in one
+        // round trip where every read is one (a remote store).
+        self.index.read_ahead(
+            tx.edits.iter().map(|e| &e.name),
+            tx.conversations
+                .iter()
+                .map(|c| c.name.as_str())
+                .chain(tx.require_unclaimed.iter().map(String::as_str))
+                .chain(tx.require_claim.iter().map(|(c, _)| c.as_str()))
+                .chain(tx.expect_records.iter().map(|(c, _)| c.as_str()))
+                .chain(tx.runs.iter().map(|r| r.conversation.as_str())),
+            decoded,
+            &tx.objects
+                .iter()
+                .map(|o| o.id())
+                .chain(
+                    decoded
+                        .iter()
+                        .flat_map(|(_, s)| s.blobs().chain(s.sessions())),
+                )
+                .collect::<Vec<_>>(),
+        )?;
         if let Some((seq, hash)) = self.index.head() {
             st.seq = seq;
             st.hash = Some(hash);

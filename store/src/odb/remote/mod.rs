@@ -23,6 +23,7 @@
 //! (immutable, so never stale), and every object read re-hashes to its id.
 
 mod claims;
+mod locked;
 mod pack;
 mod sweep;
 
@@ -39,6 +40,7 @@ use object_store::{
     ClientOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
 };
 use postgres::error::SqlState;
+use postgres::types::Type;
 use postgres::{Client, NoTls};
 
 use super::{
@@ -52,7 +54,7 @@ use crate::refs::{Operation, RefUpdate};
 
 /// The schema version this sessctl writes and reads (the highest
 /// migration); objects-format.md, "Remote store".
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// The oldest schema version this sessctl opens: a version-1 store (no
 /// index keys) is upgraded by its first writable open, and read by
@@ -68,7 +70,14 @@ const MIGRATIONS: &[(i32, &str)] = &[
         3,
         include_str!("../../../migrations/0003_retired_packs.sql"),
     ),
+    (4, include_str!("../../../migrations/0004_sweeps.sql")),
 ];
+
+/// How many bytes of inflated pack bodies a handle keeps in memory.
+const BODIES_KEPT_BYTES: usize = 256 << 20;
+
+/// The schema version that announces gc's sweeps (`chain_head.sweeps`).
+const SWEEPS_SCHEMA: i32 = 4;
 
 /// Test-only: a write that finds this variable set stops after uploading
 /// its pack and running its statements, before PostgreSQL commits: it says
@@ -283,6 +292,12 @@ struct Staged {
     name: String,
     bytes: u64,
     entries: IdMap<pack::Entry>,
+    /// `chain_head.sweeps` as last read before the upload began (see
+    /// [`RemoteBackend::staged_still_there`]).
+    sweeps_seen: Option<i64>,
+    /// The inflated body, kept for reads once the write commits (the next
+    /// commit reads its parent from it).
+    body: Arc<Vec<u8>>,
 }
 
 /// The remote backend (see the module's documentation).
@@ -302,11 +317,15 @@ pub struct RemoteBackend {
     /// Whether `known` holds the object rows (read on first need, see
     /// [`RemoteBackend::load_rows`]).
     loaded: AtomicBool,
-    /// Set while this handle holds the write lock, after catching up: no
-    /// other writer can commit meanwhile, so a lookup that misses needs no
-    /// round trip to PostgreSQL.
-    current: AtomicBool,
-    /// Inflated pack bodies fetched, by pack row.
+    /// What this handle read under the write lock while it holds it (see
+    /// [`UnderLock`]); `None` the rest of the time.
+    under_lock: Mutex<Option<UnderLock>>,
+    /// Holds of the write lock so far ([`UnderLock::epoch`]).
+    lock_epochs: std::sync::atomic::AtomicU64,
+    /// The highest `chain_head.sweeps` this handle has read (-1: none).
+    sweeps_seen: std::sync::atomic::AtomicI64,
+    /// Inflated pack bodies fetched or written, by pack row (see
+    /// [`RemoteBackend::remember_body`]).
     bodies: Mutex<HashMap<i64, Arc<Vec<u8>>>>,
     /// Fetched packs as fetched, by name (see [`S3Settings::cache_dir`]).
     cache_dir: Option<std::path::PathBuf>,
@@ -342,6 +361,27 @@ impl std::fmt::Debug for RemoteBackend {
     }
 }
 
+/// What a writer reads of the committed state while it holds the write
+/// lock, kept until it lets go: nothing committed can change meanwhile
+/// (every writer, gc and reindex included, commits under that lock), so
+/// each answer holds for the whole write and is asked once. The chain head
+/// comes with the lock; keys and object rows are read ahead in one round
+/// trip ([`KeptIndex::read_ahead_locked`]) and on a miss.
+#[derive(Debug, Default)]
+struct UnderLock {
+    /// Which hold of the lock this is (a count per handle): an answer is
+    /// kept only by the hold it was asked in.
+    epoch: u64,
+    /// `chain_head` as locked: `seq`, `hash`, `index_seq`.
+    head: (i64, Option<Vec<u8>>, Option<i64>),
+    /// `chain_head.sweeps` as locked (schema version 4).
+    sweeps: Option<i64>,
+    /// Index keys read: a value, or `None` for a key that is not there.
+    keys: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Whether an `objects` row names each object asked about.
+    stored: IdMap<bool>,
+}
+
 /// The remote backend's write lock: the writer connection, inside a
 /// transaction that holds the chain-head row. Dropped without a commit, it
 /// rolls back.
@@ -350,7 +390,23 @@ pub(crate) struct RemoteLock<'a> {
     open: Cell<bool>,
     head_seq: i64,
     head_hash: Option<Vec<u8>>,
-    current: &'a AtomicBool,
+    under_lock: &'a Mutex<Option<UnderLock>>,
+}
+
+impl RemoteLock<'_> {
+    /// Forgets what was read under the lock: called before its
+    /// transaction ends, so no answer outlives it.
+    fn forget_reads(&self) {
+        *self.under_lock.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Commits the lock's transaction, which lets go of the lock.
+    fn commit(&self, c: &mut Client) -> std::result::Result<(), postgres::Error> {
+        self.forget_reads();
+        c.batch_execute("COMMIT")?;
+        self.open.set(false);
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for RemoteLock<'_> {
@@ -364,7 +420,7 @@ impl std::fmt::Debug for RemoteLock<'_> {
 
 impl Drop for RemoteLock<'_> {
     fn drop(&mut self) {
-        self.current.store(false, Ordering::Release);
+        self.forget_reads();
         if !self.open.get() {
             return;
         }
@@ -551,7 +607,9 @@ impl RemoteBackend {
             s3,
             known: RwLock::new(Known::default()),
             loaded: AtomicBool::new(false),
-            current: AtomicBool::new(false),
+            under_lock: Mutex::new(None),
+            lock_epochs: Default::default(),
+            sweeps_seen: std::sync::atomic::AtomicI64::new(-1),
             bodies: Mutex::new(HashMap::new()),
             cache_dir: s3_settings_cache,
             staged: Mutex::new(None),
@@ -714,15 +772,22 @@ impl RemoteBackend {
     }
 
     fn upload(&self, objects: &[&EncodedObject]) -> Result<Staged> {
+        // Read before the upload begins, by definition of the field.
+        let sweeps_seen = Some(self.sweeps_seen.load(Ordering::Acquire)).filter(|s| *s >= 0);
         let built = pack::build(objects).map_err(|e| Error::Remote {
             what: self.url.s3_shown(),
             reason: format!("packing {} objects: {e}", objects.len()),
         })?;
         self.put_pack(&built)?;
+        // As a fetched pack: another process of this machine reading it
+        // (the next command, a reader) finds it in the cache.
+        self.keep(&built.name, &built.bytes);
         Ok(Staged {
             bytes: built.bytes.len() as u64,
             entries: built.entries.iter().map(|e| (e.id, *e)).collect(),
             name: built.name,
+            sweeps_seen,
+            body: Arc::new(built.body),
         })
     }
 
@@ -793,7 +858,8 @@ impl RemoteBackend {
         if let Some(l) = hit(self) {
             return Ok(Some(l));
         }
-        if self.current.load(Ordering::Acquire) {
+        if self.under_lock(|u| u.stored.get(id) == Some(&false)) == Some(true) {
+            // Asked under the write lock already: not stored.
             return Ok(None);
         }
         self.load_rows()?;
@@ -824,10 +890,7 @@ impl RemoteBackend {
         let key = self.url.key(&pack_key(&row.key));
         if let Some(body) = self.cached(&row.key) {
             let body = Arc::new(body);
-            self.bodies
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(pack, Arc::clone(&body));
+            self.remember_body(pack, &body);
             return Ok(body);
         }
         let bytes = match self
@@ -861,11 +924,32 @@ impl RemoteBackend {
         })?;
         self.keep(&row.key, &bytes);
         let body = Arc::new(body);
-        self.bodies
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(pack, Arc::clone(&body));
+        self.remember_body(pack, &body);
         Ok(body)
+    }
+
+    /// Keeps pack row `pack`'s inflated body for this handle's reads. The
+    /// bodies kept are bounded ([`BODIES_KEPT_BYTES`]): past that, the
+    /// older ones are let go (they are read again from the cache
+    /// directory, else fetched).
+    fn remember_body(&self, pack: i64, body: &Arc<Vec<u8>>) {
+        let mut bodies = self.bodies.lock().unwrap_or_else(|p| p.into_inner());
+        let held: usize = bodies.values().map(|b| b.len()).sum();
+        if held + body.len() > BODIES_KEPT_BYTES {
+            // Newest first: pack rows grow in commit order.
+            let mut rows: Vec<i64> = bodies.keys().copied().collect();
+            rows.sort_unstable_by(|a, b| b.cmp(a));
+            let mut kept = 0;
+            for r in rows {
+                let n = bodies[&r].len();
+                if kept + n + body.len() > BODIES_KEPT_BYTES / 2 {
+                    bodies.remove(&r);
+                } else {
+                    kept += n;
+                }
+            }
+        }
+        bodies.insert(pack, Arc::clone(body));
     }
 
     /// The inflated body of the pack `name` from the cache, when a file
@@ -909,17 +993,17 @@ impl RemoteBackend {
         let old = u.old.as_ref().map(|t| t.to_string());
         let new = u.new.as_ref().map(|t| t.to_string());
         let moved = match (&old, &new) {
-            (Some(o), Some(n)) => c.execute(
+            (Some(o), Some(n)) => c.execute_typed(
                 "UPDATE sessctl.refs SET target = $3 WHERE name = $1 AND target = $2",
-                &[&name, o, n],
+                &[(&name, Type::TEXT), (o, Type::TEXT), (n, Type::TEXT)],
             ),
-            (None, Some(n)) => c.execute(
+            (None, Some(n)) => c.execute_typed(
                 "INSERT INTO sessctl.refs (name, target) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-                &[&name, n],
+                &[(&name, Type::TEXT), (n, Type::TEXT)],
             ),
-            (Some(o), None) => c.execute(
+            (Some(o), None) => c.execute_typed(
                 "DELETE FROM sessctl.refs WHERE name = $1 AND target = $2",
-                &[&name, o],
+                &[(&name, Type::TEXT), (o, Type::TEXT)],
             ),
             (None, None) => return Ok(()),
         }
@@ -928,7 +1012,10 @@ impl RemoteBackend {
             return Ok(());
         }
         let actual = c
-            .query_opt("SELECT target FROM sessctl.refs WHERE name = $1", &[&name])
+            .query_typed_opt(
+                "SELECT target FROM sessctl.refs WHERE name = $1",
+                &[(&name, Type::TEXT)],
+            )
             .map_err(|e| self.pg_error(e))?
             .map(|r| r.get::<_, String>(0));
         Err(Error::RefOutOfDate {
@@ -938,7 +1025,10 @@ impl RemoteBackend {
         })
     }
 
-    /// The statements of one write, in the lock's open transaction.
+    /// The statements of one write, in the lock's open transaction: a
+    /// compare-and-swap per ref moved, then one statement for the pack's
+    /// row and its objects' rows, and one for the operations' rows, the
+    /// index keys they change and the chain head.
     fn record(
         &self,
         c: &mut Client,
@@ -947,37 +1037,8 @@ impl RemoteBackend {
         ops: &[RawOp],
     ) -> Result<(Option<i64>, i64)> {
         let pg = |e| self.pg_error(e);
-        let mut pack_row = None;
-        if let Some((p, new)) = pack {
-            let row = c
-                .query_one(
-                    "INSERT INTO sessctl.packs (key, bytes, created_at) VALUES ($1, $2, $3)
-                     ON CONFLICT (key) DO UPDATE SET key = EXCLUDED.key RETURNING id",
-                    &[&p.name, &(p.bytes as i64), &crate::time::now_ms()],
-                )
-                .map_err(pg)?;
-            let id: i64 = row.get(0);
-            let mut ids = Vec::with_capacity(new.len());
-            let mut kinds = Vec::with_capacity(new.len());
-            let mut offs = Vec::with_capacity(new.len());
-            let mut lens = Vec::with_capacity(new.len());
-            for o in new {
-                let e = p.entries[&o.id()];
-                ids.push(o.id().as_bytes().to_vec());
-                kinds.push(i16::from(e.kind.code()));
-                offs.push(e.off as i64);
-                lens.push(e.len as i64);
-            }
-            c.execute(
-                "INSERT INTO sessctl.objects (id, pack, kind, off, len)
-                 SELECT i, $2, k, o, l FROM unnest($1::bytea[], $3::int2[], $4::int8[], $5::int8[]) AS t(i, k, o, l)
-                 ON CONFLICT (id) DO NOTHING",
-                &[&ids, &id, &kinds, &offs, &lens],
-            )
-            .map_err(pg)?;
-            pack_row = Some(id);
-        }
         let (mut seq, mut hash) = (lock.head_seq, lock.head_hash.clone());
+        let (mut seqs, mut hashes, mut bodies) = (Vec::new(), Vec::new(), Vec::new());
         for (s, bytes) in ops {
             let op = Operation::decode(bytes).map_err(|e| Error::CorruptOperation {
                 seq: *s,
@@ -993,75 +1054,123 @@ impl RemoteBackend {
                 self.move_ref(c, u)?;
             }
             let h = op.hash();
-            c.execute(
-                "INSERT INTO sessctl.ops (seq, hash, body) VALUES ($1, $2, $3)",
-                &[&(op.seq as i64), &&h[..], &bytes.as_slice()],
-            )
-            .map_err(pg)?;
+            seqs.push(op.seq as i64);
+            hashes.push(h.to_vec());
+            bodies.push(bytes.as_slice());
             (seq, hash) = (op.seq as i64, Some(h.to_vec()));
         }
-        if !ops.is_empty() {
-            if self.schema >= 2 {
-                // The index keys the operations change, in their
-                // transaction: a write that brings none would leave the
-                // keys behind the chain, so it is refused.
-                let keys = self
-                    .staged_keys
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .take()
-                    .ok_or_else(|| {
-                        Error::Invalid(format!(
-                            "{}: an operation written without its index keys",
-                            self.url.shown
-                        ))
-                    })?;
-                self.write_keys(c, keys)?;
+        let mut pack_row = None;
+        if let Some((p, new)) = pack {
+            let mut ids = Vec::with_capacity(new.len());
+            let mut kinds = Vec::with_capacity(new.len());
+            let mut offs = Vec::with_capacity(new.len());
+            let mut lens = Vec::with_capacity(new.len());
+            for o in new {
+                let e = p.entries[&o.id()];
+                ids.push(o.id().as_bytes().to_vec());
+                kinds.push(i16::from(e.kind.code()));
+                offs.push(e.off as i64);
+                lens.push(e.len as i64);
             }
-            c.execute(
-                "UPDATE sessctl.chain_head SET seq = $1, hash = $2, index_seq = $3",
-                &[&seq, &hash, &(self.schema >= 2).then_some(seq)],
-            )
-            .map_err(pg)?;
+            let row = c
+                .query_typed_one(
+                    "WITH p AS (
+                         INSERT INTO sessctl.packs (key, bytes, created_at) VALUES ($1, $2, $3)
+                         ON CONFLICT (key) DO UPDATE SET key = EXCLUDED.key RETURNING id),
+                     o AS (
+                         INSERT INTO sessctl.objects (id, pack, kind, off, len)
+                         SELECT i, (SELECT id FROM p), k, f, l
+                         FROM unnest($4::bytea[], $5::int2[], $6::int8[], $7::int8[]) AS t(i, k, f, l)
+                         ON CONFLICT (id) DO NOTHING)
+                     SELECT id FROM p",
+                    &[
+                        (&p.name, Type::TEXT),
+                        (&(p.bytes as i64), Type::INT8),
+                        (&crate::time::now_ms(), Type::INT8),
+                        (&ids, Type::BYTEA_ARRAY),
+                        (&kinds, Type::INT2_ARRAY),
+                        (&offs, Type::INT8_ARRAY),
+                        (&lens, Type::INT8_ARRAY),
+                    ],
+                )
+                .map_err(pg)?;
+            pack_row = Some(row.get::<_, i64>(0));
         }
+        if ops.is_empty() {
+            return Ok((pack_row, seq));
+        }
+        // The index keys the operations change, in their transaction: a
+        // write that brings none would leave the keys behind the chain, so
+        // it is refused.
+        let keys = if self.schema >= 2 {
+            let keys = self
+                .staged_keys
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .ok_or_else(|| {
+                    Error::Invalid(format!(
+                        "{}: an operation written without its index keys",
+                        self.url.shown
+                    ))
+                })?;
+            KeyBatch::of(keys)
+        } else {
+            KeyBatch::default()
+        };
+        c.execute_typed(
+            "WITH o AS (
+                 INSERT INTO sessctl.ops (seq, hash, body)
+                 SELECT * FROM unnest($1::int8[], $2::bytea[], $3::bytea[])),
+             d AS (
+                 DELETE FROM sessctl.index_keys WHERE key = ANY($4)),
+             u AS (
+                 INSERT INTO sessctl.index_keys (key, value)
+                 SELECT * FROM unnest($5::bytea[], $6::bytea[])
+                 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value)
+             UPDATE sessctl.chain_head SET seq = $7, hash = $8, index_seq = $9",
+            &[
+                (&seqs, Type::INT8_ARRAY),
+                (&hashes, Type::BYTEA_ARRAY),
+                (&bodies, Type::BYTEA_ARRAY),
+                (&keys.removed, Type::BYTEA_ARRAY),
+                (&keys.put, Type::BYTEA_ARRAY),
+                (&keys.values, Type::BYTEA_ARRAY),
+                (&seq, Type::INT8),
+                (&hash, Type::BYTEA),
+                (&(self.schema >= 2).then_some(seq), Type::INT8),
+            ],
+        )
+        .map_err(pg)?;
         Ok((pack_row, seq))
     }
+}
 
-    /// Upserts and removes index keys in the open transaction (two
-    /// statements, however many keys).
-    fn write_keys(&self, c: &mut Client, keys: Vec<KeyWrite>) -> Result<()> {
-        // The last write of a key wins (a key written twice in one batch
-        // would make one statement touch one row twice).
-        let mut last: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> = Default::default();
-        last.extend(keys);
-        let (mut put_k, mut put_v, mut del) = (Vec::new(), Vec::new(), Vec::new());
+/// Index key writes as one statement takes them: the last write of each
+/// key (a key written twice in one batch would make one statement touch
+/// one row twice), split into upserts and removals.
+#[derive(Debug, Default)]
+struct KeyBatch {
+    put: Vec<Vec<u8>>,
+    values: Vec<Vec<u8>>,
+    removed: Vec<Vec<u8>>,
+}
+
+impl KeyBatch {
+    fn of(writes: Vec<KeyWrite>) -> KeyBatch {
+        let last: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> =
+            writes.into_iter().collect();
+        let mut b = KeyBatch::default();
         for (k, v) in last {
             match v {
                 Some(v) => {
-                    put_k.push(k);
-                    put_v.push(v);
+                    b.put.push(k);
+                    b.values.push(v);
                 }
-                None => del.push(k),
+                None => b.removed.push(k),
             }
         }
-        let pg = |e| self.pg_error(e);
-        if !del.is_empty() {
-            c.execute(
-                "DELETE FROM sessctl.index_keys WHERE key = ANY($1)",
-                &[&del],
-            )
-            .map_err(pg)?;
-        }
-        if !put_k.is_empty() {
-            c.execute(
-                "INSERT INTO sessctl.index_keys (key, value)
-                 SELECT k, v FROM unnest($1::bytea[], $2::bytea[]) AS t(k, v)
-                 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                &[&put_k, &put_v],
-            )
-            .map_err(pg)?;
-        }
-        Ok(())
+        b
     }
 }
 
@@ -1144,11 +1253,22 @@ impl RemoteBackend {
 
 impl KeptIndex for RemoteBackend {
     fn index_head(&self) -> Result<(Option<(u64, crate::refs::Hash)>, bool)> {
-        let row = self.with_reader(|c| {
-            c.query_one("SELECT seq, hash, index_seq FROM sessctl.chain_head", &[])
-        })?;
-        let (seq, hash, index_seq): (i64, Option<Vec<u8>>, Option<i64>) =
-            (row.get(0), row.get(1), row.get(2));
+        let (seq, hash, index_seq) = match self.under_lock(|u| u.head.clone()) {
+            // Read with the lock, and it cannot move while held.
+            Some(head) => head,
+            None => {
+                let sql = if self.schema >= SWEEPS_SCHEMA {
+                    "SELECT seq, hash, index_seq, sweeps FROM sessctl.chain_head"
+                } else {
+                    "SELECT seq, hash, index_seq, NULL::int8 FROM sessctl.chain_head"
+                };
+                let row = self.with_reader(|c| c.query_typed_one(sql, &[]))?;
+                if let Some(v) = row.get::<_, Option<i64>>(3) {
+                    self.sweeps_seen.fetch_max(v, Ordering::AcqRel);
+                }
+                (row.get(0), row.get(1), row.get(2))
+            }
+        };
         let head = match hash {
             Some(h) => Some((
                 seq.max(0) as u64,
@@ -1163,13 +1283,25 @@ impl KeptIndex for RemoteBackend {
     }
 
     fn index_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let epoch = self.under_lock(|u| u.epoch);
+        if let Some(v) = self.key_under_lock(key) {
+            return Ok(v);
+        }
         let row = self.with_reader(|c| {
-            c.query_opt(
+            c.query_typed_opt(
                 "SELECT value FROM sessctl.index_keys WHERE key = $1",
-                &[&key],
+                &[(&key, Type::BYTEA)],
             )
         })?;
-        Ok(row.map(|r| r.get(0)))
+        let v = row.map(|r| r.get(0));
+        if let Some(epoch) = epoch {
+            self.remember_key(epoch, key, &v);
+        }
+        Ok(v)
+    }
+
+    fn read_ahead_locked(&self, keys: &[Vec<u8>], ids: &[ObjectId]) -> Result<()> {
+        self.read_ahead(keys, ids)
     }
 
     fn index_scan(
@@ -1313,38 +1445,90 @@ impl ObjectBackend for RemoteBackend {
         let ms = self
             .wait
             .map_or(1, |w| w.as_millis().clamp(1, i32::MAX as u128));
-        let begin = format!("BEGIN; SET LOCAL lock_timeout = {ms}");
+        // One round trip: the transaction, its lock timeout, and the
+        // chain-head row locked (as text: a simple query).
+        let sweeps = if self.schema >= SWEEPS_SCHEMA {
+            "sweeps"
+        } else {
+            "NULL"
+        };
+        let begin = format!(
+            "BEGIN; SET LOCAL lock_timeout = {ms};
+             SELECT seq, encode(hash, 'hex'), index_seq, {sweeps} FROM sessctl.chain_head FOR UPDATE"
+        );
+        let mut head = None;
         for attempt in 0..2 {
             let client = self.client(&mut slot)?;
-            match client.batch_execute(&begin) {
-                Ok(()) => break,
+            match client.simple_query(&begin) {
+                Ok(msgs) => {
+                    head = msgs.into_iter().find_map(|m| match m {
+                        postgres::SimpleQueryMessage::Row(r) => Some(r),
+                        _ => None,
+                    });
+                    break;
+                }
                 // A connection the server dropped (a restart): nothing was
                 // done on it, so a new one may begin again.
-                Err(_) if attempt == 0 => *slot = None,
+                Err(e) if attempt == 0 && (e.is_closed() || client.is_closed()) => *slot = None,
                 Err(e) => {
-                    *slot = None;
+                    if client.is_closed() || client.batch_execute("ROLLBACK").is_err() {
+                        *slot = None;
+                    }
                     return Err(self.pg_error(e));
                 }
             }
         }
+        // Rolled back when dropped, as from here on.
         let mut lock = RemoteLock {
             conn: RefCell::new(slot),
             open: Cell::new(true),
             head_seq: 0,
             head_hash: None,
-            current: &self.current,
+            under_lock: &self.under_lock,
         };
-        let row = lock
-            .conn
-            .get_mut()
-            .as_mut()
-            .expect("connected above")
-            .query_one("SELECT seq, hash FROM sessctl.chain_head FOR UPDATE", &[])
-            .map_err(|e| self.pg_error(e))?;
-        lock.head_seq = row.get(0);
-        lock.head_hash = row.get(1);
-        self.load_rows()?;
-        self.current.store(true, Ordering::Release);
+        let bad = |reason: String| Error::Remote {
+            what: self.url.shown.clone(),
+            reason,
+        };
+        let row = head.ok_or_else(|| bad("the chain_head row is missing".into()))?;
+        let seq = row
+            .get(0)
+            .and_then(|v| v.parse::<i64>().ok())
+            .ok_or_else(|| bad("the chain head's seq is not a number".into()))?;
+        let hash = match row.get(1) {
+            None => None,
+            Some(h) => Some(
+                crate::hash::ObjectId::from_hex(h)
+                    .map_err(|e| bad(format!("the chain head's hash: {e}")))?
+                    .as_bytes()
+                    .to_vec(),
+            ),
+        };
+        let index_seq = match row.get(2) {
+            None => None,
+            Some(v) => Some(
+                v.parse::<i64>()
+                    .map_err(|_| bad("the chain head's index_seq is not a number".into()))?,
+            ),
+        };
+        let sweeps = match row.get(3) {
+            None => None,
+            Some(v) => Some(
+                v.parse::<i64>()
+                    .map_err(|_| bad("the chain head's sweeps is not a number".into()))?,
+            ),
+        };
+        if let Some(v) = sweeps {
+            self.sweeps_seen.fetch_max(v, Ordering::AcqRel);
+        }
+        lock.head_seq = seq;
+        lock.head_hash = hash.clone();
+        *self.under_lock.lock().unwrap_or_else(|p| p.into_inner()) = Some(UnderLock {
+            epoch: self.lock_epochs.fetch_add(1, Ordering::Relaxed) + 1,
+            head: (seq, hash, index_seq),
+            sweeps,
+            ..UnderLock::default()
+        });
         Ok(WriteLock(Held::Remote(lock)))
     }
 
@@ -1359,7 +1543,21 @@ impl ObjectBackend for RemoteBackend {
                 "a remote store written under another backend's lock".into(),
             ));
         };
-        let new = self.unknown(objects);
+        // What no row names, as PostgreSQL says under the lock (read ahead
+        // with the write's checks): a gc may have dropped an object this
+        // handle saw, and another writer may have stored one since.
+        let mut seen = IdSet::default();
+        let ids: Vec<ObjectId> = objects
+            .iter()
+            .map(EncodedObject::id)
+            .filter(|id| seen.insert(*id))
+            .collect();
+        let stored = self.stored_locked(&ids)?;
+        let mut seen = IdSet::default();
+        let new: Vec<&EncodedObject> = objects
+            .iter()
+            .filter(|o| !stored.contains(&o.id()) && seen.insert(o.id()))
+            .collect();
         let pack = if new.is_empty() {
             None
         } else {
@@ -1377,17 +1575,16 @@ impl ObjectBackend for RemoteBackend {
                 std::thread::sleep(Duration::from_secs(3600));
             }
         }
-        c.batch_execute("COMMIT")
-            .map_err(|e| match self.pg_error(e) {
-                Error::Remote { what, reason } => Error::Remote {
-                    what,
-                    reason: format!("committing (the write may or may not have landed): {reason}"),
-                },
-                e => e,
-            })?;
-        lock.open.set(false);
+        lock.commit(c).map_err(|e| match self.pg_error(e) {
+            Error::Remote { what, reason } => Error::Remote {
+                what,
+                reason: format!("committing (the write may or may not have landed): {reason}"),
+            },
+            e => e,
+        })?;
         drop(conn);
         if let (Some(p), Some(row)) = (pack, pack_row) {
+            self.remember_body(row, &p.body);
             let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
             for o in &new {
                 let e = p.entries[&o.id()];
@@ -1478,7 +1675,7 @@ impl ObjectBackend for RemoteBackend {
     }
 
     fn contains(&self, id: &ObjectId) -> Result<bool> {
-        if self.current.load(Ordering::Acquire) {
+        if self.holds_lock() {
             return self.contains_locked(id);
         }
         Ok(self.lookup(id)?.is_some())

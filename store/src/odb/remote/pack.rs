@@ -37,6 +37,8 @@ pub(super) struct Built {
     pub name: String,
     pub bytes: Vec<u8>,
     pub entries: Vec<Entry>,
+    /// The inflated body, as a reader of `bytes` gets it.
+    pub body: Vec<u8>,
 }
 
 /// Packs `objects` (distinct ids) into one remote pack.
@@ -70,6 +72,7 @@ pub(super) fn build(objects: &[&EncodedObject]) -> std::io::Result<Built> {
         name: blake3::hash(&bytes).to_hex().to_string(),
         bytes,
         entries,
+        body,
     })
 }
 

@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 use object_store::{ObjectStore, ObjectStoreExt};
 use postgres::Client;
 
-use super::{pack, pack_key, Loc, PackRow, RemoteBackend, Staged};
+use super::{pack, pack_key, Loc, PackRow, RemoteBackend, Staged, SWEEPS_SCHEMA};
 use crate::error::{Error, Result};
 use crate::hash::{IdSet, ObjectId};
 use crate::object::EncodedObject;
@@ -49,50 +49,26 @@ pub(crate) struct BucketPrune {
 }
 
 impl RemoteBackend {
-    /// `contains` under the write lock: PostgreSQL's answer, never a
-    /// remembered one. A gc that committed before this handle took the
-    /// lock may have dropped an object this handle saw; it is forgotten
-    /// here, so that the write packs it again (`unknown`).
-    pub(super) fn contains_locked(&self, id: &ObjectId) -> Result<bool> {
-        let known = self
-            .known
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .objects
-            .contains_key(id);
-        if !known {
-            // The lock's catch-up read every row committed before it, and
-            // no one else can commit while it is held.
-            return Ok(false);
-        }
-        let there = self.with_reader(|c| {
-            c.query_opt(
-                "SELECT 1 FROM sessctl.objects WHERE id = $1",
-                &[&id.as_bytes().as_slice()],
-            )
-        })?;
-        if there.is_none() {
-            self.known
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .objects
-                .remove(id);
-            return Ok(false);
-        }
-        Ok(true)
-    }
-
     /// Under the write lock, before rows naming `staged` are inserted: the
     /// pack must still be in the bucket (a gc may have deleted it as an
-    /// orphan while this writer waited for the lock). One HEAD when it is
-    /// there; uploaded again from `new` when it is not. A check rather than
-    /// an upload every time: uploading holds every writer behind this one
-    /// for as long as the pack takes to send.
+    /// orphan while this writer waited for the lock). Nothing to check when
+    /// no sweep can have deleted it: `chain_head.sweeps` was even (none
+    /// under way) before the upload began and is the same under the lock
+    /// (none since; see [`RemoteBackend::prune_bucket`]). Else one HEAD
+    /// when it is there; uploaded again from `new` when it is not. A check
+    /// rather than an upload every time: uploading holds every writer
+    /// behind this one for as long as the pack takes to send.
     pub(super) fn staged_still_there(
         &self,
         staged: Staged,
         new: &[&EncodedObject],
     ) -> Result<Staged> {
+        let now = self.under_lock(|u| u.sweeps).flatten();
+        if let (Some(seen), Some(now)) = (staged.sweeps_seen, now) {
+            if seen % 2 == 0 && seen == now {
+                return Ok(staged);
+            }
+        }
         let key = self.url.key(&pack_key(&staged.name));
         match self.rt.block_on(self.s3.head(&key)) {
             Ok(_) => Ok(staged),
@@ -267,6 +243,8 @@ impl RemoteBackend {
                     name: b.name.clone(),
                     bytes: b.bytes.len() as u64,
                     entries: b.entries.iter().map(|e| (e.id, *e)).collect(),
+                    sweeps_seen: None,
+                    body: std::sync::Arc::new(Vec::new()),
                 },
                 &live.iter().collect::<Vec<_>>(),
             )?;
@@ -382,7 +360,49 @@ impl RemoteBackend {
     /// `packs` row names, last modified before `before_ms` and, if retired,
     /// retired before it too; forgets the retirements of packs gone. Holds
     /// the write lock from reading the `packs` table to the last delete.
+    ///
+    /// Sweeps are announced in `chain_head.sweeps` (schema version 4), for
+    /// writers to know when their staged pack cannot have been deleted (see
+    /// [`RemoteBackend::staged_still_there`]): one sweep at a time (an
+    /// advisory lock on the writer connection, which the server lets go if
+    /// this process dies), an odd value committed before the listing, the
+    /// next even one in the transaction that ends the deletes. A sweep that
+    /// dies midway leaves the value odd: every writer checks its pack until
+    /// the next sweep ends.
     pub(super) fn prune_bucket(&self, before_ms: i64) -> Result<BucketPrune> {
+        let announce = self.schema >= SWEEPS_SCHEMA;
+        if !announce {
+            return self.prune_bucket_locked(before_ms, false);
+        }
+        self.with_writer_conn(|c| {
+            c.execute("SELECT pg_advisory_lock(hashtext('sessctl sweep'))", &[])
+        })?;
+        let pruned = self
+            .begin_sweep()
+            .and_then(|()| self.prune_bucket_locked(before_ms, true));
+        let unlocked = self.with_writer_conn(|c| {
+            c.execute("SELECT pg_advisory_unlock(hashtext('sessctl sweep'))", &[])
+        });
+        let out = pruned?;
+        unlocked?;
+        Ok(out)
+    }
+
+    /// Commits an odd `chain_head.sweeps`, above every value before it:
+    /// a sweep is under way.
+    fn begin_sweep(&self) -> Result<()> {
+        let lock = self.write_lock()?;
+        let Held::Remote(held) = &lock.0 else {
+            unreachable!("the remote backend's own lock");
+        };
+        let mut conn = held.conn.borrow_mut();
+        let c: &mut Client = conn.as_mut().expect("a held lock has its connection");
+        c.batch_execute("UPDATE sessctl.chain_head SET sweeps = (sweeps | 1) + 2")
+            .map_err(|e| self.pg_error(e))?;
+        held.commit(c).map_err(|e| self.pg_error(e))
+    }
+
+    fn prune_bucket_locked(&self, before_ms: i64, announce: bool) -> Result<BucketPrune> {
         let mut out = BucketPrune::default();
         let prefix = self.url.key("packs");
         let listed = self
@@ -457,8 +477,12 @@ impl RemoteBackend {
             )
             .map_err(pg)?;
         }
-        c.batch_execute("COMMIT").map_err(pg)?;
-        held.open.set(false);
+        if announce {
+            // The sweep is over: the even value after this one's.
+            c.batch_execute("UPDATE sessctl.chain_head SET sweeps = sweeps + 1")
+                .map_err(pg)?;
+        }
+        held.commit(c).map_err(pg)?;
         Ok(out)
     }
 
