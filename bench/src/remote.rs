@@ -206,6 +206,30 @@ impl<'s> Place<'s> {
         Ok(())
     }
 
+    /// Where sessctl's bytes are: each table of the `sessctl` schema
+    /// (heap, indexes, TOAST), then the bucket's packs.
+    fn sessctl_parts(&self) -> R<Vec<(String, u64)>> {
+        let mut parts: Vec<(String, u64)> = self
+            .connect_to(&self.name)?
+            .query(
+                "SELECT c.relname::text, pg_total_relation_size(c.oid)::int8
+                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.relkind = 'r' AND n.nspname = 'sessctl' ORDER BY 1",
+                &[],
+            )?
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1).max(0) as u64))
+            .collect();
+        let s3 = self
+            .srv
+            .list_objects(&self.name, "store/")
+            .iter()
+            .map(|(_, n)| n)
+            .sum();
+        parts.push(("S3 packs".into(), s3));
+        Ok(parts)
+    }
+
     /// Bytes a system keeps: its tables in PostgreSQL (heap, indexes,
     /// TOAST) and, for sessctl, the bucket's objects.
     fn bytes(&self, system: System) -> R<u64> {
@@ -487,6 +511,70 @@ fn race(system: System, place: &Place<'_>, work: &Work) -> R<(f64, Vec<f64>)> {
     })
 }
 
+/// The ceiling of any store that uploads one object per commit, as
+/// sessctl's remote writes do: the same writers each making one
+/// create-only PUT per turn of its turn's messages (as JSON, about a
+/// pack's size), on the client sessctl uses, and nothing else. Returns
+/// the wall time from the start to the last writer's end.
+fn put_ceiling(place: &Place<'_>, work: &Work) -> R<f64> {
+    use object_store::aws::AmazonS3Builder;
+    use object_store::path::Path as S3Path;
+    use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
+    let writers = work.msgs.len();
+    let go = Barrier::new(writers + 1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..writers)
+            .map(|k| {
+                let go = &go;
+                s.spawn(move || -> R<()> {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build();
+                    let s3 = AmazonS3Builder::new()
+                        .with_endpoint(place.endpoint())
+                        .with_bucket_name(&place.name)
+                        .with_access_key_id("testing")
+                        .with_secret_access_key("testing")
+                        .with_region("us-east-1")
+                        .with_allow_http(true)
+                        .build();
+                    go.wait();
+                    let (rt, s3) = (rt?, s3?);
+                    for t in 0..work.turns {
+                        let body = serde_json::to_vec(work.turn(k, t))?;
+                        let key = S3Path::from(format!("ceiling/{k}-{t}"));
+                        let opts = PutOptions {
+                            mode: PutMode::Create,
+                            ..PutOptions::default()
+                        };
+                        rt.block_on(s3.put_opts(&key, PutPayload::from(body), opts))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        go.wait();
+        let t = Instant::now();
+        let mut first_err = None;
+        for h in handles {
+            match h.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_err.get_or_insert_with(|| "8: a PUT thread panicked".into());
+                }
+            }
+        }
+        let dt = secs(t);
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(dt),
+        }
+    })
+}
+
 /// Every writer's conversation holds its turns, in every system.
 fn check(system: System, place: &Place<'_>, work: &Work) -> R<()> {
     let n = work.turns * TURN;
@@ -598,6 +686,7 @@ fn commits(ctx: &Ctx, srv: &Servers, pool: &[Value], out: &mut Vec<Row>) -> R<()
         ));
     }
     let total = writers * turns;
+    let mut ceiling = Vec::new();
     let mut rate: [Vec<f64>; 3] = Default::default();
     let mut bytes: [Vec<f64>; 3] = Default::default();
     for rep in 0..ctx.s.reps {
@@ -605,21 +694,45 @@ fn commits(ctx: &Ctx, srv: &Servers, pool: &[Value], out: &mut Vec<Row>) -> R<()
         place.init_store()?;
         place.init_tables()?;
         for (i, system) in System::ALL.into_iter().enumerate() {
+            let parts_before = place.sessctl_parts()?;
             let before = place.bytes(system)?;
             let (dt, _) = race(system, &place, &work)?;
             let after = place.bytes(system)?;
             if rep == 0 {
                 check(system, &place, &work)?;
+                if system == System::Sessctl {
+                    // Where a turn's bytes go.
+                    let shares: Vec<String> = place
+                        .sessctl_parts()?
+                        .into_iter()
+                        .map(|(name, n)| {
+                            let was = parts_before
+                                .iter()
+                                .find(|(b, _)| *b == name)
+                                .map_or(0, |(_, n)| *n);
+                            format!("{name} {}", n.saturating_sub(was) / total as u64)
+                        })
+                        .collect();
+                    eprintln!(
+                        "sessctl-bench: 8: sessctl's bytes per turn: {}",
+                        shares.join(", ")
+                    );
+                }
             }
             rate[i].push(total as f64 / dt);
             bytes[i].push(after.saturating_sub(before) as f64 / total as f64);
         }
+        ceiling.push(total as f64 / put_ceiling(&place, &work)?);
     }
     let scenario = format!("8 {writers} writers x {turns} turns, durable");
     let mut g = Group::new(scenario.clone(), "commits/s", Better::Higher);
     for (i, system) in System::ALL.into_iter().enumerate() {
         g.add(system.label(), std::mem::take(&mut rate[i]));
     }
+    g.add(
+        "S3 create-only PUTs alone (one per commit: the ceiling)",
+        ceiling,
+    );
     crate::report::emit(out, g);
     let mut g = Group::new(
         format!("{scenario}: bytes"),
