@@ -1260,7 +1260,8 @@ fn a_version_2_store_reads_read_only_and_its_first_writable_open_lets_gc_work() 
     drop(store);
     r.servers.psql(
         &r.name,
-        "DROP TABLE sessctl.retired_packs; DELETE FROM sessctl.schema_version WHERE version = 3",
+        "DROP TABLE sessctl.retired_packs; DROP TABLE sessctl.lineage;
+         DELETE FROM sessctl.schema_version WHERE version IN (3, 4)",
     );
     let version = || {
         r.servers
@@ -1280,9 +1281,9 @@ fn a_version_2_store_reads_read_only_and_its_first_writable_open_lets_gc_work() 
     assert_eq!(contents(&ro, &keep), ["kept"]);
     assert_eq!(version(), "2");
     let packs = packs_in_bucket(&r);
-    // The first writable open applies migration 3; gc then prunes.
+    // The first writable open applies migrations 3 and 4; gc then prunes.
     let rw = open(&r);
-    assert_eq!(version(), "3");
+    assert_eq!(version(), "4");
     let next = rw
         .commit("keep", Some(keep), turn(&["more"]), Durability::Sync)
         .unwrap();
@@ -1402,7 +1403,7 @@ fn a_schema_version_1_store_opens_and_is_upgraded_by_its_first_writable_open() {
     assert_eq!(version(), "1");
     // An empty one is upgraded at once.
     let store = open(&r);
-    assert_eq!(version(), "3");
+    assert_eq!(version(), "4");
     let (_, a0) = store
         .create(Some("a"), turn(&["old", "store"]), Durability::Sync)
         .unwrap();
@@ -1411,13 +1412,14 @@ fn a_schema_version_1_store_opens_and_is_upgraded_by_its_first_writable_open() {
         .unwrap();
     drop(store);
     // What a version-1 sessctl would have written: the same rows, less
-    // those of migrations 2 and 3.
+    // those of migrations 2 to 4.
     r.servers.psql(
         &r.name,
         "DROP TABLE sessctl.index_keys;
          DROP TABLE sessctl.retired_packs;
+         DROP TABLE sessctl.lineage;
          ALTER TABLE sessctl.chain_head DROP COLUMN index_seq;
-         DELETE FROM sessctl.schema_version WHERE version IN (2, 3)",
+         DELETE FROM sessctl.schema_version WHERE version IN (2, 3, 4)",
     );
     assert_eq!(version(), "1");
 
@@ -1434,7 +1436,7 @@ fn a_schema_version_1_store_opens_and_is_upgraded_by_its_first_writable_open() {
     assert_eq!(version(), "1");
 
     let rw = open(&r);
-    assert_eq!(version(), "3");
+    assert_eq!(version(), "4");
     assert_eq!(
         r.servers
             .psql(&r.name, "SELECT index_seq = seq FROM sessctl.chain_head")
