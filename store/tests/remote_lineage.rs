@@ -476,7 +476,20 @@ fn the_example_sessions_rows_match_the_golden_fixture() {
     );
     let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/remote-lineage-v4/rows.txt");
-    assert_eq!(rows, std::fs::read_to_string(fixture).unwrap());
+    let fixture = std::fs::read_to_string(fixture).unwrap();
+    assert_eq!(rows, fixture);
+    // The spec shows the same rows and names the version that holds them.
+    let spec = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../objects-format.md"),
+    )
+    .unwrap();
+    for line in fixture.lines() {
+        assert!(spec.contains(line), "objects-format.md lacks {line}");
+    }
+    assert!(spec.contains(&format!(
+        "`odb::remote::SCHEMA_VERSION` | {}",
+        sessctl_store::odb::remote::SCHEMA_VERSION
+    )));
     assert_eq!(
         sql(
             &r,
