@@ -1286,7 +1286,7 @@ fn a_version_2_store_reads_read_only_and_its_first_writable_open_lets_gc_work() 
     drop(store);
     r.servers.psql(
         &r.name,
-        "DROP TABLE sessctl.retired_packs;
+        "DROP TABLE sessctl.retired_packs; DROP TABLE sessctl.lineage;
          ALTER TABLE sessctl.chain_head DROP COLUMN sweeps;
          DELETE FROM sessctl.schema_version WHERE version >= 3",
     );
@@ -1444,6 +1444,7 @@ fn a_schema_version_1_store_opens_and_is_upgraded_by_its_first_writable_open() {
         &r.name,
         "DROP TABLE sessctl.index_keys;
          DROP TABLE sessctl.retired_packs;
+         DROP TABLE sessctl.lineage;
          ALTER TABLE sessctl.chain_head DROP COLUMN index_seq;
          ALTER TABLE sessctl.chain_head DROP COLUMN sweeps;
          DELETE FROM sessctl.schema_version WHERE version >= 2",

@@ -126,6 +126,18 @@ pub type ScanFn<'a> = dyn Fn(usize, &[ScanItem<'_>]) + Sync + 'a;
 /// One change to a derived-index key: its new value, or `None` to remove it.
 pub type KeyWrite = (Vec<u8>, Option<Vec<u8>>);
 
+/// One session's lineage as a backend that keeps it holds it (the remote
+/// one, in PostgreSQL: objects-format.md, "Lineage rows"): derived from the
+/// session object when it was stored, and never changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineageRow {
+    pub id: ObjectId,
+    /// In the session's order: the first is the lineage parent.
+    pub parents: Vec<ObjectId>,
+    /// Milliseconds since the Unix epoch.
+    pub created_at: i64,
+}
+
 /// The smallest key greater than every key that starts with `prefix`
 /// (`None`: there is none, the prefix is all 0xFF): the end of a prefix
 /// range, for the index's scans wherever its keys are kept.
@@ -232,6 +244,23 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
     /// overlay, or memory).
     fn kept_index(&self) -> Option<&dyn KeptIndex> {
         None
+    }
+    /// Up to `n` lineage rows of session `id` and its ancestors (every
+    /// parent), nearest first, each once, in one round trip, when this
+    /// backend keeps lineage (see [`LineageRow`]); `None`: it keeps none,
+    /// and walks read each session as before. The rows stop at a session
+    /// that has none (stored before the backend kept them, until a
+    /// reindex), which may be `id` itself: a walk then reads that session
+    /// as before. Rows are never stale: a session id fixes its parents.
+    fn lineage_closure(&self, _id: &ObjectId, _n: usize) -> Result<Option<Vec<LineageRow>>> {
+        Ok(None)
+    }
+    /// Writes every stored session's lineage row from its object,
+    /// correcting a wrong one, and deletes the rows of sessions not stored
+    /// (a reindex); returns how many rows it wrote, `None` where lineage is
+    /// not kept.
+    fn lineage_rebuild(&self) -> Result<Option<usize>> {
+        Ok(None)
     }
     /// Catches up with what other handles appended since this one last
     /// looked (O(what is new)); takes no lock.

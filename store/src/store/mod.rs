@@ -18,6 +18,7 @@
 mod builder;
 mod conversation;
 mod hook;
+mod kept_lineage;
 mod put;
 mod ref_moves;
 mod run;
@@ -86,6 +87,8 @@ pub struct Store {
     after_commit_errors: Mutex<Vec<AfterCommitError>>,
     /// The lineage index, loaded on first use.
     lineage: LineageSlot,
+    /// The lineage rows the backend keeps, as walks fetched them.
+    kept_lineage: kept_lineage::KeptLineage,
     /// Whether this handle may write.
     writable: bool,
     /// Run claims this handle holds: the lock file of each, kept locked
@@ -209,6 +212,7 @@ impl Store {
             after_commit: RwLock::new(None),
             after_commit_errors: Mutex::new(Vec::new()),
             lineage: LineageSlot::default(),
+            kept_lineage: kept_lineage::KeptLineage::default(),
             writable,
             runs: Mutex::new(Default::default()),
             upkeeper: Upkeeper::default(),
@@ -423,6 +427,10 @@ impl Store {
         }
         let applied = self.index.rebuild(&self.odb)?;
         progress.advance(applied as u64);
+        // Lineage rows a backend keeps (PostgreSQL), from the objects.
+        if self.odb.backend().lineage_rebuild()?.is_some() {
+            self.kept_lineage.forget_rowless();
+        }
         if let Some(root) = &self.root {
             progress.phase("rebuilding the lineage index", None);
             crate::lineage_index::rebuild(&self.odb, root)?;
@@ -642,8 +650,6 @@ impl Store {
     }
 }
 
-/// The lineage index first, then the derived index; the session object only
-/// when both lack it.
 impl Drop for Store {
     fn drop(&mut self) {
         // An upkeep thread runs to its end (its work is safe to cut at any
@@ -652,6 +658,9 @@ impl Drop for Store {
     }
 }
 
+/// The lineage index first, then the lineage rows the backend keeps (a
+/// closure fetched at a time), then the derived index; the session object
+/// only when all lack it.
 impl Lineage for Store {
     fn node(&self, id: &ObjectId) -> Result<Node> {
         if let Some(ix) = Store::lineage_index(self) {
@@ -663,6 +672,9 @@ impl Lineage for Store {
                 Ok(None) => {}
                 Err(e) => self.lineage_index_failed(&e),
             }
+        }
+        if let Some(node) = self.kept_lineage.node(self.odb.backend().as_ref(), id)? {
+            return Ok(node);
         }
         if let Some(info) = self.session_info(id)? {
             return Ok(Node {

@@ -23,6 +23,7 @@
 //! (immutable, so never stale), and every object read re-hashes to its id.
 
 mod claims;
+mod lineage;
 mod locked;
 mod pack;
 mod sweep;
@@ -44,8 +45,8 @@ use postgres::types::Type;
 use postgres::{Client, NoTls};
 
 use super::{
-    Held, KeptIndex, KeyWrite, ObjectBackend, OdbStats, OpenOptions, RawOp, RepackOptions,
-    RepackStats, SyncTicket, WriteLock,
+    Held, KeptIndex, KeyWrite, LineageRow, ObjectBackend, OdbStats, OpenOptions, RawOp,
+    RepackOptions, RepackStats, SyncTicket, WriteLock,
 };
 use crate::error::{Error, Result};
 use crate::hash::{IdMap, IdSet, ObjectId, Prefix};
@@ -54,12 +55,13 @@ use crate::refs::{Operation, RefUpdate};
 
 /// The schema version this sessctl writes and reads (the highest
 /// migration); objects-format.md, "Remote store".
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// The oldest schema version this sessctl opens: a version-1 store (no
 /// index keys) is upgraded by its first writable open, and read by
 /// replaying its operations until then; what version 3 adds (the table of
-/// retired packs) only gc and repack need, and they say so.
+/// retired packs) only gc and repack need, and they say so; without what
+/// version 4 adds (lineage rows), walks read each session as before.
 pub const OLDEST_SCHEMA_VERSION: i32 = 1;
 
 /// The migrations, in order: version and SQL (`store/migrations/`).
@@ -71,6 +73,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
         include_str!("../../../migrations/0003_retired_packs.sql"),
     ),
     (4, include_str!("../../../migrations/0004_sweeps.sql")),
+    (5, include_str!("../../../migrations/0005_lineage.sql")),
 ];
 
 /// How many bytes of inflated pack bodies a handle keeps in memory.
@@ -1094,6 +1097,7 @@ impl RemoteBackend {
                     ],
                 )
                 .map_err(pg)?;
+            self.record_lineage(c, new)?;
             pack_row = Some(row.get::<_, i64>(0));
         }
         if ops.is_empty() {
@@ -1419,6 +1423,15 @@ fn pack_key(name: &str) -> String {
 impl ObjectBackend for RemoteBackend {
     fn kept_index(&self) -> Option<&dyn KeptIndex> {
         (self.schema >= 2).then_some(self as &dyn KeptIndex)
+    }
+
+    /// One recursive query on `sessctl.lineage` (see `lineage.rs`).
+    fn lineage_closure(&self, id: &ObjectId, n: usize) -> Result<Option<Vec<LineageRow>>> {
+        self.closure(id, n)
+    }
+
+    fn lineage_rebuild(&self) -> Result<Option<usize>> {
+        self.rebuild_lineage()
     }
 
     fn stage(&self, objects: &[EncodedObject]) -> Result<()> {
@@ -1775,6 +1788,10 @@ impl ObjectBackend for RemoteBackend {
             Ok(p) => p,
             Err(e) => return vec![e.to_string()],
         };
+        match self.verify_lineage() {
+            Ok(p) => problems.extend(p),
+            Err(e) => problems.push(e.to_string()),
+        }
         if let Err(e) = self.load_rows() {
             return vec![e.to_string()];
         }

@@ -285,6 +285,7 @@ impl RemoteBackend {
             &[&dropping],
         )
         .map_err(pg)?;
+        self.forget_lineage(c, &dropping)?;
         let retired = c
             .query(
                 "DELETE FROM sessctl.packs p WHERE p.id = ANY($1::int8[])
