@@ -452,3 +452,61 @@ fn a_held_remote_write_lock_is_exit_4_after_wait() {
     );
     assert_eq!(log_ids(&r, &r.url).len(), 2);
 }
+
+/// `sessctl log` of a long conversation on a remote store reads its
+/// lineage a closure at a time and its entries' summaries a stretch at a
+/// time: the statements PostgreSQL runs for it (as its own log counts them,
+/// `log_statement = all` on this test's database) do not grow with the
+/// entries shown, where one or more an entry would be 300 and more.
+#[test]
+fn log_of_a_long_conversation_runs_a_bounded_number_of_statements() {
+    let Some(r) = servers::remote() else {
+        return;
+    };
+    ok(&r, &["init"], None);
+    let s3 = sessctl_store::odb::S3Settings {
+        endpoint: r.var("AWS_ENDPOINT_URL").map(str::to_owned),
+        access_key_id: r.var("AWS_ACCESS_KEY_ID").map(str::to_owned),
+        secret_access_key: r.var("AWS_SECRET_ACCESS_KEY").map(str::to_owned),
+        region: r.var("AWS_REGION").map(str::to_owned),
+        allow_http: true,
+        cache_dir: r.var("SESSCTL_CACHE_DIR").map(Into::into),
+    };
+    let store = sessctl_store::Store::open_remote_with(&r.url, &Default::default(), &s3).unwrap();
+    let turn = |i: usize| sessctl_store::Turn {
+        messages: sessctl_store::Messages::Added(vec![
+            json!({"role": "user", "content": format!("question {i}")}),
+            json!({"role": "assistant", "content": format!("answer {i}")}),
+        ]),
+        ..Default::default()
+    };
+    let durability = sessctl_store::Durability::Sync;
+    store.create(Some("long"), turn(0), durability).unwrap();
+    for i in 1..300 {
+        store.commit("long", None, turn(i), durability).unwrap();
+    }
+    drop(store);
+    r.servers.psql(
+        "postgres",
+        &format!("ALTER DATABASE {} SET log_statement = 'all'", r.name),
+    );
+    let log = r.servers.dir().join("postgres.log");
+    let statements = |from: usize| -> usize {
+        let text = std::fs::read(&log).unwrap();
+        String::from_utf8_lossy(&text[from..])
+            .lines()
+            .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
+            .count()
+    };
+    for args in [
+        &["log", "long"][..],
+        &["log", "--oneline", "long"],
+        &["log", "--json", "long"],
+    ] {
+        let from = std::fs::metadata(&log).unwrap().len() as usize;
+        let out = ok(&r, args, None);
+        assert!(out.contains("question 0"), "{args:?}: {out}");
+        let n = statements(from);
+        assert!(n <= 40, "{args:?} ran {n} statements for 300 entries");
+    }
+}

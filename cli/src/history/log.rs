@@ -136,6 +136,7 @@ fn write_log(
         }
         None => (walk, Decorations::load(store)?),
     };
+    let walk = ReadAhead::new(store, walk);
     let mut out = Out::new();
     let mut lanes = Lanes::new();
     let mut first = true;
@@ -215,6 +216,47 @@ fn write_log(
         out.put("]\n")?;
     }
     out.finish()
+}
+
+/// Sessions read ahead per step of a log (see [`Store::read_ahead_sessions`]).
+const READ_AHEAD: usize = 256;
+
+/// A log's walk, taken [`READ_AHEAD`] sessions at a time, whose summaries
+/// the store reads ahead before they are shown: on a remote store, two
+/// round trips a step instead of one or more an entry.
+struct ReadAhead<'s, I> {
+    store: &'s Store,
+    inner: I,
+    step: std::collections::VecDeque<Result<(ObjectId, Vec<ObjectId>), Error>>,
+}
+
+impl<'s, I> ReadAhead<'s, I> {
+    fn new(store: &'s Store, inner: I) -> Self {
+        ReadAhead {
+            store,
+            inner,
+            step: Default::default(),
+        }
+    }
+}
+
+impl<I: Iterator<Item = Result<(ObjectId, Vec<ObjectId>), Error>>> Iterator for ReadAhead<'_, I> {
+    type Item = Result<(ObjectId, Vec<ObjectId>), Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.step.is_empty() {
+            self.step.extend(self.inner.by_ref().take(READ_AHEAD));
+            let ids: Vec<ObjectId> = self
+                .step
+                .iter()
+                .filter_map(|s| s.as_ref().ok().map(|(id, _)| *id))
+                .collect();
+            if let Err(e) = self.store.read_ahead_sessions(&ids) {
+                return Some(Err(e));
+            }
+        }
+        self.step.pop_front()
+    }
 }
 
 fn oneline(store: &Store, deco: &Decorations, id: &ObjectId) -> CmdResult<String> {

@@ -122,7 +122,20 @@ pub struct Index {
     /// applied here, and a writer computes its operation's keys for the
     /// backend to write with it ([`Index::effects`]).
     kept: Option<std::sync::Arc<dyn crate::odb::ObjectBackend>>,
+    /// Keys a backend that keeps them read ahead for a walk (see
+    /// [`Index::read_ahead_sessions`]), as of the head they were read at.
+    ahead_reads: std::sync::Mutex<AheadReads>,
 }
+
+/// Keys read ahead, valid while this handle's view stays at `head`.
+#[derive(Debug, Default)]
+struct AheadReads {
+    head: Option<(u64, Hash)>,
+    keys: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+/// Keys kept read ahead at most: a longer walk reads ahead again.
+const AHEAD_READS: usize = 65_536;
 
 /// An operation this handle appended, waiting to be applied.
 #[derive(Debug)]
@@ -180,6 +193,7 @@ impl Index {
             looked_for_tables: Default::default(),
             appended: Default::default(),
             kept: None,
+            ahead_reads: Default::default(),
         })
     }
 
@@ -234,6 +248,59 @@ impl Index {
         kept.read_ahead_locked(&keys, ids)
     }
 
+    /// Reads ahead, where the backend keeps the keys (a round trip each),
+    /// what showing `ids` reads: their summaries (`s:`), then their
+    /// previews' origins and their conversations' names (`i:`), two round
+    /// trips for the lot. Kept while this handle's view stays where it is;
+    /// a read of anything else asks the backend as before. Nothing for an
+    /// index of its own.
+    pub fn read_ahead_sessions(&self, ids: &[crate::hash::ObjectId]) -> Result<()> {
+        let Some(kept) = self.kept() else {
+            return Ok(());
+        };
+        let head = self.head();
+        let mut ahead = self.ahead_reads.lock().unwrap_or_else(|p| p.into_inner());
+        if ahead.head != head || ahead.keys.len() > AHEAD_READS {
+            ahead.keys.clear();
+            ahead.head = head;
+        }
+        let fetch = |keys: Vec<Vec<u8>>, ahead: &mut AheadReads| -> Result<()> {
+            let keys: Vec<Vec<u8>> = keys
+                .into_iter()
+                .filter(|k| !ahead.keys.contains_key(k))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            if keys.is_empty() {
+                return Ok(());
+            }
+            let found: std::collections::HashMap<Vec<u8>, Vec<u8>> =
+                kept.index_get_many(&keys)?.into_iter().collect();
+            for k in keys {
+                let v = found.get(&k).cloned();
+                ahead.keys.insert(k, v);
+            }
+            Ok(())
+        };
+        let first: Vec<Vec<u8>> = ids.iter().map(|id| key("s:", id.as_bytes())).collect();
+        fetch(first, &mut ahead)?;
+        let mut second = Vec::new();
+        for id in ids {
+            let Some(Some(v)) = ahead.keys.get(&key("s:", id.as_bytes())) else {
+                continue;
+            };
+            let Some((info, at)) = SessionInfo::from_index_value(*id, v) else {
+                continue;
+            };
+            if let encoding::PreviewAt::In(o) = at {
+                second.push(key("s:", o.as_bytes()));
+            }
+            second.push(key("i:", info.conversation.as_bytes()));
+        }
+        fetch(second, &mut ahead)?;
+        Ok(())
+    }
+
     /// The backend's keys, when it keeps them.
     fn kept(&self) -> Option<&dyn crate::odb::KeptIndex> {
         self.kept.as_ref().and_then(|b| b.kept_index())
@@ -264,6 +331,7 @@ impl Index {
             looked_for_tables: Default::default(),
             appended: Default::default(),
             kept: None,
+            ahead_reads: Default::default(),
         })
     }
 
@@ -282,6 +350,13 @@ impl Index {
     /// One key: the overlay first, then the tables, newest first.
     fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>> {
         if let Some(kept) = self.kept() {
+            let ahead = self.ahead_reads.lock().unwrap_or_else(|p| p.into_inner());
+            if ahead.head == self.head() {
+                if let Some(v) = ahead.keys.get(k) {
+                    return Ok(v.clone());
+                }
+            }
+            drop(ahead);
             return kept.index_get(k);
         }
         self.view().get(k)
@@ -942,6 +1017,7 @@ impl Index {
             looked_for_tables: Default::default(),
             appended: Default::default(),
             kept: None,
+            ahead_reads: Default::default(),
         };
         // Only tables that describe the operations as stored.
         match odb.backend().op_at(theirs.0)? {

@@ -164,6 +164,17 @@ pub trait KeptIndex: Send + Sync {
     fn index_head(&self) -> Result<(Option<(u64, crate::refs::Hash)>, bool)>;
     /// One key's value.
     fn index_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// The values of those of `keys` that are there (one round trip where
+    /// each read is one).
+    fn index_get_many(&self, keys: &[Vec<u8>]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for k in keys {
+            if let Some(v) = self.index_get(k)? {
+                out.push((k.clone(), v));
+            }
+        }
+        Ok(out)
+    }
     /// Told, by a writer holding the write lock, the keys it is about to
     /// read and the objects it is about to ask about (`contains`): a
     /// backend whose every read is a round trip reads them all in one and

@@ -131,6 +131,14 @@ impl Store {
         self.index.session(id)
     }
 
+    /// Tells the store that `ids` are about to be shown (a log's next
+    /// entries): on a remote store, their summaries and conversation names
+    /// are read in two round trips for the lot rather than one or more
+    /// each. Nothing for a local store.
+    pub fn read_ahead_sessions(&self, ids: &[ObjectId]) -> Result<()> {
+        self.index.read_ahead_sessions(ids)
+    }
+
     /// What the index knows of a session; for one it has not seen (not yet
     /// applied, or written by hand), the same figures read from the object,
     /// without a preview.

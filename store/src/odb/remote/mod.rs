@@ -1304,6 +1304,16 @@ impl KeptIndex for RemoteBackend {
         Ok(v)
     }
 
+    fn index_get_many(&self, keys: &[Vec<u8>]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let rows = self.with_reader(|c| {
+            c.query_typed(
+                "SELECT key, value FROM sessctl.index_keys WHERE key = ANY($1)",
+                &[(&keys, Type::BYTEA_ARRAY)],
+            )
+        })?;
+        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
     fn read_ahead_locked(&self, keys: &[Vec<u8>], ids: &[ObjectId]) -> Result<()> {
         self.read_ahead(keys, ids)
     }
