@@ -1562,3 +1562,125 @@ fn opening_and_listing_read_no_object_row() {
     );
     assert_eq!(contents(&fresh, &a0), ["first"]);
 }
+
+/// Puts `body` at `key` in the test's bucket (as `delete_key`, by hand).
+fn put_key(r: &servers::Remote, key: &str, body: &[u8]) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", r.servers.moto_port)).unwrap();
+    write!(
+        s,
+        "PUT /{}/{key} HTTP/1.1\r\nHost: 127.0.0.1\r\n{}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        r.name,
+        servers::MOTO_AUTH,
+        body.len(),
+    )
+    .unwrap();
+    s.write_all(body).unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// The golden fixture of a store at schema version 3
+/// (`tests/fixtures/remote-store-v3`: `pg_dump --inserts` of its `sessctl`
+/// schema, and its bucket's objects; written by the sessctl of version 5
+/// with migrations 4 and 5 undone, which leaves what version 3 wrote: the
+/// rows and packs the three versions write are the same):
+/// it opens read-only as it is, every object verifying and every answer
+/// the same; its first writable open upgrades it to this version, and it
+/// then takes commits, its old sessions walking from their objects; fsck
+/// is clean before and after.
+#[test]
+fn a_version_3_store_from_the_golden_fixture_opens_and_upgrades() {
+    let Some(r) = servers::remote() else {
+        return;
+    };
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/remote-store-v3");
+    r.servers.psql(
+        &r.name,
+        &std::fs::read_to_string(dir.join("schema.sql")).unwrap(),
+    );
+    let bucket = dir.join("bucket");
+    let mut files = vec![bucket.join("store/sessctl-store")];
+    for e in std::fs::read_dir(bucket.join("store/packs")).unwrap() {
+        files.push(e.unwrap().path());
+    }
+    for f in files {
+        let key = f
+            .strip_prefix(&bucket)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
+        put_key(&r, &key, &std::fs::read(&f).unwrap());
+    }
+    let version = || {
+        r.servers
+            .psql(&r.name, "SELECT max(version) FROM sessctl.schema_version")
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(version(), "3");
+    let expect = |s: &Store| {
+        let mut names: Vec<String> = s
+            .conversations(None)
+            .unwrap()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        names.sort();
+        assert_eq!(names, ["europe", "geography", "poems"]);
+        let head = |name: &str| s.conversation(name).unwrap().unwrap().head.unwrap();
+        assert_eq!(
+            s.odb().load_messages(&head("europe")).unwrap(),
+            [
+                json!({"role": "user", "content": "What is the capital of France?"}),
+                json!({"role": "assistant", "content": "Paris."}),
+                json!({"role": "user", "content": "And of Spain?"}),
+                json!({"role": "assistant", "content": "Madrid."}),
+            ]
+        );
+        assert_eq!(
+            head("europe").to_hex(),
+            "ebf167de35f873d42b7127789f7db1c5acfdaa8e6afdd5a4cdcf396f2026bb92"
+        );
+        let base = sessctl_store::graph::merge_base(s, head("europe"), head("geography")).unwrap();
+        assert_eq!(
+            base.map(|b| b.to_hex()).as_deref(),
+            Some("2082e00b3ac4a29d3e04cce123f20a5cf3523cf82e569c91e84cc3eb841f1620")
+        );
+        let report = s.fsck(&FsckOptions { full: true }, &mut |_, _| {}).unwrap();
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+    };
+    let ro = Store::open_remote_with(
+        &r.url,
+        &OpenOptions {
+            read_only: true,
+            ..OpenOptions::default()
+        },
+        &settings(&r),
+    )
+    .unwrap();
+    expect(&ro);
+    let geography = ro.conversation("geography").unwrap().unwrap().head.unwrap();
+    assert_eq!(
+        geography.to_hex(),
+        "8ee3da3f3095da8b0d55c88255ad03132ef1b2d1b1f07969682bf54c34e4da89"
+    );
+    assert_eq!(version(), "3");
+    let rw = open(&r);
+    assert_eq!(version(), REMOTE_SCHEMA_VERSION.to_string());
+    expect(&rw);
+    let next = rw
+        .commit(
+            "geography",
+            Some(geography),
+            turn(&["and of Germany?"]),
+            Durability::Sync,
+        )
+        .unwrap();
+    assert_eq!(rw.odb().session(&next).unwrap().parents, [geography]);
+    expect(&open(&r));
+    all_reads_and_verifies(&r);
+}
