@@ -20,8 +20,8 @@ use sessctl_store::{OpenOptions, RefName, Store};
 /// run (a hook above all) into a completion.
 pub const VAR: &str = "SESSCTL_COMPLETE";
 
-/// The store named on the line being completed (`--store DIR`,
-/// `--store=DIR`), else `SESSCTL_STORE`, else the nearest `.sessctl`.
+/// The store named on the line being completed (`--store DIR|URL`,
+/// `--store=DIR|URL`), else `SESSCTL_STORE`, else the nearest `.sessctl`.
 fn store_path() -> Option<PathBuf> {
     let args: Vec<OsString> = std::env::args_os().collect();
     for (i, a) in args.iter().enumerate() {
@@ -48,8 +48,12 @@ fn refs() -> Vec<RefName> {
         read_only: true,
         ..OpenOptions::default()
     };
-    Store::open(&path, &opts)
-        .and_then(|s| s.refs())
+    let store = match crate::remote_url(&path) {
+        Some(url) => crate::open_remote_store(url, &opts).ok(),
+        None => Store::open(&path, &opts).ok(),
+    };
+    store
+        .and_then(|s| s.refs().ok())
         .map(|r| r.into_iter().map(|(n, _)| n).collect())
         .unwrap_or_default()
 }

@@ -1,11 +1,44 @@
 //! End to end: capture as agents write (`sessctl hook`, `import --watch`)
 //! and the way back (`export --into-claude`, `--into-codex`), on copies of
-//! real session files (`../shared/data`).
+//! real session files (`../shared/data`). Each on a local store and on a
+//! remote one (`name::local`, `name::remote`), the stores it compares with
+//! local; the tests of a store directory's files run locally only and say
+//! so.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod support;
 use support::data;
-use support::Run;
+use support::{Run, Target, TestStore};
+
+two_backends!(
+    hook_claude_code_imports_the_transcript_with_its_subagents => remote_ignored(
+        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
+    ),
+    hook_takes_the_subagents_under_the_session_folder => remote_ignored(
+        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
+    ),
+    hook_imports_a_growing_transcript_and_leaves_a_half_written_line => remote_ignored(
+        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
+    ),
+    a_stop_before_the_answer_is_flushed_ends_no_turn => remote_ignored(
+        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
+    ),
+    a_hook_never_moves_a_conversation_back => remote_ignored(
+        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
+    ),
+    bad_hook_input_is_one_line_and_exit_1_never_2,
+    two_hooks_at_once_both_land => remote_ignored(
+        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
+    ),
+    hook_codex_imports_the_thread_the_notify_payload_names => remote_ignored(
+        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
+    ),
+    watch_follows_a_growing_transcript_and_new_files_and_stops_on_sigterm => remote_ignored(
+        "remote: import --watch refuses a remote store: its cursors live in a store directory (capture/)"
+    ),
+    export_into_claude_writes_a_session_claude_code_resumes,
+    export_into_codex_writes_a_rollout_codex_resumes,
+);
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -24,18 +57,24 @@ const CODEX_FILE: &str =
 const CODEX_THREAD: &str = "019e1625-789d-76c0-80ab-3724b5ddb799";
 const CODEX_NAME: &str = "codex-019e1625-789";
 
-fn sessctl(store: &Path, args: &[&str]) -> Run {
+fn sessctl<T: Target + ?Sized>(store: &T, args: &[&str]) -> Run {
     support::sessctl(store, args, None)
 }
 
 /// `sessctl` with extra environment (HOME, CODEX_HOME) and a working
 /// directory.
-fn sessctl_env(store: &Path, args: &[&str], env: &[(&str, &Path)], stdin: Option<&str>) -> Run {
+fn sessctl_env<T: Target + ?Sized>(
+    store: &T,
+    args: &[&str],
+    env: &[(&str, &Path)],
+    stdin: Option<&str>,
+) -> Run {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessctl"));
     cmd.arg("--store")
-        .arg(store)
+        .arg(store.arg())
         .args(args)
         .env_remove("SESSCTL_STORE")
+        .envs(store.env())
         .env_remove("CODEX_HOME")
         .env_remove("CLAUDE_CONFIG_DIR")
         .stdin(if stdin.is_some() {
@@ -77,7 +116,7 @@ fn init(store: &Path) {
 
 /// The messages of a conversation, one JSON value each (`None` when the
 /// store has no such conversation).
-fn messages(store: &Path, rev: &str) -> Option<Vec<Value>> {
+fn messages<T: Target + ?Sized>(store: &T, rev: &str) -> Option<Vec<Value>> {
     let r = sessctl(store, &["export", rev, "--format", "jsonl"]);
     (r.code == 0).then(|| {
         r.stdout
@@ -147,26 +186,24 @@ fn hook_json(transcript: &Path, event: &str) -> String {
     .to_string()
 }
 
-fn hook(store: &Path, stdin: &str) -> Run {
+fn hook<T: Target + ?Sized>(store: &T, stdin: &str) -> Run {
     support::sessctl(store, &["hook", "claude-code"], Some(stdin))
 }
 
-#[test]
-fn hook_claude_code_imports_the_transcript_with_its_subagents() {
+fn hook_claude_code_imports_the_transcript_with_its_subagents(s: &TestStore) {
     let Some(src) = data(CC_DIR) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let files = dir.path().join("p");
+    let dir = s.scratch();
+    let files = dir.as_path().join("p");
     copy_dir(&src, &files);
-    let store = dir.path().join("s");
-    init(&store);
+    let store = s;
     let transcript = files.join(format!("{CC_SESSION}.jsonl"));
     let r = hook(&store, &hook_json(&transcript, "Stop"));
     assert_eq!((r.code, r.stderr.as_str()), (0, ""));
     assert!(r.stdout.contains("new sessions"), "{}", r.stdout);
     // The same as importing the folder: the session and its subagents.
-    let all = dir.path().join("all");
+    let all = dir.as_path().join("all");
     init(&all);
     // A Stop hook: the turn has ended, as `import --finished` takes it.
     let i = sessctl(
@@ -180,7 +217,7 @@ fn hook_claude_code_imports_the_transcript_with_its_subagents() {
         ],
     );
     assert_eq!(i.code, 0, "{}", i.stderr);
-    let refs = |s: &Path| sessctl(s, &["for-each-ref"]).stdout;
+    let refs = |t: &dyn Target| sessctl(t, &["for-each-ref"]).stdout;
     assert_eq!(refs(&store), refs(&all));
     assert!(refs(&store).contains(".agent-"), "{}", refs(&store));
     // Again: nothing new, nothing printed, nothing written.
@@ -193,25 +230,23 @@ fn hook_claude_code_imports_the_transcript_with_its_subagents() {
     assert_eq!(sessctl(&store, &["reflog"]).stdout, ops);
 }
 
-#[test]
-fn hook_takes_the_subagents_under_the_session_folder() {
+fn hook_takes_the_subagents_under_the_session_folder(s: &TestStore) {
     let Some(src) = data("claude-code/claude/incremental-subagents") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let files = dir.path().join("p");
+    let dir = s.scratch();
+    let files = dir.as_path().join("p");
     copy_dir(&src, &files);
     copy_dir(
         &src.join("turn-2/subagents"),
         &files.join("turn-2/subagents"),
     );
-    let store = dir.path().join("s");
-    init(&store);
+    let store = s;
     let transcript = files.join("turn-2.jsonl");
     let payload = json!({"transcript_path": transcript, "hook_event_name": "SubagentStop"});
     let r = hook(&store, &payload.to_string());
     assert_eq!((r.code, r.stderr.as_str()), (0, ""));
-    let all = dir.path().join("all");
+    let all = dir.as_path().join("all");
     init(&all);
     let agent = files.join("turn-2/subagents/agent-a485154.jsonl");
     // SubagentStop says nothing of the main turn: an import without
@@ -227,11 +262,12 @@ fn hook_takes_the_subagents_under_the_session_folder() {
         ],
     );
     assert_eq!(i.code, 0, "{}", i.stderr);
-    let refs = |s: &Path| sessctl(s, &["for-each-ref"]).stdout;
+    let refs = |t: &dyn Target| sessctl(t, &["for-each-ref"]).stdout;
     assert_eq!(refs(&store), refs(&all));
     assert!(refs(&store).contains(".agent-"), "{}", refs(&store));
 }
 
+// Local only: copies the cursors a store directory keeps (capture/).
 #[test]
 fn a_cursor_is_never_trusted_over_the_store() {
     let Some(src) = data(CC_DIR) else {
@@ -255,14 +291,12 @@ fn a_cursor_is_never_trusted_over_the_store() {
     assert!(messages(&b, CC_NAME).is_some());
 }
 
-#[test]
-fn hook_imports_a_growing_transcript_and_leaves_a_half_written_line() {
+fn hook_imports_a_growing_transcript_and_leaves_a_half_written_line(s: &TestStore) {
     let Some(src) = data("claude-code/session-9eda1058.jsonl") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("s");
-    init(&store);
+    let dir = s.scratch();
+    let store = s;
     let text = std::fs::read_to_string(&src).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     let sid = lines
@@ -274,7 +308,7 @@ fn hook_imports_a_growing_transcript_and_leaves_a_half_written_line() {
         })
         .unwrap();
     let name = format!("cc-{}", &sid[..12]);
-    let transcript = dir.path().join("t.jsonl");
+    let transcript = dir.as_path().join("t.jsonl");
     let n = lines.len();
     for k in [n / 3, n / 2, n - 1, n] {
         // The first k lines and half of the next, as an agent leaves a
@@ -290,9 +324,9 @@ fn hook_imports_a_growing_transcript_and_leaves_a_half_written_line() {
             "hook_event_name": "PostToolUse", "cwd": "/x"});
         let r = hook(&store, &payload.to_string());
         assert_eq!((r.code, r.stderr.as_str()), (0, ""), "at {k} lines");
-        let prefix = dir.path().join("prefix.jsonl");
+        let prefix = dir.as_path().join("prefix.jsonl");
         std::fs::write(&prefix, lines[..k].join("\n") + "\n").unwrap();
-        let want = imported_messages(dir.path(), "claude-code", &[&prefix], &name, false);
+        let want = imported_messages(dir.as_path(), "claude-code", &[&prefix], &name, false);
         assert_eq!(messages(&store, &name), want, "at {k} lines");
     }
     // The session ends: its last turn lands too, whether or not the file
@@ -302,7 +336,7 @@ fn hook_imports_a_growing_transcript_and_leaves_a_half_written_line() {
         "last_assistant_message": last_answer(&transcript)});
     let r = hook(&store, &payload.to_string());
     assert_eq!((r.code, r.stderr.as_str()), (0, ""));
-    let want = imported_messages(dir.path(), "claude-code", &[&src], &name, true);
+    let want = imported_messages(dir.as_path(), "claude-code", &[&src], &name, true);
     assert!(want.is_some());
     assert_eq!(messages(&store, &name), want);
     let f = sessctl(&store, &["fsck"]);
@@ -312,18 +346,16 @@ fn hook_imports_a_growing_transcript_and_leaves_a_half_written_line() {
 /// Claude Code may fire Stop before the answer is in the file: the turn
 /// waits until the file holds the answer the payload names, and every move
 /// of the conversation is a fast-forward (`push` takes it).
-#[test]
-fn a_stop_before_the_answer_is_flushed_ends_no_turn() {
+fn a_stop_before_the_answer_is_flushed_ends_no_turn(s: &TestStore) {
     let Some(src) = data("claude-code/session-9eda1058.jsonl") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("s");
-    init(&store);
+    let dir = s.scratch();
+    let store = s;
     let text = std::fs::read_to_string(&src).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     let name = "cc-9eda1058-970";
-    let transcript = dir.path().join("t.jsonl");
+    let transcript = dir.as_path().join("t.jsonl");
     let answer = last_answer(&src);
     assert!(answer.is_some());
     let stop = |event: &str| {
@@ -338,10 +370,10 @@ fn a_stop_before_the_answer_is_flushed_ends_no_turn() {
             let r = hook(&store, &stop(event));
             assert_eq!((r.code, r.stderr.as_str()), (0, ""), "{event} at {k}");
         }
-        let prefix = dir.path().join("prefix.jsonl");
+        let prefix = dir.as_path().join("prefix.jsonl");
         std::fs::write(&prefix, lines[..k].join("\n") + "\n").unwrap();
         let want = imported_messages(
-            dir.path(),
+            dir.as_path(),
             "claude-code",
             &[&prefix],
             name,
@@ -365,18 +397,16 @@ fn a_stop_before_the_answer_is_flushed_ends_no_turn() {
 
 /// A hook never moves a conversation to a line that does not descend from
 /// it, even one an explicit `import --finished` ended early.
-#[test]
-fn a_hook_never_moves_a_conversation_back() {
+fn a_hook_never_moves_a_conversation_back(s: &TestStore) {
     let Some(src) = data("claude-code/session-9eda1058.jsonl") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("s");
-    init(&store);
+    let dir = s.scratch();
+    let store = s;
     let text = std::fs::read_to_string(&src).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     let name = "cc-9eda1058-970";
-    let transcript = dir.path().join("t.jsonl");
+    let transcript = dir.as_path().join("t.jsonl");
     std::fs::write(&transcript, lines[..29].join("\n") + "\n").unwrap();
     let t = transcript.to_str().unwrap();
     let i = sessctl(
@@ -398,9 +428,7 @@ fn a_hook_never_moves_a_conversation_back() {
     assert_eq!(r.code, 0, "{before} {after}");
 }
 
-#[test]
-fn bad_hook_input_is_one_line_and_exit_1_never_2() {
-    let (_d, store) = support::new_store();
+fn bad_hook_input_is_one_line_and_exit_1_never_2(store: &TestStore) {
     for (stdin, says) in [
         ("", "not valid JSON"),
         ("{not json", "not valid JSON"),
@@ -427,31 +455,32 @@ fn bad_hook_input_is_one_line_and_exit_1_never_2() {
     let r = support::sessctl(&store, &["hook", "claude-code", "--bogus"], Some("{}"));
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert_eq!(sessctl(&store, &["nonsense"]).code, 2);
-    // A store that is no store: exit 1.
-    let r = support::sessctl(
-        &store.join("nope"),
-        &["hook", "claude-code"],
-        Some(r#"{"transcript_path": "/etc/hostname"}"#),
-    );
-    assert_eq!(r.code, 1, "{}", r.stderr);
+    // A store that is no store (a directory that is none): exit 1.
+    if let Some(path) = store.path() {
+        let r = support::sessctl(
+            &path.join("nope"),
+            &["hook", "claude-code"],
+            Some(r#"{"transcript_path": "/etc/hostname"}"#),
+        );
+        assert_eq!(r.code, 1, "{}", r.stderr);
+    }
 }
 
-#[test]
-fn two_hooks_at_once_both_land() {
+fn two_hooks_at_once_both_land(s: &TestStore) {
     let Some(src) = data("claude-code") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let a = dir.path().join("session-9eda1058.jsonl");
-    let b = dir.path().join("session-196820da.jsonl");
+    let dir = s.scratch();
+    let a = dir.as_path().join("session-9eda1058.jsonl");
+    let b = dir.as_path().join("session-196820da.jsonl");
     std::fs::copy(src.join("session-9eda1058.jsonl"), &a).unwrap();
     std::fs::copy(src.join("session-196820da.jsonl"), &b).unwrap();
     // Stop: the turn ended, as `import --finished` (SubagentStop finishes
     // nothing, and Stop does not trust its cursor).
-    let want_a = imported_messages(dir.path(), "claude-code", &[&a], "cc-9eda1058-970", true);
+    let want_a = imported_messages(dir.as_path(), "claude-code", &[&a], "cc-9eda1058-970", true);
     assert!(want_a.is_some());
     let conv_b = {
-        let all = dir.path().join("names");
+        let all = dir.as_path().join("names");
         init(&all);
         sessctl(
             &all,
@@ -470,13 +499,15 @@ fn two_hooks_at_once_both_land() {
             .unwrap()
             .to_owned()
     };
-    let want_b = imported_messages(dir.path(), "claude-code", &[&b], &conv_b, true);
+    let want_b = imported_messages(dir.as_path(), "claude-code", &[&b], &conv_b, true);
     assert!(want_b.is_some());
-    let spawn = |store: &Path, t: &Path, event: &str| {
+    let spawn = |store: &TestStore, t: &Path, event: &str| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_sessctl"))
             .arg("--store")
-            .arg(store)
+            .arg(store.arg())
             .args(["hook", "claude-code"])
+            .env_remove("SESSCTL_STORE")
+            .envs(store.env())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -492,8 +523,8 @@ fn two_hooks_at_once_both_land() {
         c
     };
     for round in 0..12 {
-        let store = dir.path().join(format!("s{round}"));
-        init(&store);
+        // A new store each round, on the test's backend.
+        let store = s.another();
         // Two sessions' hooks, and the same session's Stop and
         // SubagentStop, all at once.
         let second = if round % 2 == 0 { &b } else { &a };
@@ -516,19 +547,17 @@ fn two_hooks_at_once_both_land() {
     }
 }
 
-#[test]
-fn hook_codex_imports_the_thread_the_notify_payload_names() {
+fn hook_codex_imports_the_thread_the_notify_payload_names(s: &TestStore) {
     let Some(src) = data(CODEX_FILE) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("codex");
+    let dir = s.scratch();
+    let home = dir.as_path().join("codex");
     let day = home.join("sessions/2026/05/11");
     std::fs::create_dir_all(&day).unwrap();
     let rollout = day.join(src.file_name().unwrap());
     std::fs::copy(&src, &rollout).unwrap();
-    let store = dir.path().join("s");
-    init(&store);
+    let store = s;
     let payload = json!({
         "type": "agent-turn-complete",
         "thread-id": CODEX_THREAD,
@@ -547,7 +576,7 @@ fn hook_codex_imports_the_thread_the_notify_payload_names() {
     assert_eq!((r.code, r.stderr.as_str()), (0, ""));
     // Codex notifies once a turn has completed, and the rollout marks it
     // (`task_complete`): as an import without --finished.
-    let want = imported_messages(dir.path(), "codex", &[&rollout], CODEX_NAME, false);
+    let want = imported_messages(dir.as_path(), "codex", &[&rollout], CODEX_NAME, false);
     assert!(want.is_some());
     assert_eq!(messages(&store, CODEX_NAME), want);
     // A thread it cannot find, and no payload: exit 1, one line.
@@ -568,20 +597,20 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-#[test]
-fn watch_follows_a_growing_transcript_and_new_files_and_stops_on_sigterm() {
+fn watch_follows_a_growing_transcript_and_new_files_and_stops_on_sigterm(s: &TestStore) {
     let Some(src) = data("claude-code") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("s");
-    init(&store);
-    let watched = dir.path().join("projects");
+    let dir = s.scratch();
+    let store = s;
+    let watched = dir.as_path().join("projects");
     std::fs::create_dir(&watched).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_sessctl"))
         .arg("--store")
-        .arg(&store)
+        .arg(store.arg())
         .args(["import", "--watch", "--from", "claude-code"])
+        .env_remove("SESSCTL_STORE")
+        .envs(store.env())
         .arg(&watched)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -607,11 +636,11 @@ fn watch_follows_a_growing_transcript_and_new_files_and_stops_on_sigterm() {
                 .unwrap();
         }
         f.flush().unwrap();
-        let prefix = dir.path().join("prefix.jsonl");
+        let prefix = dir.as_path().join("prefix.jsonl");
         std::fs::write(&prefix, lines[..k].join("\n") + "\n").unwrap();
         // The watcher imports as `import` does: a turn not ended waits.
         let want = imported_messages(
-            dir.path(),
+            dir.as_path(),
             "claude-code",
             &[&prefix],
             "cc-9eda1058-970",
@@ -632,7 +661,7 @@ fn watch_follows_a_growing_transcript_and_new_files_and_stops_on_sigterm() {
     let sub = watched.join("-tmp-private");
     copy_dir(&src.join("claude/-tmp-private"), &sub);
     let want = imported_messages(
-        dir.path(),
+        dir.as_path(),
         "claude-code",
         &[&sub.join(format!("{CC_SESSION}.jsonl"))],
         CC_NAME,
@@ -658,6 +687,7 @@ fn watch_follows_a_growing_transcript_and_new_files_and_stops_on_sigterm() {
     assert_eq!(fsck.code, 0, "{}", fsck.stdout);
 }
 
+// Local only: holds a store directory's LOCK file while the watcher writes.
 #[test]
 fn watch_retries_what_a_busy_store_refused() {
     let Some(src) = data("claude-code/session-9eda1058.jsonl") else {
@@ -746,14 +776,12 @@ fn without_session_id(mut v: Value) -> Value {
     v
 }
 
-#[test]
-fn export_into_claude_writes_a_session_claude_code_resumes() {
+fn export_into_claude_writes_a_session_claude_code_resumes(s: &TestStore) {
     let Some(src) = data(CC_DIR) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("s");
-    init(&store);
+    let dir = s.scratch();
+    let store = s;
     let r = sessctl(
         &store,
         &["import", "--from", "claude-code", src.to_str().unwrap()],
@@ -775,8 +803,8 @@ fn export_into_claude_writes_a_session_claude_code_resumes() {
         &["fork", CC_NAME, "--as", "f", "--at-message", "10"],
     );
     assert_eq!(fork.code, 0, "{}", fork.stderr);
-    let home = dir.path().join("home");
-    for (rev, into) in [("f", Some(dir.path().join("out"))), (CC_NAME, None)] {
+    let home = dir.as_path().join("home");
+    for (rev, into) in [("f", Some(dir.as_path().join("out"))), (CC_NAME, None)] {
         let mut args = vec!["export", rev, "--format", "claude-code", "--into-claude"];
         if let Some(d) = &into {
             args.push(d.to_str().unwrap());
@@ -809,7 +837,7 @@ fn export_into_claude_writes_a_session_claude_code_resumes() {
         }
         assert!(from_source >= 10, "{from_source}");
         // It imports back as the same messages, under the new id.
-        let back = dir.path().join(format!("back-{rev}"));
+        let back = dir.as_path().join(format!("back-{rev}"));
         init(&back);
         // A session written whole: its last turn has ended.
         let r = sessctl(
@@ -843,20 +871,18 @@ fn export_into_claude_writes_a_session_claude_code_resumes() {
     assert_eq!(r.code, 2, "{}", r.stderr);
 }
 
-#[test]
-fn export_into_codex_writes_a_rollout_codex_resumes() {
+fn export_into_codex_writes_a_rollout_codex_resumes(s: &TestStore) {
     let Some(src) = data(CODEX_FILE) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("s");
-    init(&store);
+    let dir = s.scratch();
+    let store = s;
     let r = sessctl(
         &store,
         &["import", "--from", "codex", src.to_str().unwrap()],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let home = dir.path().join("codex");
+    let home = dir.as_path().join("codex");
     let r = sessctl_env(
         &store,
         &["export", CODEX_NAME, "--format", "codex", "--into-codex"],
@@ -935,7 +961,7 @@ fn export_into_codex_writes_a_rollout_codex_resumes() {
         assert!(!written.to_string().contains("sessctl_blob"));
     }
     // It imports back as the same messages.
-    let back = dir.path().join("back");
+    let back = dir.as_path().join("back");
     init(&back);
     let r = sessctl(
         &back,
@@ -978,7 +1004,7 @@ fn export_into_codex_writes_a_rollout_codex_resumes() {
         .iter()
         .any(|l| l["payload"]["type"] == "function_call"));
     // And a Codex conversation to Claude Code, run where Codex ran.
-    let out = dir.path().join("cc");
+    let out = dir.as_path().join("cc");
     let r = sessctl(
         &store,
         &["export", CODEX_NAME, "--into-claude", out.to_str().unwrap()],

@@ -1,6 +1,13 @@
 //! Hostile input: files that lie about their sizes are refused with bounded
-//! memory, measured on the real binary as a child process.
+//! memory, measured on the real binary as a child process. The catalogue
+//! of hostile inputs runs on a local store and on a remote one
+//! (`name::local`, `name::remote`).
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+mod support;
+use support::{Target, TestStore};
+
+two_backends!(the_hostile_input_catalogue);
 
 use std::io::Write;
 use std::path::Path;
@@ -135,12 +142,32 @@ fn run_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Runs sessctl in the test's scratch directory on the store `s` (a
+/// directory or a URL); returns exit code, stdout, stderr.
+fn run_on(s: &TestStore, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sessctl"))
+        .current_dir(s.scratch())
+        .arg("--store")
+        .arg(s.arg())
+        .args(args)
+        .env_remove("SESSCTL_STORE")
+        .envs(s.env())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// What a user can see of the store's state: every ref and every ref-log
 /// entry.
-fn state(dir: &Path) -> (String, String) {
-    let (code, refs, err) = run_in(dir, &["for-each-ref"]);
+fn state(s: &TestStore) -> (String, String) {
+    let (code, refs, err) = run_on(s, &["for-each-ref"]);
     assert_eq!(code, 0, "{err}");
-    let (code, log, err) = run_in(dir, &["reflog", "--json"]);
+    let (code, log, err) = run_on(s, &["reflog", "--json"]);
     assert_eq!(code, 0, "{err}");
     (refs, log)
 }
@@ -148,19 +175,16 @@ fn state(dir: &Path) -> (String, String) {
 /// The catalogue of hostile inputs: each is refused with the exit code
 /// given (1: refused, 2: malformed on the command line, 3: corrupt data),
 /// never a panic, and leaves every ref, the ref log and fsck as they were.
-#[test]
-fn the_hostile_input_catalogue() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    assert_eq!(run_in(d, &["init"]).0, 0);
+fn the_hostile_input_catalogue(s: &TestStore) {
+    let d = &s.scratch();
     let write = |name: &str, bytes: &[u8]| std::fs::write(d.join(name), bytes).unwrap();
     write("turn.json", br#"[{"role":"user","content":"hi"}]"#);
     assert_eq!(
-        run_in(d, &["commit", "--new", "base", "--messages", "turn.json"]).0,
+        run_on(s, &["commit", "--new", "base", "--messages", "turn.json"]).0,
         0
     );
     assert_eq!(
-        run_in(d, &["commit", "base", "--messages", "turn.json"]).0,
+        run_on(s, &["commit", "base", "--messages", "turn.json"]).0,
         0
     );
 
@@ -234,14 +258,14 @@ fn the_hostile_input_catalogue() {
         (&["bundle", "unbundle", "random.bin"], 3),
         (&["bundle", "unbundle", "bomb.bundle"], 3),
     ];
-    let before = state(d);
+    let before = state(s);
     for (args, want) in cases {
-        let (code, _, err) = run_in(d, args);
+        let (code, _, err) = run_on(s, args);
         assert_eq!(code, *want, "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
         assert!(!err.trim().is_empty(), "{args:?} refused in silence");
-        assert_eq!(state(d), before, "{args:?} changed refs or the ref log");
-        let (fsck, _, problems) = run_in(d, &["fsck"]);
+        assert_eq!(state(s), before, "{args:?} changed refs or the ref log");
+        let (fsck, _, problems) = run_on(s, &["fsck"]);
         assert_eq!(fsck, 0, "{args:?} left fsck unclean: {problems}");
     }
 }
@@ -249,6 +273,7 @@ fn the_hostile_input_catalogue() {
 /// A store of a newer format is refused by every verb, readers and the `ls`
 /// shortcut included, with the message writers give; a FORMAT that says
 /// nothing sensible is damage (exit 3), never read as some default.
+// Local only: writes the FORMAT file of a store directory.
 #[test]
 fn every_verb_refuses_a_store_of_another_format() {
     let dir = tempfile::tempdir().unwrap();

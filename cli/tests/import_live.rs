@@ -2,27 +2,44 @@
 //! (`../shared/data`) as their agents write them: token usage carried into
 //! run summaries, format detection, files read while they grow (every
 //! prefix lands as the whole file does, every ref move a fast-forward),
-//! conversations the user continued, archived or removed.
+//! conversations the user continued, archived or removed. Each on a local
+//! store and on a remote one (`name::local`, `name::remote`); a store a
+//! test compares with is a local one.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod support;
 use support::data;
-use support::Run;
+use support::{Run, Target, TestStore};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-fn sessctl(store: &Path, args: &[&str]) -> Run {
+fn sessctl<T: Target + ?Sized>(store: &T, args: &[&str]) -> Run {
     support::sessctl(store, args, None)
 }
 
-fn ok(store: &Path, args: &[&str]) -> Run {
+fn ok<T: Target + ?Sized>(store: &T, args: &[&str]) -> Run {
     let r = sessctl(store, args);
     assert_eq!(r.code, 0, "sessctl {args:?}: {}{}", r.stdout, r.stderr);
     r
 }
+
+two_backends!(
+    token_totals_equal_the_sources_in_ls_log_and_show,
+    every_prefix_of_a_growing_file_lands_as_the_whole_file_does,
+    formats_are_detected_and_a_wrong_from_is_one_clear_error,
+    skipped_lines_name_their_line_and_say_invalid_json_once,
+    a_half_written_last_line_is_left_for_later_and_reported_once,
+    commit_usage_takes_anthropic_names,
+    a_conversation_continued_here_keeps_its_sessions_and_the_import_follows_name_imported,
+    a_renamed_conversation_is_followed_under_its_new_name,
+    archived_and_removed_conversations_stay_so,
+    imports_of_one_growing_file_at_once_all_land,
+    an_older_copy_of_a_file_moves_nothing_back,
+    a_conversation_compacted_here_keeps_its_compaction,
+);
 
 fn files_under(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {
@@ -129,14 +146,12 @@ fn source_tokens(format: &str, path: &Path) -> Tokens {
     }
 }
 
-#[test]
-fn token_totals_equal_the_sources_in_ls_log_and_show() {
+fn token_totals_equal_the_sources_in_ls_log_and_show(s: &TestStore) {
     let files = real_files();
     let mut nonzero = 0;
     for (format, path) in &files {
-        let dir = tempfile::tempdir().unwrap();
-        let store = dir.path().join("s");
-        ok(&store, &["init"]);
+        // A store of its own for each file, on the test's backend.
+        let store = s.another();
         let r = ok(
             &store,
             &["import", "--finished", "--json", path.to_str().unwrap()],
@@ -208,7 +223,7 @@ fn write_prefix(dir: &Path, path: &Path, bytes: &[u8], len: usize) -> PathBuf {
 
 /// Refs, the ids of every session they reach, and the conversations as
 /// `ls --json` shows them (records, counts, usage).
-fn state(store: &Path) -> (Vec<(String, String)>, BTreeSet<String>, Value) {
+fn state<T: Target + ?Sized>(store: &T) -> (Vec<(String, String)>, BTreeSet<String>, Value) {
     let refs = json(&ok(store, &["for-each-ref", "--json"]));
     let refs = refs
         .as_array()
@@ -241,7 +256,7 @@ fn state(store: &Path) -> (Vec<(String, String)>, BTreeSet<String>, Value) {
 
 /// Every move the ref log holds goes from a session to one descending
 /// from it; nothing was deleted.
-fn assert_fast_forwards(store: &Path, what: &str) {
+fn assert_fast_forwards<T: Target + ?Sized>(store: &T, what: &str) {
     let log = json(&ok(store, &["reflog", "--json"]));
     for e in log.as_array().unwrap() {
         let (old, new) = (&e["old"], &e["new"]);
@@ -253,16 +268,16 @@ fn assert_fast_forwards(store: &Path, what: &str) {
     }
 }
 
-#[test]
-fn every_prefix_of_a_growing_file_lands_as_the_whole_file_does() {
+fn every_prefix_of_a_growing_file_lands_as_the_whole_file_does(s: &TestStore) {
     for (format, path) in real_files() {
         let bytes = std::fs::read(&path).unwrap();
         let what = path.display().to_string();
         let dir = tempfile::tempdir().unwrap();
+        // The store the file grows into is on the test's backend; the one
+        // it is compared with is local.
         let whole_store = dir.path().join("whole");
-        let live_store = dir.path().join("live");
+        let live_store = s.another();
         ok(&whole_store, &["init"]);
-        ok(&live_store, &["init"]);
         let whole_dir = dir.path().join("w");
         let live_dir = dir.path().join("l");
         std::fs::create_dir(&whole_dir).unwrap();
@@ -273,8 +288,12 @@ fn every_prefix_of_a_growing_file_lands_as_the_whole_file_does() {
             &["import", "--from", format, f.to_str().unwrap()],
         );
         // Cut at every line end (a trajectory is one document: only at
-        // its end), and once in the middle of a line.
-        let mut cuts: Vec<usize> = if format == "swe-agent" {
+        // its end), and once in the middle of a line. On a remote store at
+        // every fourth line end: each import there is a process that reads
+        // the store from PostgreSQL and S3, and every line end of every
+        // file would add minutes to the suite.
+        let stride = if s.is_remote() { 4 } else { 1 };
+        let ends: Vec<usize> = if format == "swe-agent" {
             vec![bytes.len()]
         } else {
             (0..bytes.len())
@@ -282,10 +301,11 @@ fn every_prefix_of_a_growing_file_lands_as_the_whole_file_does() {
                 .map(|i| i + 1)
                 .collect()
         };
-        let mid = cuts.get(cuts.len() / 2).map_or(bytes.len() / 2, |&c| c - 1) / 2 + 1;
+        let mid = ends.get(ends.len() / 2).map_or(bytes.len() / 2, |&c| c - 1) / 2 + 1;
         let mid = (mid..bytes.len())
             .find(|&i| bytes[i - 1] != b'\n' && bytes[i] != b'\n')
             .unwrap();
+        let mut cuts: Vec<usize> = ends.into_iter().step_by(stride).collect();
         cuts.push(mid);
         cuts.sort_unstable();
         if cuts.last() != Some(&bytes.len()) {
@@ -310,14 +330,15 @@ fn every_prefix_of_a_growing_file_lands_as_the_whole_file_does() {
     }
 }
 
-/// A store, and a directory with copies of the real files named.
-fn store_and_copies(files: &[&str]) -> Option<(tempfile::TempDir, PathBuf, Vec<PathBuf>)> {
+/// The store `s`, and a directory with copies of the real files named.
+fn store_and_copies<'a>(
+    s: &'a TestStore,
+    files: &[&str],
+) -> Option<(PathBuf, &'a TestStore, Vec<PathBuf>)> {
     let src = data("")?;
     let mut copies = Vec::new();
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("s");
-    ok(&store, &["init"]);
-    let into = dir.path().join("in");
+    let dir = s.scratch();
+    let into = dir.join("in");
     std::fs::create_dir(&into).unwrap();
     for f in files {
         let p = src.join(f);
@@ -329,16 +350,15 @@ fn store_and_copies(files: &[&str]) -> Option<(tempfile::TempDir, PathBuf, Vec<P
         std::fs::copy(&p, &to).unwrap();
         copies.push(to);
     }
-    Some((dir, store, copies))
+    Some((dir, s, copies))
 }
 
 const CODEX: &str = "codex/rollout-2026-05-11T11-26-55-019e1625-789d-76c0-80ab-3724b5ddb799.jsonl";
 const CLAUDE: &str = "claude-code/session-9eda1058.jsonl";
 const SWE: &str = "swe-agent/trajectories/demonstrations/function_calling_simple.traj";
 
-#[test]
-fn formats_are_detected_and_a_wrong_from_is_one_clear_error() {
-    let Some((_d, store, files)) = store_and_copies(&[CODEX, CLAUDE, SWE]) else {
+fn formats_are_detected_and_a_wrong_from_is_one_clear_error(s: &TestStore) {
+    let Some((_d, store, files)) = store_and_copies(s, &[CODEX, CLAUDE, SWE]) else {
         return;
     };
     let p: Vec<&str> = files.iter().map(|f| f.to_str().unwrap()).collect();
@@ -412,7 +432,7 @@ fn formats_are_detected_and_a_wrong_from_is_one_clear_error() {
     assert!(again.stdout.contains("0 refs moved"), "{}", again.stdout);
     // Found in a directory, a file in no format is skipped and listed (exit
     // 1); the others are imported.
-    let (_d2, fresh) = support::new_store();
+    let fresh = s.another();
     let notes = files[0].with_file_name("settings.json");
     std::fs::write(&notes, "{\"theme\": \"dark\"}\n").unwrap();
     let r = sessctl(&fresh, &["import", dir]);
@@ -428,9 +448,8 @@ fn formats_are_detected_and_a_wrong_from_is_one_clear_error() {
     assert_eq!(ok(&fresh, &["ls"]).stdout.lines().count(), 4);
 }
 
-#[test]
-fn skipped_lines_name_their_line_and_say_invalid_json_once() {
-    let Some((_d, store, files)) = store_and_copies(&[CLAUDE, SWE]) else {
+fn skipped_lines_name_their_line_and_say_invalid_json_once(s: &TestStore) {
+    let Some((_d, store, files)) = store_and_copies(s, &[CLAUDE, SWE]) else {
         return;
     };
     let text = std::fs::read_to_string(&files[0]).unwrap();
@@ -463,9 +482,8 @@ fn skipped_lines_name_their_line_and_say_invalid_json_once() {
     );
 }
 
-#[test]
-fn a_half_written_last_line_is_left_for_later_and_reported_once() {
-    let Some((_d, store, files)) = store_and_copies(&[CODEX]) else {
+fn a_half_written_last_line_is_left_for_later_and_reported_once(s: &TestStore) {
+    let Some((_d, store, files)) = store_and_copies(s, &[CODEX]) else {
         return;
     };
     let whole = std::fs::read(&files[0]).unwrap();
@@ -489,9 +507,7 @@ fn a_half_written_last_line_is_left_for_later_and_reported_once() {
     assert_fast_forwards(&store, f);
 }
 
-#[test]
-fn commit_usage_takes_anthropic_names() {
-    let (_d, store) = support::new_store();
+fn commit_usage_takes_anthropic_names(store: &TestStore) {
     let dir = tempfile::tempdir().unwrap();
     let m = dir.path().join("m.json");
     std::fs::write(&m, r#"[{"role": "user", "content": "hi"}]"#).unwrap();
@@ -553,17 +569,21 @@ fn commit_usage_takes_anthropic_names() {
 }
 
 /// The head of `name`, or `None`.
-fn head(store: &Path, name: &str) -> Option<String> {
+fn head<T: Target + ?Sized>(store: &T, name: &str) -> Option<String> {
     let r = sessctl(store, &["rev-parse", name]);
     (r.code == 0).then(|| r.stdout.trim().to_owned())
 }
 
-#[test]
-fn a_conversation_continued_here_keeps_its_sessions_and_the_import_follows_name_imported() {
-    let Some((_d, store, files)) = store_and_copies(&[
-        "claude-code/claude/incremental-simple/turn-1.jsonl",
-        "claude-code/claude/incremental-simple/turn-2.jsonl",
-    ]) else {
+fn a_conversation_continued_here_keeps_its_sessions_and_the_import_follows_name_imported(
+    s: &TestStore,
+) {
+    let Some((_d, store, files)) = store_and_copies(
+        s,
+        &[
+            "claude-code/claude/incremental-simple/turn-1.jsonl",
+            "claude-code/claude/incremental-simple/turn-2.jsonl",
+        ],
+    ) else {
         return;
     };
     // The same session read twice, as a live file: turn-1 then turn-2.
@@ -603,9 +623,8 @@ fn a_conversation_continued_here_keeps_its_sessions_and_the_import_follows_name_
 
 /// A conversation the user renamed goes on growing under its new name, by
 /// fast-forwards, as it would have under the old one.
-#[test]
-fn a_renamed_conversation_is_followed_under_its_new_name() {
-    let Some((_d, store, files)) = store_and_copies(&[CLAUDE]) else {
+fn a_renamed_conversation_is_followed_under_its_new_name(s: &TestStore) {
+    let Some((_d, store, files)) = store_and_copies(s, &[CLAUDE]) else {
         return;
     };
     let bytes = std::fs::read(&files[0]).unwrap();
@@ -632,9 +651,8 @@ fn a_renamed_conversation_is_followed_under_its_new_name() {
     assert_eq!(Some(after), head(&fresh, "cc-9eda1058-970"));
 }
 
-#[test]
-fn archived_and_removed_conversations_stay_so() {
-    let Some((_d, store, files)) = store_and_copies(&[CLAUDE, CODEX]) else {
+fn archived_and_removed_conversations_stay_so(s: &TestStore) {
+    let Some((_d, store, files)) = store_and_copies(s, &[CLAUDE, CODEX]) else {
         return;
     };
     let (cc, codex) = (files[0].to_str().unwrap(), files[1].to_str().unwrap());
@@ -656,9 +674,8 @@ fn archived_and_removed_conversations_stay_so() {
     assert_eq!(r.stderr, "");
 }
 
-#[test]
-fn imports_of_one_growing_file_at_once_all_land() {
-    let Some((_d, store, files)) = store_and_copies(&[CLAUDE]) else {
+fn imports_of_one_growing_file_at_once_all_land(s: &TestStore) {
+    let Some((_d, store, files)) = store_and_copies(s, &[CLAUDE]) else {
         return;
     };
     let whole = std::fs::read(&files[0]).unwrap();
@@ -675,9 +692,10 @@ fn imports_of_one_growing_file_at_once_all_land() {
             .map(|_| {
                 std::process::Command::new(env!("CARGO_BIN_EXE_sessctl"))
                     .arg("--store")
-                    .arg(&store)
+                    .arg(store.arg())
                     .args(["import", files[0].to_str().unwrap()])
                     .env_remove("SESSCTL_STORE")
+                    .envs(store.env())
                     .stdout(std::process::Stdio::piped())
                     .stderr(std::process::Stdio::piped())
                     .spawn()
@@ -697,12 +715,14 @@ fn imports_of_one_growing_file_at_once_all_land() {
     assert_fast_forwards(&store, "concurrent imports");
 }
 
-#[test]
-fn an_older_copy_of_a_file_moves_nothing_back() {
-    let Some((_d, store, files)) = store_and_copies(&[
-        "claude-code/claude/incremental-simple/turn-1.jsonl",
-        "claude-code/claude/incremental-simple/turn-2.jsonl",
-    ]) else {
+fn an_older_copy_of_a_file_moves_nothing_back(s: &TestStore) {
+    let Some((_d, store, files)) = store_and_copies(
+        s,
+        &[
+            "claude-code/claude/incremental-simple/turn-1.jsonl",
+            "claude-code/claude/incremental-simple/turn-2.jsonl",
+        ],
+    ) else {
         return;
     };
     let live = files[0].with_file_name("live.jsonl");
@@ -717,12 +737,14 @@ fn an_older_copy_of_a_file_moves_nothing_back() {
     assert_eq!(state(&store), before);
 }
 
-#[test]
-fn a_conversation_compacted_here_keeps_its_compaction() {
-    let Some((_d, store, files)) = store_and_copies(&[
-        "claude-code/claude/incremental-simple/turn-1.jsonl",
-        "claude-code/claude/incremental-simple/turn-2.jsonl",
-    ]) else {
+fn a_conversation_compacted_here_keeps_its_compaction(s: &TestStore) {
+    let Some((_d, store, files)) = store_and_copies(
+        s,
+        &[
+            "claude-code/claude/incremental-simple/turn-1.jsonl",
+            "claude-code/claude/incremental-simple/turn-2.jsonl",
+        ],
+    ) else {
         return;
     };
     let live = files[0].with_file_name("live.jsonl");

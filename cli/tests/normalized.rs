@@ -4,10 +4,22 @@
 //! `ls` read as conversations, `replay` counts a Codex rollout's answers and
 //! tool calls, `resume` counts roles, and `checkout -o` writes a
 //! `message_history` an OpenAI-compatible chat API accepts.
+//! Each on a local store and on a remote one (`name::local`,
+//! `name::remote`).
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod support;
-use support::Run;
+use support::{Run, Target, TestStore};
+
+two_backends!(
+    show_log_and_ls_read_every_codex_and_claude_code_session,
+    only_a_summary_of_its_own_messages_titles_a_conversation,
+    replay_of_a_codex_rollout_reports_its_answers_and_tool_calls,
+    checkout_output_is_a_history_a_chat_api_accepts,
+    checkout_output_of_every_swe_agent_trajectory_is_a_history_a_chat_api_accepts,
+    a_session_without_times_sorts_by_when_it_was_imported,
+    large_source_fields_are_blobs_and_ls_json_stays_small,
+);
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -16,19 +28,19 @@ use serde_json::Value;
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data");
 
-fn sessctl(store: &Path, args: &[&str]) -> Run {
+fn sessctl<T: Target + ?Sized>(store: &T, args: &[&str]) -> Run {
     support::sessctl(store, args, None)
 }
 
-fn ok(store: &Path, args: &[&str]) -> String {
+fn ok<T: Target + ?Sized>(store: &T, args: &[&str]) -> String {
     let r = sessctl(store, args);
     assert_eq!(r.code, 0, "sessctl {args:?}: {}", r.stderr);
     r.stdout
 }
 
-/// A store holding the Codex and Claude Code files imported; `None` when
-/// the data is absent.
-fn imported() -> Option<(tempfile::TempDir, PathBuf)> {
+/// The Codex and Claude Code files imported into `store`; `None` when the
+/// data is absent.
+fn imported(store: &TestStore) -> Option<(PathBuf, &TestStore)> {
     let data = Path::new(DATA);
     for sub in ["codex", "claude-code"] {
         if !data.join(sub).exists() {
@@ -36,19 +48,18 @@ fn imported() -> Option<(tempfile::TempDir, PathBuf)> {
             return None;
         }
     }
-    let (dir, store) = support::new_store();
     for (format, sub) in [("codex", "codex"), ("claude-code", "claude-code")] {
         let p = data.join(sub);
         ok(
-            &store,
+            store,
             &["import", "--from", format, "--no-sync", p.to_str().unwrap()],
         );
     }
-    Some((dir, store))
+    Some((store.scratch(), store))
 }
 
 /// Conversations of `ls --json` whose name starts with `prefix`.
-fn conversations(store: &Path, prefix: &str) -> Vec<Value> {
+fn conversations<T: Target + ?Sized>(store: &T, prefix: &str) -> Vec<Value> {
     let all: Value = serde_json::from_str(&ok(store, &["ls", "--json"])).unwrap();
     all.as_array()
         .unwrap()
@@ -97,9 +108,8 @@ fn assert_no_meta(text: &str, what: &str) {
     );
 }
 
-#[test]
-fn show_log_and_ls_read_every_codex_and_claude_code_session() {
-    let Some((_dir, store)) = imported() else {
+fn show_log_and_ls_read_every_codex_and_claude_code_session(s: &TestStore) {
+    let Some((_dir, store)) = imported(s) else {
         return;
     };
     let roles: BTreeSet<&str> = ["system", "user", "assistant", "tool"].into();
@@ -160,9 +170,8 @@ fn show_log_and_ls_read_every_codex_and_claude_code_session() {
     assert_no_meta(&table, "ls");
 }
 
-#[test]
-fn only_a_summary_of_its_own_messages_titles_a_conversation() {
-    let Some((_dir, store)) = imported() else {
+fn only_a_summary_of_its_own_messages_titles_a_conversation(s: &TestStore) {
+    let Some((_dir, store)) = imported(s) else {
         return;
     };
     let c = &conversations(&store, "cc-9eda1058")[0];
@@ -197,9 +206,8 @@ fn rollout_counts(file: &Path) -> (usize, usize) {
     (calls, answers)
 }
 
-#[test]
-fn replay_of_a_codex_rollout_reports_its_answers_and_tool_calls() {
-    let Some((_dir, store)) = imported() else {
+fn replay_of_a_codex_rollout_reports_its_answers_and_tool_calls(s: &TestStore) {
+    let Some((_dir, store)) = imported(s) else {
         return;
     };
     let mut files: Vec<PathBuf> = std::fs::read_dir(Path::new(DATA).join("codex"))
@@ -339,16 +347,15 @@ fn check_openai_chat(messages: &Value) {
     assert!(open.is_empty(), "calls {open:?} are not answered");
 }
 
-#[test]
-fn checkout_output_is_a_history_a_chat_api_accepts() {
-    let Some((dir, store)) = imported() else {
+fn checkout_output_is_a_history_a_chat_api_accepts(s: &TestStore) {
+    let Some((dir, store)) = imported(s) else {
         return;
     };
     let mut convs = conversations(&store, "codex-");
     convs.extend(conversations(&store, "cc-"));
     for c in convs {
         let name = c["name"].as_str().unwrap();
-        let out = dir.path().join("seed").join(name);
+        let out = dir.as_path().join("seed").join(name);
         let said = ok(&store, &["checkout", name, "-o", out.to_str().unwrap()]);
         let o = out.display();
         assert_eq!(
@@ -387,14 +394,13 @@ fn checkout_output_is_a_history_a_chat_api_accepts() {
 /// `thought`, `action`, `tool_call_ids`): `checkout -o` converts them too,
 /// for every trajectory, and `export --format openai` keeps only the keys
 /// an API takes.
-#[test]
-fn checkout_output_of_every_swe_agent_trajectory_is_a_history_a_chat_api_accepts() {
+fn checkout_output_of_every_swe_agent_trajectory_is_a_history_a_chat_api_accepts(s: &TestStore) {
     let src = Path::new(DATA).join("swe-agent");
     if !src.exists() {
         eprintln!("note: {} is absent; skipping", src.display());
         return;
     }
-    let (dir, store) = support::new_store();
+    let (dir, store) = (s.scratch(), s);
     ok(
         &store,
         &[
@@ -409,7 +415,7 @@ fn checkout_output_of_every_swe_agent_trajectory_is_a_history_a_chat_api_accepts
     assert!(convs.len() > 1, "{convs:?}");
     for c in convs {
         let name = c["name"].as_str().unwrap();
-        let out = dir.path().join("seed").join(name);
+        let out = dir.as_path().join("seed").join(name);
         ok(&store, &["checkout", name, "-o", out.to_str().unwrap()]);
         let state: Value =
             serde_json::from_str(&std::fs::read_to_string(out.join("state.json")).unwrap())
@@ -432,15 +438,14 @@ fn checkout_output_of_every_swe_agent_trajectory_is_a_history_a_chat_api_accepts
     }
 }
 
-#[test]
-fn a_session_without_times_sorts_by_when_it_was_imported() {
+fn a_session_without_times_sorts_by_when_it_was_imported(s: &TestStore) {
     let src =
         Path::new(DATA).join("swe-agent/trajectories/demonstrations/function_calling_simple.traj");
     if !src.exists() {
         eprintln!("note: {} is absent; skipping", src.display());
         return;
     }
-    let (_dir, store) = support::new_store();
+    let store = s;
     let before = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -469,14 +474,13 @@ fn a_session_without_times_sorts_by_when_it_was_imported() {
     assert!(shown.contains("-> "), "{shown}");
 }
 
-#[test]
-fn large_source_fields_are_blobs_and_ls_json_stays_small() {
+fn large_source_fields_are_blobs_and_ls_json_stays_small(s: &TestStore) {
     let src = Path::new(DATA).join("codex");
     if !src.exists() {
         eprintln!("note: {} is absent; skipping", src.display());
         return;
     }
-    let (dir, store) = support::new_store();
+    let (dir, store) = (s.scratch(), s);
     ok(
         &store,
         &[
@@ -520,10 +524,11 @@ fn large_source_fields_are_blobs_and_ls_json_stays_small() {
         // gc keeps it; a clone carries it.
         ok(&store, &["gc", "--prune", "now"]);
         assert_eq!(ok(&store, &["cat-object", "-t", id]), "blob\n");
-        let copy = dir.path().join(format!("copy-{id}"));
+        let copy = dir.as_path().join(format!("copy-{id}"));
+        let from = store.arg();
         ok(
             &store,
-            &["clone", store.to_str().unwrap(), copy.to_str().unwrap()],
+            &["clone", from.to_str().unwrap(), copy.to_str().unwrap()],
         );
         assert_eq!(ok(&copy, &["cat-object", "-t", id]), "blob\n");
     }

@@ -2,23 +2,35 @@
 //! holds it, `gc --prune=now --expire-reflog=now` drops the old objects,
 //! and no byte of it is left anywhere in the store directory, zstd frames
 //! decompressed; `reflog expire` and `gc --dry-run --why` on their own.
+//! Each on a local store and on a remote one (`name::local`,
+//! `name::remote`); the byte searches of the store directory are the local
+//! store's only (a remote store's bytes are PostgreSQL's and S3's).
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod support;
-use support::{new_store, sessctl};
+use support::{sessctl, Target, TestStore};
 
 use std::path::Path;
+
+two_backends!(
+    a_redacted_secret_leaves_no_byte_in_the_store,
+    reflog_expire_hides_old_entries_and_keeps_chains_whole,
+    redact_on_chosen_refs_warns_of_the_others_and_never_echoes_the_pattern,
+    redact_refused_by_a_run_in_progress_says_nothing_was_rewritten,
+    redact_names_operations_that_keep_an_earlier_title,
+    redact_reaches_a_records_large_fields,
+);
 
 const SECRET: &str = "sk-live-4f9a8B7c6D5e4F3a2B1c";
 const PATTERN: &str = "sk-live-[A-Za-z0-9]+";
 
-fn ok(store: &Path, args: &[&str], stdin: Option<&str>) -> String {
+fn ok<T: Target + ?Sized>(store: &T, args: &[&str], stdin: Option<&str>) -> String {
     let r = sessctl(store, args, stdin);
     assert_eq!(r.code, 0, "sessctl {args:?}: {}", r.stderr);
     r.stdout
 }
 
-fn commit(store: &Path, args: &[&str], messages: &serde_json::Value) -> String {
+fn commit<T: Target + ?Sized>(store: &T, args: &[&str], messages: &serde_json::Value) -> String {
     let mut a = vec!["commit"];
     a.extend_from_slice(args);
     a.extend_from_slice(&["--messages", "-"]);
@@ -91,7 +103,7 @@ fn zstd_frames_in(dir: &Path) -> usize {
 }
 
 /// Per conversation (`ls --all --json`): sessions, messages and usage.
-fn figures(store: &Path) -> Vec<(String, serde_json::Value)> {
+fn figures<T: Target + ?Sized>(store: &T) -> Vec<(String, serde_json::Value)> {
     let out = ok(store, &["ls", "--all", "--json"], None);
     let items: Vec<serde_json::Value> = match serde_json::from_str(&out) {
         Ok(serde_json::Value::Array(a)) => a,
@@ -113,9 +125,7 @@ fn figures(store: &Path) -> Vec<(String, serde_json::Value)> {
     v
 }
 
-#[test]
-fn a_redacted_secret_leaves_no_byte_in_the_store() {
-    let (_d, s) = new_store();
+fn a_redacted_secret_leaves_no_byte_in_the_store(s: &TestStore) {
     // Conversations that never saw the secret.
     commit(
         &s,
@@ -203,13 +213,17 @@ fn a_redacted_secret_leaves_no_byte_in_the_store() {
     // The search can fail: the secret is there, in the journal, raw and
     // compressed; and after a repack inside a pack's zstd frames, and in
     // the index table it writes (leak2's preview).
-    let before = occurrences(&s, SECRET.as_bytes());
-    assert!(before.iter().any(|h| h.contains("journal")), "{before:?}");
+    if let Some(dir) = s.path() {
+        let before = occurrences(dir, SECRET.as_bytes());
+        assert!(before.iter().any(|h| h.contains("journal")), "{before:?}");
+    }
     ok(&s, &["repack"], None);
-    let packed = occurrences(&s, SECRET.as_bytes());
-    assert!(packed.iter().any(|h| h.contains(".pack@")), "{packed:?}");
-    assert!(packed.iter().any(|h| h.ends_with(".sit")), "{packed:?}");
-    assert!(zstd_frames_in(&s.join("packs")) > 0);
+    if let Some(dir) = s.path() {
+        let packed = occurrences(dir, SECRET.as_bytes());
+        assert!(packed.iter().any(|h| h.contains(".pack@")), "{packed:?}");
+        assert!(packed.iter().any(|h| h.ends_with(".sit")), "{packed:?}");
+        assert!(zstd_frames_in(&dir.join("packs")) > 0);
+    }
 
     // A dry run lists and writes nothing.
     let reflog_before = ok(&s, &["reflog"], None);
@@ -303,9 +317,11 @@ fn a_redacted_secret_leaves_no_byte_in_the_store() {
     assert_eq!(r.code, 1, "{}", r.stdout);
     let why = ok(&s, &["gc", "--dry-run", "--why", &root], None);
     assert!(why.contains("is reachable:\n  ref refs/"), "{why}");
-    let hits = occurrences(&s, SECRET.as_bytes());
-    assert_eq!(hits, Vec::<String>::new());
-    assert_eq!(occurrences(&s, b"sk-live"), Vec::<String>::new());
+    if let Some(dir) = s.path() {
+        let hits = occurrences(dir, SECRET.as_bytes());
+        assert_eq!(hits, Vec::<String>::new());
+        assert_eq!(occurrences(dir, b"sk-live"), Vec::<String>::new());
+    }
     // Every other conversation reads the same, and the store is clean.
     let export_after: Vec<String> = ["clean", "other"]
         .iter()
@@ -316,14 +332,14 @@ fn a_redacted_secret_leaves_no_byte_in_the_store() {
     assert_eq!((r.code, r.stdout.as_str()), (0, ""), "{}", r.stderr);
     // A reindex from the operations brings nothing back.
     ok(&s, &["reindex"], None);
-    assert_eq!(occurrences(&s, b"sk-live"), Vec::<String>::new());
+    if let Some(dir) = s.path() {
+        assert_eq!(occurrences(dir, b"sk-live"), Vec::<String>::new());
+    }
     let ls = ok(&s, &["ls", "--all"], None);
     assert!(ls.contains("clean") && ls.contains("leakfork"), "{ls}");
 }
 
-#[test]
-fn reflog_expire_hides_old_entries_and_keeps_chains_whole() {
-    let (_d, s) = new_store();
+fn reflog_expire_hides_old_entries_and_keeps_chains_whole(s: &TestStore) {
     commit(
         &s,
         &["--new", "a"],
@@ -410,9 +426,7 @@ fn reflog_expire_hides_old_entries_and_keeps_chains_whole() {
     assert!(why.contains("  ref refs/heads/a\n  -> session "), "{why}");
 }
 
-#[test]
-fn redact_on_chosen_refs_warns_of_the_others_and_never_echoes_the_pattern() {
-    let (_d, s) = new_store();
+fn redact_on_chosen_refs_warns_of_the_others_and_never_echoes_the_pattern(s: &TestStore) {
     commit(
         &s,
         &["--new", "a"],
@@ -478,16 +492,14 @@ fn redact_on_chosen_refs_warns_of_the_others_and_never_echoes_the_pattern() {
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
 
-#[test]
-fn redact_refused_by_a_run_in_progress_says_nothing_was_rewritten() {
-    let (_d, s) = new_store();
+fn redact_refused_by_a_run_in_progress_says_nothing_was_rewritten(s: &TestStore) {
     commit(
         &s,
         &["--new", "busy"],
         &serde_json::json!([user(&format!("key {SECRET}"))]),
     );
     // This test process holds a run on it (and stays alive).
-    let store = sessctl_store::Store::open(&s, &sessctl_store::OpenOptions::default()).unwrap();
+    let store = s.library();
     let run = store.begin_run("busy").unwrap();
     let r = sessctl(&s, &["redact", PATTERN], None);
     assert_eq!(r.code, 1, "{}", r.stderr);
@@ -503,9 +515,7 @@ fn redact_refused_by_a_run_in_progress_says_nothing_was_rewritten() {
     ok(&s, &["redact", PATTERN], None);
 }
 
-#[test]
-fn redact_names_operations_that_keep_an_earlier_title() {
-    let (_d, s) = new_store();
+fn redact_names_operations_that_keep_an_earlier_title(s: &TestStore) {
     // The title held the secret, and was changed later: the current record
     // is clean, the operation that set the first title is not.
     commit(
@@ -554,19 +564,20 @@ fn redact_names_operations_that_keep_an_earlier_title() {
         r.stderr
     );
     ok(&s, &["gc", "--prune=now", "--expire-reflog=now"], None);
-    let hits = occurrences(&s, SECRET.as_bytes());
-    assert!(!hits.is_empty());
-    assert!(
-        hits.iter()
-            .all(|h| h.contains("journal") || h.contains("oplog")),
-        "{hits:?}"
-    );
+    if let Some(dir) = s.path() {
+        let hits = occurrences(dir, SECRET.as_bytes());
+        assert!(!hits.is_empty());
+        assert!(
+            hits.iter()
+                .all(|h| h.contains("journal") || h.contains("oplog")),
+            "{hits:?}"
+        );
+    }
 }
 
 /// A record's large field (Codex's base_instructions) is a blob the record
 /// names: redact rewrites it too, and after gc no byte of it is left.
-#[test]
-fn redact_reaches_a_records_large_fields() {
+fn redact_reaches_a_records_large_fields(s: &TestStore) {
     let src = Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../shared/data/codex"
@@ -576,9 +587,8 @@ fn redact_reaches_a_records_large_fields() {
         eprintln!("note: {} is absent; skipping", src.display());
         return;
     }
-    let (_d, s) = new_store();
     let text = std::fs::read_to_string(&src).unwrap();
-    let copy = s.parent().unwrap().join("rollout.jsonl");
+    let copy = s.scratch().join("rollout.jsonl");
     std::fs::write(&copy, &text).unwrap();
     ok(
         &s,
@@ -587,7 +597,9 @@ fn redact_reaches_a_records_large_fields() {
     );
     std::fs::remove_file(&copy).unwrap();
     let needle = b"vivid inner life";
-    assert!(!occurrences(&s, needle).is_empty());
+    if let Some(dir) = s.path() {
+        assert!(!occurrences(dir, needle).is_empty());
+    }
     let r = sessctl(&s, &["redact", "vivid inner life"], None);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(!r.stdout.contains("no match"), "{}", r.stdout);
@@ -599,7 +611,9 @@ fn redact_reaches_a_records_large_fields() {
     assert!(exported.contains("[REDACTED]"), "{exported}");
     assert!(!exported.contains("vivid inner life"));
     ok(&s, &["gc", "--prune=now", "--expire-reflog=now"], None);
-    assert_eq!(occurrences(&s, needle), Vec::<String>::new());
+    if let Some(dir) = s.path() {
+        assert_eq!(occurrences(dir, needle), Vec::<String>::new());
+    }
     let r = sessctl(&s, &["fsck", "--full"], None);
     assert_eq!((r.code, r.stdout.as_str()), (0, ""), "{}", r.stderr);
 }

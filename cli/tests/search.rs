@@ -2,27 +2,47 @@
 //! the real binary on temporary stores: a native store with a fork and an
 //! archived conversation, a Claude Code file written here (known times,
 //! usage, model, tool calls), and the real files of `../shared/data`.
+//! Each on a local store and on a remote one (`name::local`,
+//! `name::remote`).
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod support;
-use support::{new_store, sessctl, Run};
+use support::{sessctl, Run, Target, TestStore};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
+two_backends!(
+    grep_reports_a_shared_message_once_per_conversation,
+    grep_searches_tool_calls_results_and_each_matching_line,
+    grep_ignore_case_role_and_revisions,
+    grep_lists_and_json,
+    bad_patterns_times_and_revisions_are_usage_errors,
+    log_grep_shows_the_sessions_that_added_a_match,
+    log_since_until_and_author,
+    log_graph_draws_the_filtered_sessions_joined_up,
+    ls_filters_by_source_cwd_since_and_grep,
+    ls_grep_matches_titles,
+    stats_totals_groups_and_tool_calls,
+    grep_and_stats_on_real_claude_code_files,
+    stats_on_real_codex_files_match_their_token_counts,
+    grep_ls_and_log_find_what_came_before_a_compaction,
+    stats_count_a_compaction_once,
+);
+
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data");
 
 /// Runs a command that must succeed silently on stderr; returns stdout.
-fn ok(store: &Path, args: &[&str]) -> String {
+fn ok<T: Target + ?Sized>(store: &T, args: &[&str]) -> String {
     let r = sessctl(store, args, None);
     assert_eq!((r.code, r.stderr.as_str()), (0, ""), "{args:?}");
     r.stdout
 }
 
 /// Runs a command that must fail with `code` and one line on stderr.
-fn fails(store: &Path, args: &[&str], code: i32) -> String {
+fn fails<T: Target + ?Sized>(store: &T, args: &[&str], code: i32) -> String {
     let r = sessctl(store, args, None);
     assert_eq!(r.code, code, "{args:?}: {}{}", r.stdout, r.stderr);
     assert_eq!(r.stdout, "", "{args:?}");
@@ -32,12 +52,13 @@ fn fails(store: &Path, args: &[&str], code: i32) -> String {
 }
 
 /// A write as `actor` (the ref log's actor comes from $SESSCTL_ACTOR).
-fn as_actor(store: &Path, actor: &str, args: &[&str], stdin: &str) -> String {
+fn as_actor<T: Target + ?Sized>(store: &T, actor: &str, args: &[&str], stdin: &str) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_sessctl"))
         .arg("--store")
-        .arg(store)
+        .arg(store.arg())
         .args(args)
         .env_remove("SESSCTL_STORE")
+        .envs(store.env())
         .env("SESSCTL_ACTOR", actor)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -63,17 +84,18 @@ fn as_actor(store: &Path, actor: &str, args: &[&str], stdin: &str) -> String {
 /// - `retry` (by bob): a fork of fix at message 2, plus "Try again with a
 ///   Mutex" (actor metadata agent-7).
 /// - `old`: archived.
-struct Native {
-    _dir: tempfile::TempDir,
-    store: PathBuf,
+struct Native<'a> {
+    /// The test's own files' directory.
+    dir: PathBuf,
+    store: &'a TestStore,
     /// fix's root session (it added messages 0..4).
     root: String,
     /// retry's head.
     retry: String,
 }
 
-fn native() -> Native {
-    let (dir, store) = new_store();
+fn native(store: &TestStore) -> Native<'_> {
+    let dir = store.scratch();
     let first = json!([
         {"role": "user", "content": "Fix the flaky test in parser.rs"},
         {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
@@ -130,7 +152,7 @@ fn native() -> Native {
     );
     ok(&store, &["archive", "old"]);
     Native {
-        _dir: dir,
+        dir,
         store,
         root,
         retry,
@@ -171,9 +193,9 @@ fn claude_file(dir: &Path) -> PathBuf {
 }
 
 /// The native store plus the Claude Code file imported (`cc-aaaabbbb-111`).
-fn mixed() -> Native {
-    let n = native();
-    let src = claude_file(n._dir.path());
+fn mixed(store: &TestStore) -> Native<'_> {
+    let n = native(store);
+    let src = claude_file(&n.dir);
     let r = sessctl(
         &n.store,
         &[
@@ -199,9 +221,8 @@ fn lines(s: &str) -> Vec<&str> {
 
 // ---- grep ----
 
-#[test]
-fn grep_reports_a_shared_message_once_per_conversation() {
-    let n = native();
+fn grep_reports_a_shared_message_once_per_conversation(s: &TestStore) {
+    let n = native(s);
     let out = ok(&n.store, &["grep", "flaky"]);
     let s = short(&n.root);
     // Message 0 is in fix's history and, through the fork, in retry's: once
@@ -223,9 +244,8 @@ fn grep_reports_a_shared_message_once_per_conversation() {
     );
 }
 
-#[test]
-fn grep_searches_tool_calls_results_and_each_matching_line() {
-    let n = native();
+fn grep_searches_tool_calls_results_and_each_matching_line(s: &TestStore) {
+    let n = native(s);
     let s = short(&n.root);
     let out = ok(&n.store, &["grep", "parser\\.rs", "fix"]);
     assert_eq!(
@@ -248,9 +268,8 @@ fn grep_searches_tool_calls_results_and_each_matching_line() {
     assert_eq!(out, format!("fix:{s}:3:assistant:is fixed\n"));
 }
 
-#[test]
-fn grep_ignore_case_role_and_revisions() {
-    let n = native();
+fn grep_ignore_case_role_and_revisions(s: &TestStore) {
+    let n = native(s);
     // Case matters unless -i; nothing found is exit 1 and prints nothing.
     let r = sessctl(&n.store, &["grep", "FLAKY"], None);
     assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (1, "", ""));
@@ -281,9 +300,8 @@ fn grep_ignore_case_role_and_revisions() {
     );
 }
 
-#[test]
-fn grep_lists_and_json() {
-    let n = native();
+fn grep_lists_and_json(s: &TestStore) {
+    let n = native(s);
     assert_eq!(ok(&n.store, &["grep", "-l", "flaky"]), "fix\nretry\n");
     assert_eq!(ok(&n.store, &["grep", "-l", "Mutex"]), "retry\n");
     let v: Value = serde_json::from_str(&ok(&n.store, &["grep", "--json", "-l", "r"])).unwrap();
@@ -309,9 +327,8 @@ fn grep_lists_and_json() {
     assert_eq!((r.code, r.stdout.as_str()), (1, "[]\n"));
 }
 
-#[test]
-fn bad_patterns_times_and_revisions_are_usage_errors() {
-    let n = native();
+fn bad_patterns_times_and_revisions_are_usage_errors(s: &TestStore) {
+    let n = native(s);
     let e = fails(&n.store, &["grep", "a("], 2);
     assert_eq!(
         e,
@@ -336,7 +353,8 @@ fn bad_patterns_times_and_revisions_are_usage_errors() {
     // grep exits 1 only for "nothing found": an unknown revision, or no
     // store at all, is an error, exit 2 as grep(1)'s.
     fails(&n.store, &["grep", "x", "nosuch"], 2);
-    fails(&n.store.join("nowhere"), &["grep", "x"], 2);
+    // (No store: a directory that is none.)
+    fails(&n.dir.join("nowhere"), &["grep", "x"], 2);
     let r = sessctl(&n.store, &["grep", "nothing-says-this"], None);
     assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (1, "", ""));
     // Elsewhere an unknown revision stays exit 1.
@@ -350,9 +368,8 @@ fn bad_patterns_times_and_revisions_are_usage_errors() {
 
 // ---- log ----
 
-#[test]
-fn log_grep_shows_the_sessions_that_added_a_match() {
-    let n = native();
+fn log_grep_shows_the_sessions_that_added_a_match(s: &TestStore) {
+    let n = native(s);
     let out = ok(&n.store, &["log", "--all"]);
     assert_eq!(out.matches("session ").count(), 4, "{out}");
     let out = ok(&n.store, &["log", "--all", "--oneline", "--grep", "Mutex"]);
@@ -377,9 +394,8 @@ fn log_grep_shows_the_sessions_that_added_a_match() {
     assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (0, "", ""));
 }
 
-#[test]
-fn log_since_until_and_author() {
-    let n = mixed();
+fn log_since_until_and_author(s: &TestStore) {
+    let n = mixed(s);
     let count = |args: &[&str]| ok(&n.store, args).lines().count();
     let all = count(&["log", "--all", "--oneline"]);
     assert_eq!(all, 5, "fix, the fork, retry's turn, old, the import");
@@ -460,9 +476,8 @@ fn log_since_until_and_author() {
     assert_eq!(v[0]["id"], json!(n.retry));
 }
 
-#[test]
-fn log_graph_draws_the_filtered_sessions_joined_up() {
-    let (_dir, store) = new_store();
+fn log_graph_draws_the_filtered_sessions_joined_up(s: &TestStore) {
+    let store = s;
     let commit = |args: &[&str], text: &str| {
         let msgs = json!([{"role": "user", "content": text}]).to_string();
         let r = sessctl(&store, args, Some(&msgs));
@@ -498,9 +513,8 @@ fn names(out: &str) -> Vec<&str> {
         .collect()
 }
 
-#[test]
-fn ls_filters_by_source_cwd_since_and_grep() {
-    let n = mixed();
+fn ls_filters_by_source_cwd_since_and_grep(s: &TestStore) {
+    let n = mixed(s);
     let native_out = ok(&n.store, &["ls", "--source", "native"]);
     let mut native = names(&native_out);
     native.sort();
@@ -560,9 +574,8 @@ fn ls_filters_by_source_cwd_since_and_grep() {
     assert_eq!(v[0]["name"], "cc-aaaabbbb-111");
 }
 
-#[test]
-fn ls_grep_matches_titles() {
-    let n = native();
+fn ls_grep_matches_titles(s: &TestStore) {
+    let n = native(s);
     let r = sessctl(
         &n.store,
         &["commit", "fix", "--messages", "-", "--title", "Quartz plan"],
@@ -575,9 +588,8 @@ fn ls_grep_matches_titles() {
 
 // ---- stats ----
 
-#[test]
-fn stats_totals_groups_and_tool_calls() {
-    let n = mixed();
+fn stats_totals_groups_and_tool_calls(s: &TestStore) {
+    let n = mixed(s);
     let v: Value = serde_json::from_str(&ok(&n.store, &["stats", "--json"])).unwrap();
     // fix (4 messages, its run's usage), the fork (0), retry's turn (1),
     // old (1), the import (4 messages, usage from its messages).
@@ -658,15 +670,14 @@ fn stats_totals_groups_and_tool_calls() {
 
 /// A store with ../shared/data's Claude Code files imported; `None` (and a
 /// note) when the data is absent.
-fn shared_claude_store() -> Option<(tempfile::TempDir, PathBuf)> {
+fn shared_claude_store(store: &TestStore) -> Option<&TestStore> {
     let src = Path::new(DATA).join("claude-code");
     if !src.exists() {
         eprintln!("note: {} is absent; skipping", src.display());
         return None;
     }
-    let (dir, store) = new_store();
     let r = sessctl(
-        &store,
+        store,
         &[
             "import",
             "--from",
@@ -677,12 +688,11 @@ fn shared_claude_store() -> Option<(tempfile::TempDir, PathBuf)> {
         None,
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
-    Some((dir, store))
+    Some(store)
 }
 
-#[test]
-fn grep_and_stats_on_real_claude_code_files() {
-    let Some((_dir, store)) = shared_claude_store() else {
+fn grep_and_stats_on_real_claude_code_files(s: &TestStore) {
+    let Some(store) = shared_claude_store(s) else {
         return;
     };
     // The prompt of 4c2ddfdc...jsonl, and the tool results that followed.
@@ -737,8 +747,7 @@ fn grep_and_stats_on_real_claude_code_files() {
     assert!(calls > 100, "{t}");
 }
 
-#[test]
-fn stats_on_real_codex_files_match_their_token_counts() {
+fn stats_on_real_codex_files_match_their_token_counts(s: &TestStore) {
     let src = Path::new(DATA).join("codex");
     if !src.exists() {
         eprintln!("note: {} is absent; skipping", src.display());
@@ -763,7 +772,7 @@ fn stats_on_real_codex_files_match_their_token_counts() {
         }
     }
     assert!(cached > 0 && requests > 0);
-    let (_dir, store) = new_store();
+    let store = s;
     let r = sessctl(
         &store,
         &["import", "--from", "codex", src.to_str().unwrap()],
@@ -800,8 +809,7 @@ fn stats_on_real_codex_files_match_their_token_counts() {
 
 /// A conversation `c` of four messages (usage on the two answers: 300 in,
 /// 30 out, 2 requests), compacted keeping the last two.
-fn compacted() -> (tempfile::TempDir, PathBuf) {
-    let (dir, store) = new_store();
+fn compacted(store: &TestStore) -> &TestStore {
     let msgs = json!([
         {"role": "user", "content": "alpha early question"},
         {"role": "assistant", "content": "beta answer",
@@ -821,12 +829,11 @@ fn compacted() -> (tempfile::TempDir, PathBuf) {
         &store,
         &["compact", "c", "--summarizer", summary, "--keep-last", "2"],
     );
-    (dir, store)
+    store
 }
 
-#[test]
-fn grep_ls_and_log_find_what_came_before_a_compaction() {
-    let (_dir, store) = compacted();
+fn grep_ls_and_log_find_what_came_before_a_compaction(s: &TestStore) {
+    let store = compacted(s);
     let out = ok(&store, &["grep", "alpha"]);
     assert_eq!(out.lines().count(), 1, "{out}");
     assert!(
@@ -840,9 +847,8 @@ fn grep_ls_and_log_find_what_came_before_a_compaction() {
     assert!(!ok(&store, &["log", "--oneline", "--grep", "alpha", "c"]).is_empty());
 }
 
-#[test]
-fn stats_count_a_compaction_once() {
-    let (_dir, store) = compacted();
+fn stats_count_a_compaction_once(s: &TestStore) {
+    let store = compacted(s);
     let v: Value = serde_json::from_str(&ok(&store, &["stats", "--json"])).unwrap();
     let t = &v["total"];
     // The four messages and their usage, plus the summary: not the kept

@@ -1,14 +1,27 @@
 //! The command line's surface: where the store is found, the pager and
 //! colour, `--json` on the report verbs, progress, `--help` and completions.
+//! The tests of what a store holds run on a local store and on a remote one
+//! (`name::local`, `name::remote`); those of finding a store directory, of
+//! copies between store directories and of a terminal run locally only and
+//! say so.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 mod support;
+
+two_backends!(
+    gc_prune_repack_reindex_and_merge_base_speak_json,
+    graph_speaks_json,
+    compact_speaks_json,
+    completion_offers_the_right_names_to_every_verb_that_takes_one,
+    a_foreign_complete_variable_changes_nothing_and_hook_never_exits_2,
+    in_a_pipe_nothing_changes_and_color_always_paints,
+);
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
-use support::{new_store, sessctl, Run};
+use support::{new_store, sessctl, Run, Target, TestStore};
 
 /// Runs `sessctl ARGS` in `dir` with no `--store` and no `SESSCTL_STORE`,
 /// with extra environment variables.
@@ -32,7 +45,18 @@ fn run_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     }
 }
 
-fn ok(store: &Path, args: &[&str], stdin: Option<&str>) -> String {
+/// [`run_in`] in the test's scratch directory, with `SESSCTL_STORE` naming
+/// the store `s` (and the variables that reach it).
+fn run_at(s: &TestStore, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let store = s.arg();
+    let reach = s.env();
+    let mut all: Vec<(&str, &str)> = vec![("SESSCTL_STORE", store.to_str().unwrap())];
+    all.extend(reach.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    all.extend_from_slice(env);
+    run_in(&s.scratch(), args, &all)
+}
+
+fn ok<T: Target + ?Sized>(store: &T, args: &[&str], stdin: Option<&str>) -> String {
     let r = sessctl(store, args, stdin);
     assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
     r.stdout
@@ -48,6 +72,12 @@ const TURN: &str = r#"[{"role":"user","content":"hi"},{"role":"assistant","conte
 /// fix~1).
 fn two_conversations() -> (tempfile::TempDir, std::path::PathBuf) {
     let (d, s) = new_store();
+    fill(&s);
+    (d, s)
+}
+
+/// [`two_conversations`] in the store `s`.
+fn fill<T: Target + ?Sized>(s: &T) {
     ok(
         &s,
         &["commit", "--new", "fix", "--messages", "-"],
@@ -63,11 +93,11 @@ fn two_conversations() -> (tempfile::TempDir, std::path::PathBuf) {
         &["fork", "fix~1", "--as", "alt", "--messages", "-"],
         Some(r#"[{"role":"user","content":"other"}]"#),
     );
-    (d, s)
 }
 
 // ---- store discovery ----
 
+// Local only: finds a store directory from the working directory.
 #[test]
 fn the_store_is_found_in_a_parent_directory_as_git_finds_dot_git() {
     let dir = tempfile::tempdir().unwrap();
@@ -133,6 +163,7 @@ fn the_store_is_found_in_a_parent_directory_as_git_finds_dot_git() {
     assert_eq!(json(&r.stdout), json("[]"));
 }
 
+// Local only: the owner of a store directory.
 #[test]
 fn discovery_skips_a_store_another_user_owns_unless_it_is_named() {
     // Only root can give a directory to another user; the decision itself
@@ -179,6 +210,7 @@ fn discovery_skips_a_store_another_user_owns_unless_it_is_named() {
     assert!(r.stdout.contains("theirs"), "{}", r.stdout);
 }
 
+// Local only: a working directory with no store directory.
 #[test]
 fn without_a_store_one_error_names_init_store_and_the_variable() {
     let dir = tempfile::tempdir().unwrap();
@@ -200,9 +232,8 @@ fn without_a_store_one_error_names_init_store_and_the_variable() {
 
 // ---- --json on every report verb ----
 
-#[test]
-fn gc_prune_repack_reindex_and_merge_base_speak_json() {
-    let (_d, s) = two_conversations();
+fn gc_prune_repack_reindex_and_merge_base_speak_json(s: &TestStore) {
+    fill(s);
     let fix = ok(&s, &["rev-parse", "fix"], None).trim().to_owned();
     let alt = ok(&s, &["rev-parse", "alt"], None).trim().to_owned();
     let base = ok(&s, &["rev-parse", "fix~1"], None).trim().to_owned();
@@ -236,6 +267,13 @@ fn gc_prune_repack_reindex_and_merge_base_speak_json() {
     assert_eq!(r.code, 1, "the exit status says no, as without --json");
     assert_eq!(json(&r.stdout)["is_ancestor"], false);
 
+    // repack before gc: a remote store's repack merges its small packs,
+    // and after gc there is one.
+    let v = json(&ok(&s, &["repack", "--json"], None));
+    assert!(v["objects"].as_u64().unwrap() > 0, "{v}");
+    let v = json(&ok(&s, &["reindex", "--json"], None));
+    assert!(v["operations"].as_u64().unwrap() >= 3, "{v}");
+
     let v = json(&ok(&s, &["gc", "--dry-run", "--json"], None));
     assert_eq!(v["dry_run"], true);
     assert_eq!(v["pruned"], 0);
@@ -243,11 +281,6 @@ fn gc_prune_repack_reindex_and_merge_base_speak_json() {
     let v = json(&ok(&s, &["gc", "--json"], None));
     assert_eq!(v["dry_run"], false);
     assert!(v["bytes_after"].is_u64(), "{v}");
-
-    let v = json(&ok(&s, &["repack", "--json"], None));
-    assert!(v["objects"].as_u64().unwrap() > 0, "{v}");
-    let v = json(&ok(&s, &["reindex", "--json"], None));
-    assert!(v["operations"].as_u64().unwrap() >= 3, "{v}");
 
     // prune: what would go, then what went, oldest first.
     let v = json(&ok(
@@ -268,9 +301,8 @@ fn gc_prune_repack_reindex_and_merge_base_speak_json() {
     assert_eq!(ls.as_array().unwrap().len(), 1, "{ls}");
 }
 
-#[test]
-fn graph_speaks_json() {
-    let (_d, s) = two_conversations();
+fn graph_speaks_json(s: &TestStore) {
+    fill(s);
     let v = json(&ok(&s, &["graph", "--json"], None));
     let nodes = v.as_array().unwrap();
     assert_eq!(nodes.len(), 3, "{v}");
@@ -298,6 +330,8 @@ fn graph_speaks_json() {
     );
 }
 
+// Local only: clone, push and pull between two store directories (to and
+// from a remote store: tests/remote_store.rs).
 #[test]
 fn clone_push_and_pull_speak_json_and_clone_prints_one_summary() {
     let (d, a) = two_conversations();
@@ -368,9 +402,8 @@ fn clone_push_and_pull_speak_json_and_clone_prints_one_summary() {
     assert!(v["refs"][0]["message"].is_string(), "{v}");
 }
 
-#[test]
-fn compact_speaks_json() {
-    let (_d, s) = two_conversations();
+fn compact_speaks_json(s: &TestStore) {
+    fill(s);
     let head = ok(&s, &["rev-parse", "fix"], None).trim().to_owned();
     let summarizer = r#"cat >/dev/null; echo '[{"role":"system","content":"summary"}]'"#;
     let v = json(&ok(
@@ -418,7 +451,17 @@ fn complete(dir: &Path, line: &[&str], env: &[(&str, &str)]) -> Vec<String> {
     args.extend_from_slice(line);
     let mut all = vec![("SESSCTL_COMPLETE", "fish")];
     all.extend_from_slice(env);
-    let r = run_in(dir, &args, &all);
+    completions(run_in(dir, &args, &all))
+}
+
+/// [`complete`] with `SESSCTL_STORE` naming the store `s`.
+fn complete_at(s: &TestStore, line: &[&str]) -> Vec<String> {
+    let mut args = vec!["--", "sessctl"];
+    args.extend_from_slice(line);
+    completions(run_at(s, &args, &[("SESSCTL_COMPLETE", "fish")]))
+}
+
+fn completions(r: Run) -> Vec<String> {
     assert_eq!(r.code, 0, "{}", r.stderr);
     // Flags are offered beside values; these tests look at the values.
     r.stdout
@@ -428,6 +471,8 @@ fn complete(dir: &Path, line: &[&str], env: &[(&str, &str)]) -> Vec<String> {
         .collect()
 }
 
+// Local only: finds the store directory from a subdirectory and by
+// --store DIR on the line being completed.
 #[test]
 fn completion_offers_the_stores_conversation_names_and_format_values() {
     let (d, s) = two_conversations();
@@ -488,13 +533,11 @@ fn completion_offers_the_stores_conversation_names_and_format_values() {
     assert_eq!(cmds, ["merge-base"]);
 }
 
-#[test]
-fn completion_offers_the_right_names_to_every_verb_that_takes_one() {
-    let (d, s) = two_conversations();
-    ok(&s, &["archive", "alt"], None);
-    ok(&s, &["tag", "golden", "fix~1"], None);
-    let env = [("SESSCTL_STORE", s.to_str().unwrap())];
-    let c = |line: &[&str]| complete(d.path(), line, &env);
+fn completion_offers_the_right_names_to_every_verb_that_takes_one(s: &TestStore) {
+    fill(s);
+    ok(s, &["archive", "alt"], None);
+    ok(s, &["tag", "golden", "fix~1"], None);
+    let c = |line: &[&str]| complete_at(s, line);
     // unarchive takes an archived conversation; archive and rm live ones.
     assert_eq!(c(&["unarchive", ""]), ["alt"]);
     assert_eq!(c(&["archive", ""]), ["fix"]);
@@ -527,23 +570,13 @@ fn the_completion_script_asks_the_binary() {
     }
 }
 
-#[test]
-fn a_foreign_complete_variable_changes_nothing_and_hook_never_exits_2() {
-    let (d, s) = two_conversations();
-    let sp = s.to_str().unwrap();
+fn a_foreign_complete_variable_changes_nothing_and_hook_never_exits_2(s: &TestStore) {
+    fill(s);
     for v in ["1", "bash", "fish"] {
-        let r = run_in(
-            d.path(),
-            &["ls", "--json"],
-            &[("COMPLETE", v), ("SESSCTL_STORE", sp)],
-        );
+        let r = run_at(s, &["ls", "--json"], &[("COMPLETE", v)]);
         assert_eq!(r.code, 0, "COMPLETE={v}: {r:?}");
         assert_eq!(json(&r.stdout).as_array().unwrap().len(), 2, "{v}");
-        let r = run_in(
-            d.path(),
-            &["hook", "claude-code", "--bogus"],
-            &[("COMPLETE", v), ("SESSCTL_STORE", sp)],
-        );
+        let r = run_at(s, &["hook", "claude-code", "--bogus"], &[("COMPLETE", v)]);
         assert_eq!(r.code, 1, "COMPLETE={v}: {r:?}");
     }
     // A refused hook line exits 1 whatever global flags come first.
@@ -554,7 +587,7 @@ fn a_foreign_complete_variable_changes_nothing_and_hook_never_exits_2() {
     ] {
         let mut args = pre.to_vec();
         args.extend_from_slice(&["hook", "claude-code", "--bogus"]);
-        let r = run_in(d.path(), &args, &[("SESSCTL_STORE", sp)]);
+        let r = run_at(s, &args, &[]);
         assert_eq!(r.code, 1, "{args:?}: {r:?}");
     }
 }
@@ -714,6 +747,7 @@ fn fake_pager(dir: &Path) -> (String, std::path::PathBuf) {
     (script.display().to_string(), out)
 }
 
+// Local only: a terminal through script(1), given --store DIR on its line.
 #[test]
 fn on_a_terminal_log_show_and_diff_are_paged_and_coloured() {
     if !have_script() {
@@ -798,6 +832,7 @@ fn on_a_terminal_log_show_and_diff_are_paged_and_coloured() {
     assert!(term.starts_with("sessctl: "), "{term:?}");
 }
 
+// Local only: a terminal through script(1), given --store DIR on its line.
 #[test]
 fn ctrl_c_while_paging_waits_for_the_pager_and_json_is_never_paged() {
     if !have_script() {
@@ -873,20 +908,17 @@ fn strip_ansi(s: &str) -> String {
     out
 }
 
-#[test]
-fn in_a_pipe_nothing_changes_and_color_always_paints() {
-    let (d, s) = two_conversations();
-    let (pager, paged) = fake_pager(d.path());
+fn in_a_pipe_nothing_changes_and_color_always_paints(s: &TestStore) {
+    fill(s);
+    let (pager, paged) = fake_pager(&s.scratch());
     for args in [
         &["log", "--oneline", "--all"][..],
         &["log", "--graph", "--all"],
         &["show", "fix"],
         &["diff", "fix", "alt"],
     ] {
-        let plain = sessctl(&s, args, None);
-        let mut env_args = vec!["--store", s.to_str().unwrap()];
-        env_args.extend_from_slice(args);
-        let r = run_in(d.path(), &env_args, &[("PAGER", &pager)]);
+        let plain = sessctl(s, args, None);
+        let r = run_at(s, args, &[("PAGER", &pager)]);
         assert_eq!(r.stdout, plain.stdout, "{args:?}");
         assert!(!r.stdout.contains('\x1b'), "{args:?}");
         assert!(!paged.exists(), "{args:?}: a pipe was paged");
@@ -925,6 +957,8 @@ fn chat_files(dir: &Path) -> std::path::PathBuf {
     files
 }
 
+// Local only: clones, pushes and pulls between store directories, and a
+// terminal through script(1).
 #[test]
 fn long_commands_draw_progress_on_a_terminal_only() {
     let (d, s) = two_conversations();

@@ -1,9 +1,14 @@
 //! Bundles: the file round-trips ids and histories, `--since` leaves out
 //! what the receiver has, damage is refused before any ref moves, and the
-//! objects-format.md example bundle has a pinned checksum.
+//! objects-format.md example bundle has a pinned checksum. What a bundle
+//! does to a store runs on a local store and on a remote one
+//! (`name::local`, `name::remote`).
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+#[path = "support/backends.rs"]
+mod backends;
 mod support;
+use backends::Backend;
 
 use std::path::Path;
 
@@ -20,8 +25,8 @@ fn turn(text: &str) -> Turn {
 }
 
 /// Two conversations, one of them archived; returns the store and `fix`'s head.
-fn source() -> (Store, ObjectId) {
-    let s = Store::in_memory().unwrap();
+fn source(b: &Backend) -> (Store, ObjectId) {
+    let s = b.open();
     s.create(Some("fix"), turn("a"), Durability::Sync).unwrap();
     let head = s.commit("fix", None, turn("b"), Durability::Sync).unwrap();
     s.create(Some("old"), turn("c"), Durability::Sync).unwrap();
@@ -44,14 +49,14 @@ fn roundtrip(b: &Bundle) -> Bundle {
     Bundle::decode(&b.encode(), Path::new("b")).unwrap()
 }
 
-#[test]
-fn an_all_bundle_recreates_ids_histories_and_records() {
-    let (src, head) = source();
+fn an_all_bundle_recreates_ids_histories_and_records(be: &Backend) {
+    let (src, head) = source(be);
     let b = roundtrip(&Bundle::create(&src, &Selection::All, &[]).unwrap());
     assert_eq!(b.objects.len(), 6, "3 sessions, 3 blobs");
     assert!(b.prerequisites.is_empty());
     assert!(b.problems(None).unwrap().is_empty());
-    let dst = Store::in_memory().unwrap();
+    let dst_b = be.another();
+    let dst = dst_b.open();
     let r = apply(&dst, &b, "unbundle", "the bundle", Durability::Sync).unwrap();
     assert!(r.applied);
     assert_eq!(r.objects, 6);
@@ -77,11 +82,11 @@ fn an_all_bundle_recreates_ids_histories_and_records() {
     assert_eq!(r.objects, 0);
 }
 
-#[test]
-fn a_since_bundle_holds_only_the_new_turns_and_needs_its_prerequisites() {
-    let (src, old_head) = source();
+fn a_since_bundle_holds_only_the_new_turns_and_needs_its_prerequisites(be: &Backend) {
+    let (src, old_head) = source(be);
     let full = Bundle::create(&src, &Selection::Revs(vec!["fix".into()]), &[]).unwrap();
-    let with = Store::in_memory().unwrap();
+    let with_b = be.another();
+    let with = with_b.open();
     apply(&with, &full, "unbundle", "the bundle", Durability::Sync).unwrap();
     let new_head = src
         .commit("fix", None, turn("d"), Durability::Sync)
@@ -97,7 +102,8 @@ fn a_since_bundle_holds_only_the_new_turns_and_needs_its_prerequisites() {
     assert_eq!(b.objects.len(), 2, "the new session and its message");
     assert_eq!(b.prerequisites, vec![old_head]);
     // A store without the prerequisite refuses it, and nothing moves.
-    let without = Store::in_memory().unwrap();
+    let without_b = be.another();
+    let without = without_b.open();
     let problems = b.problems(Some(&without)).unwrap();
     assert_eq!(problems.len(), 1);
     assert_eq!(problems[0].kind, ProblemKind::MissingPrerequisite);
@@ -124,9 +130,8 @@ fn a_since_bundle_holds_only_the_new_turns_and_needs_its_prerequisites() {
     assert_eq!(with.odb().load_messages(&new_head).unwrap().len(), 3);
 }
 
-#[test]
-fn damaged_bundles_are_corrupt_and_move_nothing() {
-    let (src, _) = source();
+fn damaged_bundles_are_corrupt_and_move_nothing(be: &Backend) {
+    let (src, _) = source(be);
     let bytes = Bundle::create(&src, &Selection::All, &[]).unwrap().encode();
     let mut flipped = bytes.clone();
     let mid = flipped.len() / 2;
@@ -150,7 +155,8 @@ fn damaged_bundles_are_corrupt_and_move_nothing() {
         .unwrap();
     b.objects.remove(root);
     let b = roundtrip(&b);
-    let dst = Store::in_memory().unwrap();
+    let dst_b = be.another();
+    let dst = dst_b.open();
     let e = apply(&dst, &b, "unbundle", "the bundle", Durability::Sync).unwrap_err();
     assert!(e.is_corruption(), "{e}");
     assert!(dst.refs().unwrap().is_empty());
@@ -158,9 +164,8 @@ fn damaged_bundles_are_corrupt_and_move_nothing() {
 
 /// A conversation both live and archived, or a ref carried twice, could be
 /// neither archived nor unarchived once applied: the bundle is corrupt.
-#[test]
-fn a_conversation_live_and_archived_in_one_bundle_is_corrupt() {
-    let (src, head) = source();
+fn a_conversation_live_and_archived_in_one_bundle_is_corrupt(be: &Backend) {
+    let (src, head) = source(be);
     let good = Bundle::create(&src, &Selection::All, &[]).unwrap();
     let both = RefName::Archived("fix".parse().unwrap());
     let twice = RefName::Conversation("fix".parse().unwrap());
@@ -177,17 +182,18 @@ fn a_conversation_live_and_archived_in_one_bundle_is_corrupt() {
                 .any(|p| p.kind == ProblemKind::Corrupt && p.message.contains(says)),
             "{problems:?}"
         );
-        let dst = Store::in_memory().unwrap();
+        let dst_b = be.another();
+        let dst = dst_b.open();
         let e = apply(&dst, &b, "unbundle", "the bundle", Durability::Sync).unwrap_err();
         assert!(e.is_corruption(), "{e}");
         assert!(dst.refs().unwrap().is_empty());
     }
 }
 
-#[test]
-fn a_diverged_ref_refuses_the_whole_bundle() {
-    let (src, _) = source();
-    let dst = Store::in_memory().unwrap();
+fn a_diverged_ref_refuses_the_whole_bundle(be: &Backend) {
+    let (src, _) = source(be);
+    let dst_b = be.another();
+    let dst = dst_b.open();
     let b = Bundle::create(&src, &Selection::All, &[]).unwrap();
     apply(&dst, &b, "unbundle", "the bundle", Durability::Sync).unwrap();
     let theirs = dst
@@ -291,3 +297,11 @@ proptest::proptest! {
         }
     }
 }
+
+two_backends!(
+    an_all_bundle_recreates_ids_histories_and_records,
+    a_since_bundle_holds_only_the_new_turns_and_needs_its_prerequisites,
+    damaged_bundles_are_corrupt_and_move_nothing,
+    a_conversation_live_and_archived_in_one_bundle_is_corrupt,
+    a_diverged_ref_refuses_the_whole_bundle,
+);

@@ -3,9 +3,14 @@
 //! with `-p` parents), and ancestors, first-parent lists, counts, merge
 //! bases and ancestry must agree with `git rev-list` and `git merge-base`.
 //! Log order and the `--graph` lanes are checked against their definitions.
+//! Each on a local store and on a remote one (`name::local`,
+//! `name::remote`).
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+#[path = "support/backends.rs"]
+mod backends;
 mod support;
+use backends::Backend;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
@@ -74,10 +79,12 @@ impl Dag {
     }
 }
 
-/// The DAG as sessions in a store, the tips tagged so that the index holds
+/// The DAG as sessions in a new store of its own on `b`'s backend (the
+/// returned backend keeps it), the tips tagged so that the index holds
 /// every session. Returns the store and the id of each node.
-fn build_store(dag: &Dag) -> (Store, Vec<ObjectId>) {
-    let store = Store::in_memory().unwrap();
+fn build_store(b: &Backend, dag: &Dag) -> (Backend, Store, Vec<ObjectId>) {
+    let b = b.another();
+    let store = b.open();
     let mut batch = WriteBatch::new();
     let mut ids: Vec<ObjectId> = Vec::with_capacity(dag.len());
     for k in 0..dag.len() {
@@ -88,7 +95,7 @@ fn build_store(dag: &Dag) -> (Store, Vec<ObjectId>) {
     }
     store.odb().write(&batch, Durability::NoSync).unwrap();
     support::tag(&store, dag.tips().into_iter().map(|k| (k, ids[k])));
-    (store, ids)
+    (b, store, ids)
 }
 
 struct Git<'a> {
@@ -166,9 +173,9 @@ fn have_git() -> bool {
 
 /// Compares every walk with git on one random DAG, for the index-backed
 /// lineage of a store and for the session objects read directly.
-fn compare_with_git(seed: u64) {
+fn compare_with_git(b: &Backend, seed: u64) {
     let dag = Dag::random(seed);
-    let (store, ids) = build_store(&dag);
+    let (_b, store, ids) = build_store(b, &dag);
     let dir = tempfile::tempdir().unwrap();
     let git = Git { dir: dir.path() };
     let shas = git.build(&dag);
@@ -261,14 +268,13 @@ fn compare_with_git(seed: u64) {
     }
 }
 
-#[test]
-fn walks_agree_with_git_on_random_dags() {
+fn walks_agree_with_git_on_random_dags(b: &Backend) {
     if !have_git() {
         eprintln!("note: git is not on PATH; skipping the comparison with git");
         return;
     }
     for seed in [1, 2, 3, 4, 5, 6, 7] {
-        compare_with_git(seed);
+        compare_with_git(b, seed);
     }
 }
 
@@ -290,11 +296,10 @@ fn reference_order(nodes: &HashMap<ObjectId, Node>) -> Vec<ObjectId> {
     out
 }
 
-#[test]
-fn log_order_is_topological_newest_first() {
+fn log_order_is_topological_newest_first(b: &Backend) {
     for seed in 10..16 {
         let dag = Dag::random(seed);
-        let (store, ids) = build_store(&dag);
+        let (_b, store, ids) = build_store(b, &dag);
         let tips: Vec<ObjectId> = dag.tips().iter().map(|k| ids[*k]).collect();
         for follow in [Follow::All, Follow::FirstParent] {
             let order = graph::log_order(&store, &tips, follow, None).unwrap();
@@ -398,11 +403,10 @@ fn draw(order: &[Node]) -> Vec<(Option<ObjectId>, String)> {
     rows
 }
 
-#[test]
-fn graph_lines_lead_each_session_to_exactly_its_parents() {
+fn graph_lines_lead_each_session_to_exactly_its_parents(b: &Backend) {
     for seed in 20..60 {
         let dag = Dag::random(seed);
-        let (store, ids) = build_store(&dag);
+        let (_b, store, ids) = build_store(b, &dag);
         let tips: Vec<ObjectId> = dag.tips().iter().map(|k| ids[*k]).collect();
         for follow in [Follow::All, Follow::FirstParent] {
             let order = graph::log_order(&store, &tips, follow, None).unwrap();
@@ -437,10 +441,9 @@ fn graph_lines_lead_each_session_to_exactly_its_parents() {
     }
 }
 
-#[test]
-fn the_dot_graph_has_every_session_and_edge_once() {
+fn the_dot_graph_has_every_session_and_edge_once(b: &Backend) {
     let dag = Dag::random(99);
-    let (store, ids) = build_store(&dag);
+    let (_b, store, ids) = build_store(b, &dag);
     let tips: Vec<ObjectId> = dag.tips().iter().map(|k| ids[*k]).collect();
     let g = SessionGraph::load(&store, &tips, Follow::All).unwrap();
     assert_eq!(g.len(), dag.len());
@@ -463,10 +466,9 @@ fn the_dot_graph_has_every_session_and_edge_once() {
     }
 }
 
-#[test]
-fn a_session_missing_from_the_index_is_read_from_its_object() {
+fn a_session_missing_from_the_index_is_read_from_its_object(b: &Backend) {
     let dag = Dag::random(7);
-    let (store, ids) = build_store(&dag);
+    let (_b, store, ids) = build_store(b, &dag);
     // A session no ref reaches: the index has never seen it.
     let mut s = Session::new_root(1);
     s.parents = vec![ids[dag.len() - 1], ids[0]];
@@ -480,3 +482,11 @@ fn a_session_missing_from_the_index_is_read_from_its_object() {
     assert_eq!(via_store, via_odb);
     assert_eq!(via_store[0].id, loose);
 }
+
+two_backends!(
+    walks_agree_with_git_on_random_dags,
+    log_order_is_topological_newest_first,
+    graph_lines_lead_each_session_to_exactly_its_parents,
+    the_dot_graph_has_every_session_and_edge_once,
+    a_session_missing_from_the_index_is_read_from_its_object,
+);

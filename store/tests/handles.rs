@@ -2,7 +2,14 @@
 //! `Store::open` has its own lock files, journal view and index overlay, so
 //! two handles in one test process behave as two processes do (the
 //! multi-process tests with the real binary are in cli/tests/concurrency.rs).
+//! The behaviour tests run on a local store and on a remote one
+//! (`name::local`, `name::remote`); the tests of a local store's journal
+//! segments and index tables run locally only and say so.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+#[path = "support/backends.rs"]
+mod backends;
+use backends::Backend;
 
 use std::path::{Path, PathBuf};
 
@@ -31,10 +38,8 @@ fn turn(text: &str) -> Turn {
 /// Two handles commit to one conversation, each continuing the head it
 /// read: the second to write loses its compare-and-swap, as it would in
 /// another process, and wins once it reads the new head.
-#[test]
-fn a_race_between_handles_is_lost_by_one_with_ref_out_of_date() {
-    let (_d, path) = new_store();
-    let (a, b) = (open(&path), open(&path));
+fn a_race_between_handles_is_lost_by_one_with_ref_out_of_date(be: &Backend) {
+    let (a, b) = (be.open(), be.open());
     let (_, root) = a.create(Some("c"), turn("hi"), Durability::Sync).unwrap();
     // b reads the head a wrote, without reopening.
     assert_eq!(b.resolve_rev("c").unwrap(), root);
@@ -48,7 +53,7 @@ fn a_race_between_handles_is_lost_by_one_with_ref_out_of_date() {
     let from_b = b
         .commit("c", Some(from_a), turn("b"), Durability::Sync)
         .unwrap();
-    for s in [&a, &b, &open(&path)] {
+    for s in [&a, &b, &be.open()] {
         assert_eq!(s.resolve_rev("c").unwrap(), from_b);
         let info = s.conversation("c").unwrap().unwrap();
         assert_eq!((info.sessions, info.messages), (3, 3));
@@ -58,18 +63,12 @@ fn a_race_between_handles_is_lost_by_one_with_ref_out_of_date() {
 /// A handle that only reads, kept open while another writes many
 /// operations, answers as a fresh one does, and takes up the tables the
 /// writer folded its operations into instead of holding them all itself.
-#[test]
-fn a_long_lived_reader_follows_the_writers_tables() {
-    let (_d, path) = new_store();
-    let reader = Store::open(
-        &path,
-        &OpenOptions {
-            read_only: true,
-            ..OpenOptions::default()
-        },
-    )
-    .unwrap();
-    let writer = open(&path);
+fn a_long_lived_reader_follows_the_writers_tables(b: &Backend) {
+    let reader = b.open_with(&OpenOptions {
+        read_only: true,
+        ..OpenOptions::default()
+    });
+    let writer = b.open();
     let n = TABLE_EVERY as usize * 3;
     for i in 0..n {
         writer
@@ -84,17 +83,23 @@ fn a_long_lived_reader_follows_the_writers_tables() {
             reader.conversations(Some(1)).unwrap();
         }
     }
-    assert!(
-        !writer.index().tables().is_empty(),
-        "the writer wrote tables"
-    );
+    // A local store's index folds operations into table files (a remote
+    // one keeps its index keys in PostgreSQL).
+    if !b.is_remote() {
+        assert!(
+            !writer.index().tables().is_empty(),
+            "the writer wrote tables"
+        );
+    }
     let newest = reader.conversations(Some(5)).unwrap();
     assert_eq!(newest, writer.conversations(Some(5)).unwrap());
     assert_eq!(newest[0].name, format!("c{:04}", n - 1));
-    assert!(
-        !reader.index().tables().is_empty(),
-        "the reader took up the writer's tables"
-    );
+    if !b.is_remote() {
+        assert!(
+            !reader.index().tables().is_empty(),
+            "the reader took up the writer's tables"
+        );
+    }
     assert_eq!(reader.conversations(None).unwrap().len(), n);
 }
 
@@ -102,18 +107,20 @@ fn a_long_lived_reader_follows_the_writers_tables() {
 /// claiming handle is gone (as a process that died), the claim is stale:
 /// the next claim fails it in the same operation, and a writable open
 /// fails the rest.
-#[test]
-fn a_run_claim_lives_as_long_as_its_holder() {
-    let (_d, path) = new_store();
-    let a = open(&path);
+fn a_run_claim_lives_as_long_as_its_holder(be: &Backend) {
+    let a = be.open();
     a.create(Some("c"), turn("hi"), Durability::Sync).unwrap();
     a.create(Some("d"), turn("hi"), Durability::Sync).unwrap();
     let run = a.begin_run("c").unwrap();
     let _other = a.begin_run("d").unwrap();
-    let b = open(&path);
+    let b = be.open();
     assert!(matches!(b.begin_run("c"), Err(Error::Busy { .. })));
     assert_eq!(b.running("c").unwrap().map(|c| c.run), Some(run.id));
-    assert!(path.join("runs").join(format!("{}.lock", run.id)).exists());
+    // A local claim is a lock file (a remote one an advisory lock).
+    let lock = |id| be.path().map(|p| p.join("runs").join(format!("{id}.lock")));
+    if let Some(l) = lock(run.id) {
+        assert!(l.exists());
+    }
     drop(a);
     // Its process is gone: nothing holds the claim's lock.
     assert_eq!(b.running("c").unwrap(), None);
@@ -122,9 +129,11 @@ fn a_run_claim_lives_as_long_as_its_holder() {
     b.commit_run(&next, turn("done"), false, Durability::Sync)
         .unwrap();
     assert_eq!(b.running("c").unwrap(), None);
-    assert!(!path.join("runs").join(format!("{}.lock", next.id)).exists());
+    if let Some(l) = lock(next.id) {
+        assert!(!l.exists());
+    }
     // The claim on d: failed by the next writable open, with a note.
-    let c = open(&path);
+    let c = be.open();
     let notes = c.take_recovery_notes();
     assert!(
         notes
@@ -139,6 +148,7 @@ fn a_run_claim_lives_as_long_as_its_holder() {
 /// segment and the next, and packed both away: its next write goes to the
 /// newest segment, not to the file it still holds open (which no one reads
 /// any more), and nothing another handle wrote meanwhile is missed.
+// Local only: journal segments of a store directory.
 #[test]
 fn an_idle_handle_writes_to_the_newest_segment_after_others_packed_its_own() {
     let (_d, path) = new_store();
@@ -180,6 +190,7 @@ fn an_idle_handle_writes_to_the_newest_segment_after_others_packed_its_own() {
 /// all in the end (once the handle waits for it, or is dropped); every
 /// write stands, and a handle that goes back to upkeep in its writes
 /// carries on.
+// Local only: journal segments packed and index table files on disk.
 #[test]
 fn a_handle_that_keeps_up_in_the_background_packs_and_writes_tables() {
     let (_d, path) = new_store();
@@ -245,3 +256,9 @@ fn a_handle_that_keeps_up_in_the_background_packs_and_writes_tables() {
         .unwrap();
     assert!(fresh.odb().stats().unwrap().journal_segments <= 2);
 }
+
+two_backends!(
+    a_race_between_handles_is_lost_by_one_with_ref_out_of_date,
+    a_long_lived_reader_follows_the_writers_tables,
+    a_run_claim_lives_as_long_as_its_holder,
+);

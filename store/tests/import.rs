@@ -1,10 +1,14 @@
 //! Import of real agent session files (`../shared/data`) and export back:
 //! counts checked against numbers computed here from the raw JSON, lineage
 //! checked against `parentUuid`, idempotence, incremental snapshots,
-//! malformed lines, dangling parents, and round trips.
+//! malformed lines, dangling parents, and round trips; each on a local
+//! store and on a remote one (`name::local`, `name::remote`).
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+#[path = "support/backends.rs"]
+mod backends;
 mod support;
+use backends::Backend;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -13,12 +17,13 @@ use support::data;
 use serde_json::Value;
 use sessctl_store::export::{export, ExportFormat};
 use sessctl_store::import::{import_paths, Format, ImportOptions, ImportReport};
-use sessctl_store::{ObjectId, OpenOptions, RefName, RefTarget, Store};
+use sessctl_store::{ObjectId, RefName, RefTarget, Store};
 
-fn new_store() -> (tempfile::TempDir, Store) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::init(&dir.path().join("store")).unwrap();
-    (dir, store)
+/// Another new store on `b`'s backend, for a test that compares two.
+fn new_store(b: &Backend) -> (Backend, Store) {
+    let other = b.another();
+    let store = other.open();
+    (other, store)
 }
 
 fn opts() -> ImportOptions {
@@ -326,12 +331,11 @@ fn check_claude_lineage(store: &Store, raw: &HashMap<String, RawCc>) -> usize {
     checked
 }
 
-#[test]
-fn claude_code_counts_lineage_and_idempotence() {
+fn claude_code_counts_lineage_and_idempotence(b: &Backend) {
     let Some(dir) = data("claude-code") else {
         return;
     };
-    let (_d, store) = new_store();
+    let store = b.open();
     let report = import(&store, Format::ClaudeCode, std::slice::from_ref(&dir));
     eprintln!("{}", report.to_json());
     let raw = raw_claude(&dir);
@@ -405,12 +409,11 @@ fn claude_code_counts_lineage_and_idempotence() {
     assert_eq!(ops(&store), before);
 }
 
-#[test]
-fn claude_code_later_snapshot_appends_only() {
+fn claude_code_later_snapshot_appends_only(b: &Backend) {
     let Some(dir) = data("claude-code/claude/incremental-subagents") else {
         return;
     };
-    let (_d, store) = new_store();
+    let store = b.open();
     let first = import(
         &store,
         Format::ClaudeCode,
@@ -452,7 +455,7 @@ fn claude_code_later_snapshot_appends_only() {
         assert!(found, "{name} did not move forward");
     }
     // The same as importing turn-2 alone, message for message.
-    let (_d2, fresh) = new_store();
+    let (_d2, fresh) = new_store(b);
     import(
         &fresh,
         Format::ClaudeCode,
@@ -468,12 +471,11 @@ fn claude_code_later_snapshot_appends_only() {
     }
 }
 
-#[test]
-fn malformed_line_is_reported_and_the_rest_imported() {
+fn malformed_line_is_reported_and_the_rest_imported(b: &Backend) {
     let Some(src) = data("claude-code/session-9eda1058.jsonl") else {
         return;
     };
-    let (_d, store) = new_store();
+    let store = b.open();
     let clean = import(&store, Format::ClaudeCode, std::slice::from_ref(&src));
     let text = std::fs::read_to_string(&src).unwrap();
     let mut lines: Vec<&str> = text.lines().collect();
@@ -483,7 +485,7 @@ fn malformed_line_is_reported_and_the_rest_imported() {
     let tmp = tempfile::tempdir().unwrap();
     let broken = tmp.path().join("session-9eda1058.jsonl");
     std::fs::write(&broken, lines.join("\n")).unwrap();
-    let (_d2, store2) = new_store();
+    let (_d2, store2) = new_store(b);
     let r = import(&store2, Format::ClaudeCode, std::slice::from_ref(&broken));
     assert_eq!(r.skipped.len(), 1);
     assert_eq!(
@@ -499,12 +501,11 @@ fn malformed_line_is_reported_and_the_rest_imported() {
     assert_eq!(r.sessions_total, clean.sessions_total);
 }
 
-#[test]
-fn dangling_parent_is_reported_and_kept_as_root() {
+fn dangling_parent_is_reported_and_kept_as_root(b: &Backend) {
     let Some(src) = data("claude-code/claude/incremental-simple/turn-2.jsonl") else {
         return;
     };
-    let (_d, store) = new_store();
+    let store = b.open();
     let clean = import(&store, Format::ClaudeCode, std::slice::from_ref(&src));
     let text = std::fs::read_to_string(&src).unwrap();
     // Drop the first message: its child's parent dangles.
@@ -523,7 +524,7 @@ fn dangling_parent_is_reported_and_kept_as_root() {
     let tmp = tempfile::tempdir().unwrap();
     let f = tmp.path().join("turn-2.jsonl");
     std::fs::write(&f, kept.join("\n")).unwrap();
-    let (_d2, store2) = new_store();
+    let (_d2, store2) = new_store(b);
     let r = import(&store2, Format::ClaudeCode, &[f]);
     assert_eq!(
         r.dangling,
@@ -532,12 +533,11 @@ fn dangling_parent_is_reported_and_kept_as_root() {
     assert_eq!(r.messages, clean.messages - 1);
 }
 
-#[test]
-fn claude_code_fork_becomes_a_conversation() {
+fn claude_code_fork_becomes_a_conversation(b: &Backend) {
     let Some(src) = data("claude-code/claude/incremental-simple/turn-2.jsonl") else {
         return;
     };
-    let (_d, clean) = new_store();
+    let clean = b.open();
     import(&clean, Format::ClaudeCode, std::slice::from_ref(&src));
     let (main_name, main_head) = heads(&clean).into_iter().next().unwrap();
     // A second answer to the first prompt's reply, older than the newest
@@ -568,7 +568,7 @@ fn claude_code_fork_becomes_a_conversation() {
     let tmp = tempfile::tempdir().unwrap();
     let f = tmp.path().join("turn-2.jsonl");
     std::fs::write(&f, text).unwrap();
-    let (_d2, store) = new_store();
+    let (_d2, store) = new_store(b);
     let r = import(&store, Format::ClaudeCode, &[f]);
     assert_eq!(r.forks, 1);
     assert_eq!(
@@ -591,12 +591,11 @@ fn claude_code_fork_becomes_a_conversation() {
     assert_eq!(s.conversation, None);
 }
 
-#[test]
-fn codex_counts_and_usage() {
+fn codex_counts_and_usage(b: &Backend) {
     let Some(dir) = data("codex") else {
         return;
     };
-    let (_d, store) = new_store();
+    let store = b.open();
     let r = import(&store, Format::Codex, std::slice::from_ref(&dir));
     let mut files = Vec::new();
     files_under(&dir, ".jsonl", &mut files);
@@ -640,8 +639,7 @@ fn codex_counts_and_usage() {
     assert_eq!((again.objects_written, again.refs_moved), (0, 0));
 }
 
-#[test]
-fn codex_fork_shares_its_source_prefix() {
+fn codex_fork_shares_its_source_prefix(b: &Backend) {
     let Some(dir) = data("codex") else {
         return;
     };
@@ -673,7 +671,7 @@ fn codex_fork_shares_its_source_prefix() {
     let fork_file = tmp.path().join("rollout-fork.jsonl");
     std::fs::write(&fork_file, out.join("\n") + "\n").unwrap();
 
-    let (_d, store) = new_store();
+    let store = b.open();
     import(&store, Format::Codex, std::slice::from_ref(source));
     let r = import(&store, Format::Codex, std::slice::from_ref(&fork_file));
     assert_eq!(
@@ -704,12 +702,11 @@ fn codex_fork_shares_its_source_prefix() {
     assert_eq!((again.objects_written, again.refs_moved), (0, 0));
 }
 
-#[test]
-fn swe_agent_counts() {
+fn swe_agent_counts(b: &Backend) {
     let Some(dir) = data("swe-agent") else {
         return;
     };
-    let (_d, store) = new_store();
+    let store = b.open();
     let r = import(&store, Format::SweAgent, std::slice::from_ref(&dir));
     let mut files = Vec::new();
     files_under(&dir, ".traj", &mut files);
@@ -735,25 +732,23 @@ fn export_to(store: &Store, rev: &str, format: ExportFormat, path: &Path) {
     std::fs::write(path, export(store, id, format).unwrap()).unwrap();
 }
 
-#[test]
-fn claude_code_round_trip() {
+fn claude_code_round_trip(b: &Backend) {
     let Some(src) = data("claude-code/claude/incremental-simple/turn-2.jsonl") else {
         return;
     };
-    let (_d, a) = new_store();
+    let a = b.open();
     import(&a, Format::ClaudeCode, &[src]);
     let (name, head) = heads(&a).into_iter().next().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("exported.jsonl");
     export_to(&a, &name.to_string(), ExportFormat::ClaudeCode, &out);
-    let (_d2, b) = new_store();
+    let (_d2, b) = new_store(b);
     let r = import(&b, Format::ClaudeCode, &[out]);
     assert!(r.dangling.is_empty() && r.skipped.is_empty());
     assert_eq!(b.resolve_rev(&name.to_string()).unwrap(), head);
 }
 
-#[test]
-fn openai_round_trip_and_other_formats_through_openai() {
+fn openai_round_trip_and_other_formats_through_openai(be: &Backend) {
     let Some(swe) = data("swe-agent/trajectories") else {
         return;
     };
@@ -762,7 +757,7 @@ fn openai_round_trip_and_other_formats_through_openai() {
     let tmp = tempfile::tempdir().unwrap();
     // SWE-agent history is OpenAI chat with keys of its own (`agent`,
     // `thought`, `tool_call_ids`): exported as the chat an API takes.
-    let (_d, a) = new_store();
+    let a = be.open();
     import(&a, Format::SweAgent, &trajs[..1]);
     let (swe_name, swe_head) = heads(&a).into_iter().next().unwrap();
     let first = tmp.path().join("first.json");
@@ -781,7 +776,7 @@ fn openai_round_trip_and_other_formats_through_openai() {
         assert!(keys.is_subset(&chat), "{m}");
     }
     // OpenAI -> export openai -> import openai: the same sessions.
-    let (_d2, b) = new_store();
+    let (_d2, b) = new_store(be);
     import(&b, Format::OpenAi, std::slice::from_ref(&first));
     let (b_name, b_head) = heads(&b).into_iter().next().unwrap();
     assert_eq!(
@@ -790,7 +785,7 @@ fn openai_round_trip_and_other_formats_through_openai() {
     );
     let second = tmp.path().join("second.json");
     export_to(&b, &b_name.to_string(), ExportFormat::OpenAi, &second);
-    let (_d3, c) = new_store();
+    let (_d3, c) = new_store(be);
     import(&c, Format::OpenAi, std::slice::from_ref(&second));
     let (_, c_head) = heads(&c).into_iter().next().unwrap();
     assert_eq!(c_head, b_head);
@@ -801,7 +796,7 @@ fn openai_round_trip_and_other_formats_through_openai() {
     .unwrap();
     let jl = tmp.path().join("convs.jsonl");
     std::fs::write(&jl, format!("{line}\nnot json\n")).unwrap();
-    let (_d4, d) = new_store();
+    let (_d4, d) = new_store(be);
     let r = import(&d, Format::OpenAi, &[jl]);
     assert_eq!(r.skipped.len(), 1);
     assert_eq!(r.skipped[0].line, 2);
@@ -809,7 +804,7 @@ fn openai_round_trip_and_other_formats_through_openai() {
 
     // Codex -> openai -> import: every chat message arrives.
     if let Some(codex) = data("codex") {
-        let (_d5, e) = new_store();
+        let (_d5, e) = new_store(be);
         import(&e, Format::Codex, &[codex]);
         for (name, _) in heads(&e) {
             let f = tmp.path().join("codex.json");
@@ -819,19 +814,18 @@ fn openai_round_trip_and_other_formats_through_openai() {
                 .as_array()
                 .unwrap()
                 .len();
-            let (_d6, g) = new_store();
+            let (_d6, g) = new_store(be);
             let r = import(&g, Format::OpenAi, &[f]);
             assert_eq!(r.messages, n);
         }
     }
 }
 
-#[test]
-fn export_json_and_jsonl_hold_the_history() {
+fn export_json_and_jsonl_hold_the_history(b: &Backend) {
     let Some(src) = data("claude-code/session-196820da.jsonl") else {
         return;
     };
-    let (_d, store) = new_store();
+    let store = b.open();
     import(&store, Format::ClaudeCode, &[src]);
     for (name, head) in heads(&store) {
         let history = store.odb().load_messages(&head).unwrap();
@@ -847,8 +841,7 @@ fn export_json_and_jsonl_hold_the_history() {
     }
 }
 
-#[test]
-fn no_line_is_lost_and_summaries_name_titles() {
+fn no_line_is_lost_and_summaries_name_titles(b: &Backend) {
     let Some(src) = data("claude-code/claude/incremental-simple/turn-2.jsonl") else {
         return;
     };
@@ -869,7 +862,7 @@ fn no_line_is_lost_and_summaries_name_titles() {
     let tmp = tempfile::tempdir().unwrap();
     let f = tmp.path().join("turn-2.jsonl");
     std::fs::write(&f, &text).unwrap();
-    let (_d, store) = new_store();
+    let store = b.open();
     let r = import(&store, Format::ClaudeCode, &[f]);
     let (name, head) = heads(&store).into_iter().next().unwrap();
     let info = store.conversation(name.short()).unwrap().unwrap();
@@ -903,15 +896,14 @@ fn no_line_is_lost_and_summaries_name_titles() {
     assert_eq!(kept, lines.len() + 1);
 }
 
-#[test]
-fn a_conversation_made_by_hand_is_not_overwritten() {
+fn a_conversation_made_by_hand_is_not_overwritten(b: &Backend) {
     let Some(src) = data("claude-code/claude/incremental-simple/turn-2.jsonl") else {
         return;
     };
-    let (_d, probe) = new_store();
+    let probe = b.open();
     import(&probe, Format::ClaudeCode, std::slice::from_ref(&src));
     let (name, _) = heads(&probe).into_iter().next().unwrap();
-    let (_d2, store) = new_store();
+    let (_d2, store) = new_store(b);
     let turn = sessctl_store::Turn {
         messages: sessctl_store::Messages::Added(vec![
             serde_json::json!({"role": "user", "content": "mine"}),
@@ -937,14 +929,11 @@ fn a_conversation_made_by_hand_is_not_overwritten() {
     assert_eq!((again.objects_written, again.refs_moved), (0, 0));
 }
 
-#[test]
-fn import_survives_reopen() {
+fn import_survives_reopen(b: &Backend) {
     let Some(src) = data("claude-code/claude/incremental-simple/turn-2.jsonl") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store");
-    let store = Store::init(&path).unwrap();
+    let store = b.open();
     import_paths(
         &store,
         Format::ClaudeCode,
@@ -954,7 +943,7 @@ fn import_survives_reopen() {
     .unwrap();
     let before = heads(&store);
     drop(store);
-    let store = Store::open(&path, &OpenOptions::default()).unwrap();
+    let store = b.open();
     assert_eq!(heads(&store), before);
     let r = import(&store, Format::ClaudeCode, &[src]);
     assert_eq!((r.objects_written, r.refs_moved), (0, 0));
@@ -1013,8 +1002,7 @@ fn store_usage(store: &Store) -> (u64, u64, u64, u64) {
     out
 }
 
-#[test]
-fn codex_token_counts_repeated_add_nothing_and_cache_reads_are_kept() {
+fn codex_token_counts_repeated_add_nothing_and_cache_reads_are_kept(b: &Backend) {
     let Some(dir) = data("codex") else {
         return;
     };
@@ -1024,7 +1012,7 @@ fn codex_token_counts_repeated_add_nothing_and_cache_reads_are_kept() {
         .into_iter()
         .find(|f| std::fs::read_to_string(f).unwrap().contains("token_count"))
         .unwrap();
-    let (_d, store) = new_store();
+    let store = b.open();
     import(&store, Format::Codex, std::slice::from_ref(&f));
     let once = store_usage(&store);
     // The last running total is the rollout's.
@@ -1053,7 +1041,7 @@ fn codex_token_counts_repeated_add_nothing_and_cache_reads_are_kept() {
     let d = tempfile::tempdir().unwrap();
     let g = d.path().join(f.file_name().unwrap());
     std::fs::write(&g, doubled).unwrap();
-    let (_d2, store2) = new_store();
+    let (_d2, store2) = new_store(b);
     import(&store2, Format::Codex, &[g]);
     assert_eq!(store_usage(&store2), once);
     // Cache reads and the model are in `extra.usage`.
@@ -1074,20 +1062,19 @@ fn codex_token_counts_repeated_add_nothing_and_cache_reads_are_kept() {
     assert_eq!(models.len(), 1, "{models:?}");
 }
 
-#[test]
-fn an_open_turn_is_held_back_until_it_ends() {
+fn an_open_turn_is_held_back_until_it_ends(b: &Backend) {
     let Some(f) = data("claude-code/claude/incremental-subagents/turn-1.jsonl") else {
         return;
     };
     // turn-1 ends on a tool call whose result is not written yet.
-    let (_d, store) = new_store();
+    let store = b.open();
     let live = ImportOptions {
         no_sync: true,
         ..ImportOptions::default()
     };
     let r = import_paths(&store, Format::ClaudeCode, std::slice::from_ref(&f), &live).unwrap();
     assert!(r.held_back > 0, "{r:?}");
-    let (_d2, whole) = new_store();
+    let (_d2, whole) = new_store(b);
     let r2 = import(&whole, Format::ClaudeCode, &[f]);
     assert_eq!(r2.held_back, 0);
     assert_eq!(r.messages + r.held_back, r2.messages);
@@ -1120,8 +1107,7 @@ fn cc_line(uuid: &str, parent: Option<&str>, user: bool, minute: u32, text: &str
 /// A rewind (a new prompt on an earlier answer) makes a fork; the
 /// conversation keeps its line and only fast-forwards. A first import of
 /// the whole file takes the newest leaf for the main line.
-#[test]
-fn a_rewind_keeps_the_conversation_on_its_line() {
+fn a_rewind_keeps_the_conversation_on_its_line(b: &Backend) {
     let tmp = tempfile::tempdir().unwrap();
     let f = tmp.path().join("rewind.jsonl");
     let mut text = cc_line("u1", None, true, 1, "first")
@@ -1129,7 +1115,7 @@ fn a_rewind_keeps_the_conversation_on_its_line() {
         + &cc_line("u2", Some("a1"), true, 3, "second")
         + &cc_line("a2", Some("u2"), false, 4, "second answer");
     std::fs::write(&f, &text).unwrap();
-    let (_d, store) = new_store();
+    let store = b.open();
     import(&store, Format::ClaudeCode, std::slice::from_ref(&f));
     let (main, h1) = heads(&store).into_iter().next().unwrap();
     text += &cc_line("u3", Some("a1"), true, 5, "rewound");
@@ -1148,7 +1134,7 @@ fn a_rewind_keeps_the_conversation_on_its_line() {
     let fork = format!("{}.fork-1", main.short());
     assert_eq!(last(&fork), "rewound answer");
     // The whole file at once: the newest leaf is the main line.
-    let (_d2, fresh) = new_store();
+    let (_d2, fresh) = new_store(b);
     import(&fresh, Format::ClaudeCode, std::slice::from_ref(&f));
     let h = fresh.resolve_rev(main.short()).unwrap();
     let m = fresh.odb().load_messages(&h).unwrap();
@@ -1163,3 +1149,23 @@ fn a_rewind_keeps_the_conversation_on_its_line() {
         "second answer"
     );
 }
+
+two_backends!(
+    claude_code_counts_lineage_and_idempotence,
+    claude_code_later_snapshot_appends_only,
+    malformed_line_is_reported_and_the_rest_imported,
+    dangling_parent_is_reported_and_kept_as_root,
+    claude_code_fork_becomes_a_conversation,
+    codex_counts_and_usage,
+    codex_fork_shares_its_source_prefix,
+    swe_agent_counts,
+    claude_code_round_trip,
+    openai_round_trip_and_other_formats_through_openai,
+    export_json_and_jsonl_hold_the_history,
+    no_line_is_lost_and_summaries_name_titles,
+    a_conversation_made_by_hand_is_not_overwritten,
+    import_survives_reopen,
+    codex_token_counts_repeated_add_nothing_and_cache_reads_are_kept,
+    an_open_turn_is_held_back_until_it_ends,
+    a_rewind_keeps_the_conversation_on_its_line,
+);

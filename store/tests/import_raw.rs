@@ -3,10 +3,15 @@
 //! exported back and compared line by line with their sources; importing
 //! again writes nothing; a store an older sessctl imported into keeps its
 //! sessions and fast-forwards; a fork written back for Claude Code resumes
-//! under one sessionId, every source line otherwise as it was.
+//! under one sessionId, every source line otherwise as it was. The
+//! behaviour tests run on a local store and on a remote one
+//! (`name::local`, `name::remote`).
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+#[path = "support/backends.rs"]
+mod backends;
 mod support;
+use backends::Backend;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -89,25 +94,22 @@ fn history_kinds(store: &Store, id: &ObjectId) -> Vec<ObjectKind> {
         .collect()
 }
 
-#[test]
-fn claude_code_sessions_export_back_byte_for_byte() {
+fn claude_code_sessions_export_back_byte_for_byte(b: &Backend) {
     // Linear sessions: their whole history is every line of the file.
     for file in ["session-3fe1b6bc.jsonl", "session-196820da.jsonl"] {
         let Some(path) = data(&format!("claude-code/{file}")) else {
             return;
         };
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::init(&dir.path().join("s")).unwrap();
-        assert_eq!(
-            format_file(&dir.path().join("s")),
-            "sessctl store format 1\n"
-        );
+        let b = b.another();
+        let store = b.open();
+        // A local store's FORMAT file: the first raw object raises it to 3.
+        if let Some(dir) = b.path() {
+            assert_eq!(format_file(dir), "sessctl store format 1\n");
+        }
         import(&store, Format::ClaudeCode, &path, &opts());
-        // The first raw object raised the store to format 3.
-        assert_eq!(
-            format_file(&dir.path().join("s")),
-            "sessctl store format 3\n"
-        );
+        if let Some(dir) = b.path() {
+            assert_eq!(format_file(dir), "sessctl store format 3\n");
+        }
         let name = only_conversation(&store);
         let at = head(&store, &name);
         assert!(history_kinds(&store, &at)
@@ -165,8 +167,7 @@ fn claude_code_sessions_export_back_byte_for_byte() {
     }
 }
 
-#[test]
-fn codex_rollouts_export_back_byte_for_byte_but_their_session_meta() {
+fn codex_rollouts_export_back_byte_for_byte_but_their_session_meta(b: &Backend) {
     let Some(dir_in) = data("codex") else {
         return;
     };
@@ -178,8 +179,8 @@ fn codex_rollouts_export_back_byte_for_byte_but_their_session_meta() {
     files.sort();
     assert!(!files.is_empty());
     for path in files {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::init(&dir.path().join("s")).unwrap();
+        let b = b.another();
+        let store = b.open();
         import(&store, Format::Codex, &path, &opts());
         let name = only_conversation(&store);
         let at = head(&store, &name);
@@ -202,13 +203,12 @@ fn codex_rollouts_export_back_byte_for_byte_but_their_session_meta() {
     }
 }
 
-#[test]
-fn importing_again_writes_nothing_and_identical_lines_are_one_object() {
+fn importing_again_writes_nothing_and_identical_lines_are_one_object(b: &Backend) {
     let Some(path) = data("claude-code/session-3fe1b6bc.jsonl") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::init(&dir.path().join("s")).unwrap();
+    let store = b.open();
     let first = import(&store, Format::ClaudeCode, &path, &opts());
     assert!(first.objects_written > 0);
     let objects = store.odb().stats().unwrap();
@@ -253,6 +253,7 @@ fn descends(store: &Store, new: ObjectId, old: ObjectId) -> bool {
     false
 }
 
+// Local only: opens a store directory an older sessctl wrote (a fixture).
 #[test]
 fn a_store_an_older_sessctl_imported_into_imports_again_and_fast_forwards() {
     let (Some(turn1), Some(turn2), Some(rollout)) = (
@@ -330,13 +331,11 @@ fn a_store_an_older_sessctl_imported_into_imports_again_and_fast_forwards() {
     assert!(report.is_clean(), "{:?}", report.problems);
 }
 
-#[test]
-fn a_fork_written_back_for_claude_code_resumes_under_one_session_id() {
+fn a_fork_written_back_for_claude_code_resumes_under_one_session_id(b: &Backend) {
     let Some(path) = data("claude-code/session-3fe1b6bc.jsonl") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::init(&dir.path().join("s")).unwrap();
+    let store = b.open();
     import(&store, Format::ClaudeCode, &path, &opts());
     let name = only_conversation(&store);
     let source = source_lines(&path);
@@ -406,3 +405,10 @@ fn a_fork_written_back_for_claude_code_resumes_under_one_session_id() {
     let cwd = values.iter().find_map(|v| v.get("cwd")).unwrap();
     assert_eq!(&last["cwd"], cwd);
 }
+
+two_backends!(
+    claude_code_sessions_export_back_byte_for_byte,
+    codex_rollouts_export_back_byte_for_byte_but_their_session_meta,
+    importing_again_writes_nothing_and_identical_lines_are_one_object,
+    a_fork_written_back_for_claude_code_resumes_under_one_session_id,
+);

@@ -1,10 +1,14 @@
 //! Catching up in O(new lines) (`import::tail`): real transcripts fed a few
 //! lines at a time, each catch-up going on from where the last left, leave
 //! exactly the store a whole import does, reading and parsing only the new
-//! lines; a file that shrank or was replaced is read whole again.
+//! lines; a file that shrank or was replaced is read whole again. Each on
+//! a local store and on a remote one (`name::local`, `name::remote`).
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+#[path = "support/backends.rs"]
+mod backends;
 mod support;
+use backends::Backend;
 
 use std::path::{Path, PathBuf};
 use support::data;
@@ -167,9 +171,9 @@ fn feed_files(
     fed
 }
 
-fn whole(format: Format, path: &Path, lines: &[String]) -> (tempfile::TempDir, Store) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::init(&dir.path().join("s")).unwrap();
+fn whole(b: &Backend, format: Format, path: &Path, lines: &[String]) -> (Backend, Store) {
+    let b = b.another();
+    let store = b.open();
     import_sources(
         &store,
         format,
@@ -178,15 +182,14 @@ fn whole(format: Format, path: &Path, lines: &[String]) -> (tempfile::TempDir, S
         ImportReport::default(),
     )
     .unwrap();
-    (dir, store)
+    (b, store)
 }
 
 /// The largest Claude Code transcripts and both Codex rollouts, fed 1 to 7
 /// lines at a time: the same refs, ids and records as the whole file
 /// imported at once, every move a fast-forward, and most catch-ups read
 /// only their new lines.
-#[test]
-fn a_transcript_fed_in_chunks_lands_as_the_whole_file_reading_only_new_lines() {
+fn a_transcript_fed_in_chunks_lands_as_the_whole_file_reading_only_new_lines(b: &Backend) {
     let files = [
         (Format::ClaudeCode, "claude-code/session-3fe1b6bc.jsonl"),
         (Format::ClaudeCode, "claude-code/session-196820da.jsonl"),
@@ -208,10 +211,10 @@ fn a_transcript_fed_in_chunks_lands_as_the_whole_file_reading_only_new_lines() {
             return;
         };
         let lines = lines_of(&path);
-        let (_w, whole_store) = whole(format, &path, &lines);
+        let (_w, whole_store) = whole(b, format, &path, &lines);
         for sizes in [&[1usize][..], &[3, 1, 7, 2]] {
-            let dir = tempfile::tempdir().unwrap();
-            let live = Store::init(&dir.path().join("s")).unwrap();
+            let _live = b.another();
+            let live = _live.open();
             let fed = feed(&live, format, &path, &lines, |k| sizes[k % sizes.len()]);
             let what = format!("{sub} in chunks of {sizes:?}");
             eprintln!("{what}: {fed:?}");
@@ -232,8 +235,7 @@ fn a_transcript_fed_in_chunks_lands_as_the_whole_file_reading_only_new_lines() {
 /// `agent-*.jsonl` beside it), their lines written in time order: the
 /// unit's catch-ups go on across its files and land as the whole unit
 /// imported at once.
-#[test]
-fn a_session_and_its_subagents_fed_in_time_order_land_as_the_whole_unit() {
+fn a_session_and_its_subagents_fed_in_time_order_land_as_the_whole_unit(b: &Backend) {
     let Some(dir) = data("claude-code/claude/-tmp-private") else {
         return;
     };
@@ -266,8 +268,7 @@ fn a_session_and_its_subagents_fed_in_time_order_land_as_the_whole_unit() {
     }
     lines.sort_by(|a, b| a.0.cmp(&b.0));
     let lines: Vec<(usize, String)> = lines.into_iter().map(|(_, f, l)| (f, l)).collect();
-    let whole_dir = tempfile::tempdir().unwrap();
-    let whole = Store::init(&whole_dir.path().join("s")).unwrap();
+    let whole = b.open();
     let sources: Vec<SourceFile> = paths
         .iter()
         .map(|p| source(p, &lines_of(p).concat()))
@@ -281,8 +282,8 @@ fn a_session_and_its_subagents_fed_in_time_order_land_as_the_whole_unit() {
     )
     .unwrap();
     for sizes in [&[1usize][..], &[2, 5]] {
-        let dir = tempfile::tempdir().unwrap();
-        let live = Store::init(&dir.path().join("s")).unwrap();
+        let _live = b.another();
+        let live = _live.open();
         let fed = feed_files(&live, Format::ClaudeCode, &paths, &lines, |k| {
             sizes[k % sizes.len()]
         });
@@ -298,8 +299,7 @@ fn a_session_and_its_subagents_fed_in_time_order_land_as_the_whole_unit() {
 /// after a Desktop rollout's `final_answer` ended its turn) would change
 /// that message's usage if the file were read whole: the catch-up reads it
 /// whole.
-#[test]
-fn a_token_count_for_the_last_written_message_reads_the_file_whole() {
+fn a_token_count_for_the_last_written_message_reads_the_file_whole(b: &Backend) {
     let line = |v: serde_json::Value| format!("{v}\n");
     let msg = |role: &str, text: &str, phase: Option<&str>| {
         let mut payload = serde_json::json!({
@@ -330,13 +330,12 @@ fn a_token_count_for_the_last_written_message_reads_the_file_whole() {
             "last_token_usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15},
         }},
     }));
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::init(&dir.path().join("s")).unwrap();
-    let path = dir.path().join("rollout-x.jsonl");
+    let store = b.open();
+    let path = Path::new("rollout-x.jsonl");
     let (_, resume) = import_resumable(
         &store,
         Format::Codex,
-        &[source(&path, &lines.concat())],
+        &[source(path, &lines.concat())],
         &opts(),
         ImportReport::default(),
     )
@@ -391,14 +390,12 @@ fn a_token_count_for_the_last_written_message_reads_the_file_whole() {
 /// one (a later snapshot: read once, its entries then go to the written
 /// message), and a summary (it may title the conversation by an earlier
 /// message).
-#[test]
-fn a_repeated_line_or_a_summary_reads_a_claude_code_file_whole() {
+fn a_repeated_line_or_a_summary_reads_a_claude_code_file_whole(b: &Backend) {
     let Some(path) = data("claude-code/session-3fe1b6bc.jsonl") else {
         return;
     };
     let lines = lines_of(&path);
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::init(&dir.path().join("s")).unwrap();
+    let store = b.open();
     let (_, resume) = import_resumable(
         &store,
         Format::ClaudeCode,
@@ -442,3 +439,10 @@ fn a_repeated_line_or_a_summary_reads_a_claude_code_file_whole() {
     .unwrap()
     .is_some());
 }
+
+two_backends!(
+    a_transcript_fed_in_chunks_lands_as_the_whole_file_reading_only_new_lines,
+    a_session_and_its_subagents_fed_in_time_order_land_as_the_whole_unit,
+    a_token_count_for_the_last_written_message_reads_the_file_whole,
+    a_repeated_line_or_a_summary_reads_a_claude_code_file_whole,
+);

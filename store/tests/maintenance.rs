@@ -1,5 +1,12 @@
-//! gc and fsck through the public API.
+//! gc and fsck through the public API: each behaviour test on a local
+//! store and on a remote one (`name::local`, `name::remote`); the tests of
+//! the local layout on disk (pack blocks, the gc ledger) run locally only
+//! and say so.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+#[path = "support/backends.rs"]
+mod backends;
+use backends::Backend;
 
 use std::path::{Path, PathBuf};
 
@@ -34,8 +41,8 @@ fn fsck(store: &Store, full: bool) -> sessctl_store::fsck::FsckReport {
 
 /// A store with a live conversation and a deleted fork whose sessions only
 /// the ref log still names.
-fn populated(path: &Path) -> (Store, Vec<ObjectId>, Vec<ObjectId>) {
-    let store = open(path);
+fn populated(b: &Backend) -> (Store, Vec<ObjectId>, Vec<ObjectId>) {
+    let store = b.open();
     let (_, root) = store
         .create(Some("main"), turn("hello"), Durability::NoSync)
         .unwrap();
@@ -66,10 +73,8 @@ fn populated(path: &Path) -> (Store, Vec<ObjectId>, Vec<ObjectId>) {
     (store, vec![root, a, b], vec![s1, s2])
 }
 
-#[test]
-fn recent_ref_log_entries_keep_deleted_work_alive() {
-    let (_d, path) = new_store();
-    let (store, live, deleted) = populated(&path);
+fn recent_ref_log_entries_keep_deleted_work_alive(b: &Backend) {
+    let (store, live, deleted) = populated(b);
     let report = store
         .gc(&GcOptions {
             prune: Prune::Now,
@@ -83,10 +88,8 @@ fn recent_ref_log_entries_keep_deleted_work_alive() {
     assert!(fsck(&store, true).is_clean());
 }
 
-#[test]
-fn unreachable_objects_go_only_past_the_grace_period() {
-    let (_d, path) = new_store();
-    let (store, live, deleted) = populated(&path);
+fn unreachable_objects_go_only_past_the_grace_period(b: &Backend) {
+    let (store, live, deleted) = populated(b);
     let expired = GcOptions {
         reflog_expiry_ms: 0,
         ..GcOptions::default()
@@ -139,23 +142,24 @@ fn unreachable_objects_go_only_past_the_grace_period() {
         .commit("main", None, turn("after gc"), Durability::Sync)
         .unwrap();
     drop(store);
-    let store = open(&path);
+    let store = b.open();
     assert_eq!(store.conversation("main").unwrap().unwrap().messages, 4);
 }
 
-#[test]
-fn the_grace_period_counts_from_when_gc_first_saw_the_object() {
-    let (_d, path) = new_store();
-    let (store, _, deleted) = populated(&path);
+fn the_grace_period_counts_from_when_gc_first_saw_the_object(b: &Backend) {
+    let (store, _, deleted) = populated(b);
     let opts = GcOptions {
         reflog_expiry_ms: 0,
         prune: Prune::OlderThan(3_600_000),
         ..GcOptions::default()
     };
     assert_eq!(store.gc(&opts).unwrap().kept_young, 4);
-    // gc rewrote the pack; the objects are not younger for it.
-    let ledger = std::fs::read(path.join("gc.ledger")).unwrap();
-    assert_eq!(ledger.len(), 4 * 40);
+    // gc rewrote the pack; the objects are not younger for it. (A local
+    // store keeps when gc first saw each in the file gc.ledger.)
+    if let Some(path) = b.path() {
+        let ledger = std::fs::read(path.join("gc.ledger")).unwrap();
+        assert_eq!(ledger.len(), 4 * 40);
+    }
     let report = store
         .gc(&GcOptions {
             prune: Prune::Before(sessctl_store::time::now_ms() + 1),
@@ -166,10 +170,8 @@ fn the_grace_period_counts_from_when_gc_first_saw_the_object() {
     assert!(!store.odb().contains(&deleted[0]).unwrap());
 }
 
-#[test]
-fn fsck_names_what_is_wrong_and_lists_dangling_sessions() {
-    let (_d, path) = new_store();
-    let store = open(&path);
+fn fsck_names_what_is_wrong_and_lists_dangling_sessions(b: &Backend) {
+    let store = b.open();
     store
         .create(Some("main"), turn("hello"), Durability::Sync)
         .unwrap();
@@ -178,16 +180,16 @@ fn fsck_names_what_is_wrong_and_lists_dangling_sessions() {
     assert!(report.dangling.is_empty());
 
     // A session written without a ref is dangling, not a problem.
-    let mut b = WriteBatch::new();
-    let lonely = b.session(&Session::new_root(5)).unwrap();
+    let mut batch = WriteBatch::new();
+    let lonely = batch.session(&Session::new_root(5)).unwrap();
     // One that names a parent and a message the store lacks is a problem.
     let mut broken = Session::new_root(6);
     let ghost = ObjectId::from_bytes([7; 32]);
     broken.parents = vec![ghost];
     broken.messages.base = 0;
     broken.messages.added = vec![ObjectId::from_bytes([8; 32])];
-    let broken = b.session(&broken).unwrap();
-    store.odb().write(&b, Durability::Sync).unwrap();
+    let broken = batch.session(&broken).unwrap();
+    store.odb().write(&batch, Durability::Sync).unwrap();
     let report = fsck(&store, false);
     assert!(report.dangling.contains(&lonely), "{report:?}");
     assert!(report.dangling.contains(&broken), "{report:?}");
@@ -203,9 +205,11 @@ fn fsck_names_what_is_wrong_and_lists_dangling_sessions() {
         .problems
         .iter()
         .any(|p| p.contains("message") && p.contains(&"08".repeat(32))));
-    drop(store);
+}
 
-    // A flipped byte in a pack names the damaged object.
+// Local only: flips a byte of a pack file on disk.
+#[test]
+fn fsck_names_a_flipped_byte_in_a_pack() {
     let (_d2, path2) = new_store();
     let store = open(&path2);
     store
@@ -255,16 +259,14 @@ fn gc_in_memory_behaves_the_same() {
     );
 }
 
-#[test]
-fn a_kept_young_session_keeps_the_old_blobs_it_names() {
-    let (_d, path) = new_store();
-    let store = open(&path);
+fn a_kept_young_session_keeps_the_old_blobs_it_names(b: &Backend) {
+    let store = b.open();
     store
         .create(Some("main"), turn("hello"), Durability::Sync)
         .unwrap();
-    let mut b = WriteBatch::new();
-    let old_blob = b.blob(&json!("an old, unreachable message")).unwrap();
-    store.odb().write(&b, Durability::Sync).unwrap();
+    let mut batch = WriteBatch::new();
+    let old_blob = batch.blob(&json!("an old, unreachable message")).unwrap();
+    store.odb().write(&batch, Durability::Sync).unwrap();
     let opts = GcOptions {
         reflog_expiry_ms: 0,
         prune: Prune::OlderThan(3_600_000),
@@ -276,9 +278,9 @@ fn a_kept_young_session_keeps_the_old_blobs_it_names() {
     std::thread::sleep(std::time::Duration::from_millis(20));
     let mut s = Session::new_root(9);
     s.messages.added = vec![old_blob];
-    let mut b = WriteBatch::new();
-    let young = b.session(&s).unwrap();
-    store.odb().write(&b, Durability::Sync).unwrap();
+    let mut batch = WriteBatch::new();
+    let young = batch.session(&s).unwrap();
+    store.odb().write(&batch, Durability::Sync).unwrap();
     // Everything seen unreachable before t1 may go: the blob qualifies, but
     // the young session keeps it.
     let report = store
@@ -358,6 +360,7 @@ fn holds(haystack: &[u8], needle: &[u8]) -> bool {
 /// dictionary, the blocks that lose nothing are copied as they were (their
 /// compressed bytes, byte for byte); packed with one, which holds pieces
 /// of the pack's records, every block of the pack is written again.
+// Local only: reads the pack files' blocks on disk.
 #[test]
 fn gc_copies_clean_blocks_and_keeps_exactly_what_is_reachable() {
     gc_keeps_exactly_what_is_reachable(0);
@@ -484,6 +487,7 @@ fn gc_keeps_exactly_what_is_reachable(dictionary_size: usize) {
 /// A gc that drops nothing leaves a pack much larger than what is new
 /// alone, and packs the new objects (geometric, as packing as writes go);
 /// a second gc with nothing to do writes nothing.
+// Local only: counts the pack files on disk.
 #[test]
 fn gc_leaves_a_large_pack_alone_when_it_drops_nothing_from_it() {
     let (_d, path) = new_store();
@@ -526,6 +530,7 @@ fn gc_leaves_a_large_pack_alone_when_it_drops_nothing_from_it() {
 
 /// fsck reads blocks in parallel and still names each damaged object as a
 /// read of it would, in two different blocks.
+// Local only: flips bytes of a pack file on disk.
 #[test]
 fn fsck_names_damage_in_two_blocks_as_reads_do() {
     use sessctl_store::odb::pack::PackOptions;
@@ -591,3 +596,11 @@ fn fsck_names_damage_in_two_blocks_as_reads_do() {
         .iter()
         .any(|p| p.contains("block 1:") || p.contains("block 1 ")));
 }
+
+two_backends!(
+    recent_ref_log_entries_keep_deleted_work_alive,
+    unreachable_objects_go_only_past_the_grace_period,
+    the_grace_period_counts_from_when_gc_first_saw_the_object,
+    fsck_names_what_is_wrong_and_lists_dangling_sessions,
+    a_kept_young_session_keeps_the_old_blobs_it_names,
+);

@@ -4,10 +4,16 @@
 //! damage is an error naming the object, never other bytes. A history read
 //! along a first-parent chain given beforehand (`Odb::history_along`, which
 //! `Store::history` feeds from the lineage index) is the same history
-//! whatever that chain says.
+//! whatever that chain says. The behaviour tests run on a local store and
+//! on a remote one (`name::local`, `name::remote`); the tests of the local
+//! layout on disk (journal segments, packs, the lineage index file) run
+//! locally only and say so.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+#[path = "support/backends.rs"]
+mod backends;
 mod support;
+use backends::Backend;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -101,6 +107,7 @@ fn assert_same_history(odb: &Odb, head: &ObjectId) -> usize {
     values.len()
 }
 
+// Local only: reads from journal segments and packs on disk, and both.
 #[test]
 fn bytes_and_values_agree_from_the_journal_packs_and_both() {
     let (_d, path) = new_store();
@@ -146,58 +153,52 @@ fn bytes_and_values_agree_from_the_journal_packs_and_both() {
     assert_eq!(assert_same_history(&odb, &mixed), 1321);
 }
 
-#[test]
-fn bytes_and_values_agree_along_compactions_forks_and_repeats() {
-    for odb in [Odb::in_memory(), {
-        let (d, path) = new_store();
-        // The directory must outlive the handle: leak it for the test.
-        std::mem::forget(d);
-        Odb::open(&path, &OpenOptions::default()).unwrap()
-    }] {
+fn bytes_and_values_agree_along_compactions_forks_and_repeats(b: &Backend) {
+    let store = b.open();
+    for odb in [&Odb::in_memory(), store.odb()] {
         let mut rng = Rng::new(9);
-        let (head, len) = chain(&odb, &mut rng, None, 0, 20, 3);
+        let (head, len) = chain(odb, &mut rng, None, 0, 20, 3);
         // A compaction: a session that keeps nothing of its parent and
         // starts from a summary, then the last messages again (the same
         // blobs at new positions).
         let last: Vec<Value> = odb.load_messages(&head).unwrap()[len as usize - 3..].to_vec();
         let mut fresh = vec![json!({"role": "system", "content": "summary so far"})];
         fresh.extend(last.iter().cloned());
-        let compacted = turn(&odb, Some(head), 0, &fresh, 100);
-        let (after, after_len) = chain(&odb, &mut rng, Some(compacted), 4, 5, 2);
+        let compacted = turn(odb, Some(head), 0, &fresh, 100);
+        let (after, after_len) = chain(odb, &mut rng, Some(compacted), 4, 5, 2);
         assert_eq!(after_len, 14);
-        assert_eq!(assert_same_history(&odb, &after), 14);
+        assert_eq!(assert_same_history(odb, &after), 14);
         // One message repeated: one blob, four positions.
         let ok = json!({"role": "user", "content": "ok"});
         let repeats = turn(
-            &odb,
+            odb,
             Some(after),
             after_len,
             &[ok.clone(), ok.clone(), ok.clone(), ok],
             200,
         );
-        assert_eq!(assert_same_history(&odb, &repeats), 18);
+        assert_eq!(assert_same_history(odb, &repeats), 18);
         // A fork from the middle of the first chain.
         let fork = turn(
-            &odb,
+            odb,
             Some(head),
             30,
             &[json!({"role": "user", "content": "fork"})],
             300,
         );
-        assert_eq!(assert_same_history(&odb, &fork), 31);
+        assert_eq!(assert_same_history(odb, &fork), 31);
         // Nothing at all.
-        let empty = turn(&odb, None, 0, &[], 400);
-        assert_eq!(assert_same_history(&odb, &empty), 0);
+        let empty = turn(odb, None, 0, &[], 400);
+        assert_eq!(assert_same_history(odb, &empty), 0);
         assert!(odb.load_message_bytes(&empty).unwrap().is_empty());
     }
 }
 
-#[test]
-fn what_is_not_a_stored_blob_is_refused_by_name() {
-    let (_d, path) = new_store();
-    let odb = Odb::open(&path, &OpenOptions::default()).unwrap();
+fn what_is_not_a_stored_blob_is_refused_by_name(b: &Backend) {
+    let store = b.open();
+    let odb = store.odb();
     let mut rng = Rng::new(3);
-    let (head, _) = chain(&odb, &mut rng, None, 0, 3, 2);
+    let (head, _) = chain(odb, &mut rng, None, 0, 3, 2);
     let mut ids = odb.history(&head).unwrap();
     ids.push(head);
     let err = odb.blob_bytes(&ids).unwrap_err();
@@ -235,6 +236,7 @@ fn damage_first_object(path: &Path) {
     fs::write(&segs[0], bytes).unwrap();
 }
 
+// Local only: flips a byte of a journal segment on disk.
 #[test]
 fn a_damaged_message_in_the_journal_is_an_error_naming_it() {
     let (_d, path) = new_store();
@@ -273,6 +275,7 @@ fn a_damaged_message_in_the_journal_is_an_error_naming_it() {
     assert_eq!(odb.blob_bytes(&history[1..]).unwrap().len(), 30);
 }
 
+// Local only: flips a byte of a pack file on disk.
 #[test]
 fn a_flipped_byte_in_a_pack_is_an_error_never_other_bytes() {
     let (_d, path) = new_store();
@@ -355,6 +358,7 @@ fn forge_index_entry(path: &Path, victim: &ObjectId, donor: &ObjectId) {
 /// index entry pointing at another message) is an error naming that
 /// object on every batch read, wherever it sits in the batch: what only
 /// verifying each message's bytes against its id catches.
+// Local only: rewrites a record of a pack file on disk.
 #[test]
 fn a_packed_message_that_is_another_is_an_error_naming_it() {
     for victim_at in [0, 137, 299] {
@@ -453,6 +457,8 @@ fn a_history_read_along_a_hint_is_the_history_whatever_the_hint_says() {
     );
 }
 
+// Local only: the lineage index is a file a local repack writes beside the
+// packs.
 #[test]
 fn a_store_reads_histories_along_its_lineage_index() {
     let dir = tempfile::tempdir().unwrap();
@@ -513,3 +519,8 @@ fn a_store_reads_histories_along_its_lineage_index() {
         store.odb().history(&mid).unwrap()
     );
 }
+
+two_backends!(
+    bytes_and_values_agree_along_compactions_forks_and_repeats,
+    what_is_not_a_stored_blob_is_refused_by_name,
+);

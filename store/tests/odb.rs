@@ -1,7 +1,14 @@
-//! The object database through its public API, on disk and in memory.
+//! The object database through its public API, on disk and in memory. The
+//! behaviour tests run on a local store and on a remote one
+//! (`name::local`, `name::remote`); the tests of the local layout on disk
+//! (journal frames and segments, torn tails, packs, bytes on disk) run
+//! locally only and say so.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+#[path = "support/backends.rs"]
+mod backends;
 mod support;
+use backends::Backend;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -64,13 +71,13 @@ fn exercise_backend(odb: &Odb) {
     assert!(matches!(odb.read(&missing), Err(Error::NotFound { .. })));
 }
 
-#[test]
-fn memory_and_disk_backends_behave_alike() {
+fn memory_and_disk_backends_behave_alike(b: &Backend) {
     exercise_backend(&Odb::in_memory());
-    let (_d, path) = new_store();
-    exercise_backend(&open(&path));
+    exercise_backend(b.open().odb());
 }
 
+// Local only: counts the packs, journal objects and bytes of a store
+// directory (and 10,000 turns, each its own write).
 #[test]
 fn ten_thousand_turns_read_back_after_reopen_and_repack() {
     let (_d, path) = new_store();
@@ -119,25 +126,26 @@ fn ten_thousand_turns_read_back_after_reopen_and_repack() {
     assert_eq!(h[..5_000], before[..5_000]);
 }
 
-#[test]
-fn repack_keeps_every_object_byte_identical() {
-    let (_d, path) = new_store();
-    let odb = open(&path);
-    write_chain(&odb, 3, 50, 2, Durability::NoSync);
-    write_chain(&odb, 4, 30, 3, Durability::NoSync);
+fn repack_keeps_every_object_byte_identical(b: &Backend) {
+    let store = b.open();
+    let odb = store.odb();
+    write_chain(odb, 3, 50, 2, Durability::NoSync);
+    write_chain(odb, 4, 30, 3, Durability::NoSync);
     let ids = odb.backend().ids().unwrap();
     let originals: Vec<_> = ids.iter().map(|id| odb.read(id).unwrap()).collect();
     odb.repack(&RepackOptions::default()).unwrap();
-    write_chain(&odb, 5, 10, 1, Durability::NoSync);
+    write_chain(odb, 5, 10, 1, Durability::NoSync);
     odb.repack(&RepackOptions::default()).unwrap();
-    drop(odb);
-    let odb = open(&path);
+    drop(store);
+    let store = b.open();
+    let odb = store.odb();
     for o in &originals {
         assert_eq!(&odb.read(&o.id()).unwrap(), o);
     }
     assert_eq!(odb.stats().unwrap().packs, 1);
 }
 
+// Local only: cuts the journal segment on disk at every offset.
 #[test]
 fn torn_tail_at_every_offset_keeps_every_earlier_record() {
     let (_d, path) = new_store();
@@ -209,6 +217,7 @@ fn read_all_checked(odb: &Odb, originals: &[sessctl_store::EncodedObject]) -> us
     failed
 }
 
+// Local only: flips a byte of a journal segment on disk.
 #[test]
 fn a_flipped_byte_in_the_journal_is_detected_never_returned() {
     let (_d, path) = new_store();
@@ -250,6 +259,7 @@ fn a_flipped_byte_in_the_journal_is_detected_never_returned() {
     }
 }
 
+// Local only: flips a byte of a pack file on disk.
 #[test]
 fn a_flipped_byte_in_a_pack_is_detected_never_returned() {
     let (_d, path) = new_store();
@@ -353,10 +363,9 @@ fn prefixes_resolve_or_say_why_not() {
         .contains("hex digits"));
 }
 
-#[test]
-fn prefixes_resolve_across_journal_and_packs() {
-    let (_d, path) = new_store();
-    let odb = open(&path);
+fn prefixes_resolve_across_journal_and_packs(be: &Backend) {
+    let store = be.open();
+    let odb = store.odb();
     let a = odb.put_blob(&json!("in a pack"), Durability::Sync).unwrap();
     odb.repack(&RepackOptions::default()).unwrap();
     let b = odb
@@ -366,11 +375,9 @@ fn prefixes_resolve_across_journal_and_packs() {
     assert_eq!(odb.resolve(&b.to_hex()[..8]).unwrap(), b);
 }
 
-#[test]
-fn handles_write_side_by_side_and_readers_need_no_lock() {
-    let (_d, path) = new_store();
-    let odb = open(&path);
-    let other = open(&path);
+fn handles_write_side_by_side_and_readers_need_no_lock(b: &Backend) {
+    let (s1, s2) = (b.open(), b.open());
+    let (odb, other) = (s1.odb(), s2.odb());
     let id = odb.put_blob(&json!({"x": 1}), Durability::Sync).unwrap();
     // The other handle reads what this one wrote, and writes beside it.
     assert_eq!(other.blob(&id).unwrap(), json!({"x": 1}));
@@ -378,17 +385,14 @@ fn handles_write_side_by_side_and_readers_need_no_lock() {
     assert_eq!(odb.blob(&id2).unwrap(), json!({"x": 2}));
     // Both frames are in the one journal, in order, and a fresh open sees
     // them.
-    let fresh = open(&path);
-    assert_eq!(fresh.blob(&id).unwrap(), json!({"x": 1}));
-    assert_eq!(fresh.blob(&id2).unwrap(), json!({"x": 2}));
-    let reader = Odb::open(
-        &path,
-        &OpenOptions {
-            read_only: true,
-            ..OpenOptions::default()
-        },
-    )
-    .unwrap();
+    let fresh = b.open();
+    assert_eq!(fresh.odb().blob(&id).unwrap(), json!({"x": 1}));
+    assert_eq!(fresh.odb().blob(&id2).unwrap(), json!({"x": 2}));
+    let reader = b.open_with(&OpenOptions {
+        read_only: true,
+        ..OpenOptions::default()
+    });
+    let reader = reader.odb();
     assert_eq!(reader.blob(&id).unwrap(), json!({"x": 1}));
     assert!(matches!(
         reader.put_blob(&json!(2), Durability::Sync),
@@ -396,10 +400,9 @@ fn handles_write_side_by_side_and_readers_need_no_lock() {
     ));
 }
 
-#[test]
-fn concurrent_durable_batches_share_syncs_and_all_land() {
-    let (_d, path) = new_store();
-    let odb = open(&path);
+fn concurrent_durable_batches_share_syncs_and_all_land(b: &Backend) {
+    let store = b.open();
+    let odb = store.odb().clone();
     let threads: Vec<_> = (0..8)
         .map(|t| {
             let odb = odb.clone();
@@ -417,14 +420,16 @@ fn concurrent_durable_batches_share_syncs_and_all_land() {
         .into_iter()
         .flat_map(|t| t.join().unwrap())
         .collect();
-    drop(odb);
-    let odb = open(&path);
+    drop((odb, store));
+    let store = b.open();
+    let odb = store.odb();
     assert_eq!(odb.backend().ids().unwrap().len(), 800);
     for id in ids {
         odb.blob(&id).unwrap();
     }
 }
 
+// Local only: journal segments of a store directory.
 #[test]
 fn segments_rotate_and_stay_readable() {
     let (_d, path) = new_store();
@@ -444,6 +449,7 @@ fn segments_rotate_and_stay_readable() {
     assert_eq!(odb.load_messages(ids.last().unwrap()).unwrap().len(), 120);
 }
 
+// Local only: a directory that is not a store, and its FORMAT file.
 #[test]
 fn opening_what_is_not_a_store_says_so() {
     let dir = tempfile::tempdir().unwrap();
@@ -456,9 +462,9 @@ fn opening_what_is_not_a_store_says_so() {
     assert!(err.to_string().contains("format 99"), "{err}");
 }
 
-#[test]
-fn a_session_that_keeps_more_than_its_parent_has_is_corrupt_not_a_panic() {
-    let odb = Odb::in_memory();
+fn a_session_that_keeps_more_than_its_parent_has_is_corrupt_not_a_panic(be: &Backend) {
+    let store = be.open();
+    let odb = store.odb();
     let mut b = WriteBatch::new();
     let root = b.session(&Session::new_root(0)).unwrap();
     let mut child = Session::new_root(1);
@@ -471,6 +477,7 @@ fn a_session_that_keeps_more_than_its_parent_has_is_corrupt_not_a_panic() {
     assert!(err.to_string().contains(&child.to_hex()), "{err}");
 }
 
+// Local only: damages a frame of a journal segment on disk.
 #[test]
 fn a_damaged_frame_in_a_sealed_segment_costs_only_its_own_objects() {
     let (_d, path) = new_store();
@@ -539,6 +546,7 @@ fn frame_starts(bytes: &[u8]) -> Vec<usize> {
     starts
 }
 
+// Local only: flips a bit of a journal segment on disk.
 #[test]
 fn a_flipped_bit_in_a_synced_frame_never_cuts_later_commits() {
     let (_d, path) = new_store();
@@ -579,6 +587,7 @@ fn a_flipped_bit_in_a_synced_frame_never_cuts_later_commits() {
     }
 }
 
+// Local only: damages a journal segment on disk.
 #[test]
 fn a_bad_frame_in_an_unsynced_group_is_torn_with_everything_after_it() {
     let (_d, path) = new_store();
@@ -614,6 +623,7 @@ fn a_bad_frame_in_an_unsynced_group_is_torn_with_everything_after_it() {
     assert_eq!(fs::read(&seg).unwrap().len(), starts[1]);
 }
 
+// Local only: journal segments of a store directory.
 #[test]
 fn writes_pack_sealed_segments_so_the_journal_stays_one_segment() {
     let (_d, path) = new_store();
@@ -650,6 +660,7 @@ fn a_write_batch_refuses_values_too_deep_for_a_blob() {
     assert!(b.blob(&v).is_err());
 }
 
+// Local only: the zeros written ahead in a journal segment.
 #[test]
 fn appends_write_into_the_zeros_written_ahead_without_growing_the_file() {
     let (_d, path) = new_store();
@@ -684,6 +695,7 @@ fn appends_write_into_the_zeros_written_ahead_without_growing_the_file() {
 /// A frame can end fewer bytes before the end of the space written ahead
 /// than a frame header takes: those zeros end the frames too, and the next
 /// writer cuts nothing and sets nothing aside.
+// Local only: writes into a journal segment on disk.
 #[test]
 fn fewer_zeros_than_a_header_after_the_last_frame_are_no_torn_write() {
     let (_d, path) = new_store();
@@ -726,6 +738,7 @@ fn fewer_zeros_than_a_header_after_the_last_frame_are_no_torn_write() {
     }
 }
 
+// Local only: writes into a journal segment on disk.
 #[test]
 fn bytes_past_a_header_of_zeros_are_a_torn_write_cut_by_the_next_writer() {
     let (_d, path) = new_store();
@@ -774,6 +787,7 @@ fn bytes_past_a_header_of_zeros_are_a_torn_write_cut_by_the_next_writer() {
     odb.read(&after).unwrap();
 }
 
+// Local only: zeroes a frame of a journal segment on disk.
 #[test]
 fn a_lost_synced_frame_before_zeros_is_damage_not_the_end() {
     let (_d, path) = new_store();
@@ -802,6 +816,7 @@ fn a_lost_synced_frame_before_zeros_is_damage_not_the_end() {
     }
 }
 
+// Local only: journal segments of a store directory.
 #[test]
 fn a_sealed_segment_ends_with_its_last_frame() {
     let (_d, path) = new_store();
@@ -828,3 +843,12 @@ fn a_sealed_segment_ends_with_its_last_frame() {
     assert!(odb.take_recovery_notes().is_empty());
     assert_eq!(odb.history(ids.last().unwrap()).unwrap().len(), 200);
 }
+
+two_backends!(
+    memory_and_disk_backends_behave_alike,
+    repack_keeps_every_object_byte_identical,
+    prefixes_resolve_across_journal_and_packs,
+    handles_write_side_by_side_and_readers_need_no_lock,
+    concurrent_durable_batches_share_syncs_and_all_land,
+    a_session_that_keeps_more_than_its_parent_has_is_corrupt_not_a_panic,
+);

@@ -1,5 +1,11 @@
-//! Expiring the ref log, redaction and gc's why, through the public API.
+//! Expiring the ref log, redaction and gc's why, through the public API:
+//! each behaviour test on a local store and on a remote one
+//! (`name::local`, `name::remote`).
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+#[path = "support/backends.rs"]
+mod backends;
+use backends::Backend;
 
 use std::path::{Path, PathBuf};
 
@@ -56,10 +62,8 @@ fn opts() -> RedactOptions {
     }
 }
 
-#[test]
-fn an_expiry_is_an_operation_that_keeps_every_chain_whole() {
-    let (_d, path) = new_store();
-    let store = open(&path);
+fn an_expiry_is_an_operation_that_keeps_every_chain_whole(b: &Backend) {
+    let store = b.open();
     store
         .create(Some("a"), turn("one"), Durability::NoSync)
         .unwrap();
@@ -109,7 +113,7 @@ fn an_expiry_is_an_operation_that_keeps_every_chain_whole() {
     assert_eq!(store.verify_chains().unwrap(), Vec::<String>::new());
     // Reopened (the op log as written), the same.
     drop(store);
-    let store = open(&path);
+    let store = b.open();
     assert!(heads(&store).contains(&("refs/heads/a".into(), 1)));
     let fsck = store
         .fsck(&FsckOptions { full: true }, &mut |_, _| {})
@@ -117,10 +121,8 @@ fn an_expiry_is_an_operation_that_keeps_every_chain_whole() {
     assert!(fsck.is_clean(), "{:?}", fsck.problems);
 }
 
-#[test]
-fn redact_rewrites_descendants_and_keeps_what_never_held_the_text() {
-    let (_d, path) = new_store();
-    let store = open(&path);
+fn redact_rewrites_descendants_and_keeps_what_never_held_the_text(b: &Backend) {
+    let store = b.open();
     let (_, root) = store
         .create(Some("main"), turn("hello"), Durability::NoSync)
         .unwrap();
@@ -225,10 +227,8 @@ fn redact_rewrites_descendants_and_keeps_what_never_held_the_text() {
     assert_eq!(info.sessions, 3);
 }
 
-#[test]
-fn a_ref_moved_during_a_redaction_fails_it_whole() {
-    let (_d, path) = new_store();
-    let store = open(&path);
+fn a_ref_moved_during_a_redaction_fails_it_whole(b: &Backend) {
+    let store = b.open();
     store
         .create(Some("main"), turn("key SECRET"), Durability::Sync)
         .unwrap();
@@ -237,7 +237,7 @@ fn a_ref_moved_during_a_redaction_fails_it_whole() {
         .unwrap();
     // Another process commits on main while the redaction reads (the
     // redactor runs between reading the refs and writing).
-    let other = open(&path);
+    let other = b.open();
     let moved = std::cell::Cell::new(false);
     let racing = |text: &str| {
         if !moved.replace(true) {
@@ -281,10 +281,8 @@ fn a_ref_moved_during_a_redaction_fails_it_whole() {
     );
 }
 
-#[test]
-fn a_conversation_with_a_run_in_progress_is_not_redacted() {
-    let (_d, path) = new_store();
-    let store = open(&path);
+fn a_conversation_with_a_run_in_progress_is_not_redacted(b: &Backend) {
+    let store = b.open();
     store
         .create(Some("main"), turn("key SECRET"), Durability::Sync)
         .unwrap();
@@ -296,10 +294,8 @@ fn a_conversation_with_a_run_in_progress_is_not_redacted() {
     assert_eq!(r.refs.len(), 1);
 }
 
-#[test]
-fn a_record_changed_during_a_redaction_is_not_written_back() {
-    let (_d, path) = new_store();
-    let store = open(&path);
+fn a_record_changed_during_a_redaction_is_not_written_back(b: &Backend) {
+    let store = b.open();
     let (_, root) = store
         .create(Some("main"), turn("hello"), Durability::Sync)
         .unwrap();
@@ -321,7 +317,7 @@ fn a_record_changed_during_a_redaction_is_not_written_back() {
         .unwrap();
     // Only f's record holds the text: redact moves no ref. Another process
     // makes the fork's first commit while the redaction reads the record.
-    let other = open(&path);
+    let other = b.open();
     let moved = std::cell::Cell::new(false);
     let racing = |text: &str| {
         if text.contains("SECRET") && !moved.replace(true) {
@@ -348,10 +344,8 @@ fn a_record_changed_during_a_redaction_is_not_written_back() {
     assert_eq!(g.record.metadata["note"], json!("key [REDACTED]"));
 }
 
-#[test]
-fn a_redaction_leaves_session_counts_and_usage_as_they_were() {
-    let (_d, path) = new_store();
-    let store = open(&path);
+fn a_redaction_leaves_session_counts_and_usage_as_they_were(b: &Backend) {
+    let store = b.open();
     let used = |text: &str, tokens: u64| Turn {
         run: sessctl_store::RunSummary {
             duration_ms: 5,
@@ -407,7 +401,7 @@ fn a_redaction_leaves_session_counts_and_usage_as_they_were() {
     store.reindex().unwrap();
     assert_eq!(figures(&store), before);
     drop(store);
-    let store = open(&path);
+    let store = b.open();
     assert_eq!(figures(&store), before);
     // Once the old sessions are pruned, the new ones count in their place.
     store
@@ -422,10 +416,8 @@ fn a_redaction_leaves_session_counts_and_usage_as_they_were() {
     assert_eq!(figures(&store), before);
 }
 
-#[test]
-fn keys_that_redaction_would_merge_fail_it_whole() {
-    let (_d, path) = new_store();
-    let store = open(&path);
+fn keys_that_redaction_would_merge_fail_it_whole(b: &Backend) {
+    let store = b.open();
     let keys = Turn {
         messages: Messages::Added(vec![json!({
             "role": "user",
@@ -470,10 +462,8 @@ fn keys_that_redaction_would_merge_fail_it_whole() {
     );
 }
 
-#[test]
-fn a_subagent_session_names_its_spawner_as_rewritten() {
-    let (_d, path) = new_store();
-    let store = open(&path);
+fn a_subagent_session_names_its_spawner_as_rewritten(b: &Backend) {
+    let store = b.open();
     let (_, spawner) = store
         .create(Some("main"), turn("key SECRET"), Durability::Sync)
         .unwrap();
@@ -498,10 +488,8 @@ fn a_subagent_session_names_its_spawner_as_rewritten() {
     );
 }
 
-#[test]
-fn redact_names_the_operations_that_still_hold_the_text() {
-    let (_d, path) = new_store();
-    let store = open(&path);
+fn redact_names_the_operations_that_still_hold_the_text(b: &Backend) {
+    let store = b.open();
     let titled = Turn {
         title: Some("about SECRET".into()),
         ..turn("hello")
@@ -538,6 +526,7 @@ fn redact_names_the_operations_that_still_hold_the_text() {
     assert_eq!((again.matches, again.operations), (0, vec![first, failed]));
 }
 
+// Local only: reads and writes the FORMAT file of a store directory.
 #[test]
 fn the_first_expiry_raises_the_store_format_so_older_readers_refuse_it_as_newer() {
     let (_d, path) = new_store();
@@ -582,3 +571,15 @@ fn the_first_expiry_raises_the_store_format_so_older_readers_refuse_it_as_newer(
         "{e}"
     );
 }
+
+two_backends!(
+    an_expiry_is_an_operation_that_keeps_every_chain_whole,
+    redact_rewrites_descendants_and_keeps_what_never_held_the_text,
+    a_ref_moved_during_a_redaction_fails_it_whole,
+    a_conversation_with_a_run_in_progress_is_not_redacted,
+    a_record_changed_during_a_redaction_is_not_written_back,
+    a_redaction_leaves_session_counts_and_usage_as_they_were,
+    keys_that_redaction_would_merge_fail_it_whole,
+    a_subagent_session_names_its_spawner_as_rewritten,
+    redact_names_the_operations_that_still_hold_the_text,
+);

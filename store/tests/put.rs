@@ -1,11 +1,17 @@
 //! `Store::put`: a session under any parent with its refs moved atomically
-//! (what checkpointers build on).
+//! (what checkpointers build on). Each on a local store and on a remote
+//! one (`name::local`, `name::remote`).
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+#[path = "support/backends.rs"]
+mod backends;
+use backends::Backend;
 
 use std::collections::BTreeMap;
 
 use serde_json::json;
 use sessctl_store::{
-    Durability, Error, Expect, Messages, Put, PutConversation, RefName, RefTarget, Store, Turn,
+    Durability, Error, Expect, Messages, Put, PutConversation, RefName, RefTarget, Turn,
 };
 
 fn turn(msgs: Vec<serde_json::Value>) -> Turn {
@@ -25,9 +31,14 @@ fn put(parent: Option<sessctl_store::ObjectId>, keep: Option<u64>, text: &str) -
     }
 }
 
-#[test]
-fn put_forks_inside_a_conversation_and_moves_tags_with_compare_and_swap() -> Result<(), Error> {
-    let store = Store::in_memory()?;
+fn put_forks_inside_a_conversation_and_moves_tags_with_compare_and_swap(b: &Backend) {
+    put_forks_inside_a_conversation_and_moves_tags_with_compare_and_swap_(b).unwrap();
+}
+
+fn put_forks_inside_a_conversation_and_moves_tags_with_compare_and_swap_(
+    b: &Backend,
+) -> Result<(), Error> {
+    let store = b.open();
     let d = Durability::Sync;
     let conv = |expected| {
         Some(PutConversation {
@@ -128,9 +139,12 @@ fn put_forks_inside_a_conversation_and_moves_tags_with_compare_and_swap() -> Res
     Ok(())
 }
 
-#[test]
-fn set_conversation_metadata_merges_and_removes_keys() -> Result<(), Error> {
-    let store = Store::in_memory()?;
+fn set_conversation_metadata_merges_and_removes_keys(b: &Backend) {
+    set_conversation_metadata_merges_and_removes_keys_(b).unwrap();
+}
+
+fn set_conversation_metadata_merges_and_removes_keys_(b: &Backend) -> Result<(), Error> {
+    let store = b.open();
     let d = Durability::Sync;
     store.create(Some("c"), turn(vec![json!("hi")]), d)?;
     store.set_conversation_metadata(
@@ -146,9 +160,14 @@ fn set_conversation_metadata_merges_and_removes_keys() -> Result<(), Error> {
     Ok(())
 }
 
-#[test]
-fn history_range_is_a_slice_of_history_read_from_the_newest_sessions() -> Result<(), Error> {
-    let store = Store::in_memory()?;
+fn history_range_is_a_slice_of_history_read_from_the_newest_sessions(b: &Backend) {
+    history_range_is_a_slice_of_history_read_from_the_newest_sessions_(b).unwrap();
+}
+
+fn history_range_is_a_slice_of_history_read_from_the_newest_sessions_(
+    b: &Backend,
+) -> Result<(), Error> {
+    let store = b.open();
     let d = Durability::Sync;
     // A chain with cuts and forks: each session keeps some of its parent's
     // messages (all, a few, none) and adds 0..3.
@@ -202,3 +221,9 @@ fn history_range_is_a_slice_of_history_read_from_the_newest_sessions() -> Result
     }
     Ok(())
 }
+
+two_backends!(
+    put_forks_inside_a_conversation_and_moves_tags_with_compare_and_swap,
+    set_conversation_metadata_merges_and_removes_keys,
+    history_range_is_a_slice_of_history_read_from_the_newest_sessions,
+);

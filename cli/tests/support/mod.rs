@@ -47,6 +47,20 @@ impl Target for PathBuf {
     }
 }
 
+/// A reference to a target is that target (a test helper may hold a
+/// `&TestStore` where another holds a `PathBuf`).
+impl<T: Target + ?Sized> Target for &T {
+    fn arg(&self) -> OsString {
+        (**self).arg()
+    }
+    fn env(&self) -> Vec<(String, String)> {
+        (**self).env()
+    }
+    fn scratch(&self) -> PathBuf {
+        (**self).scratch()
+    }
+}
+
 /// Runs `sessctl --store STORE ARGS...`, feeding `stdin` if given.
 pub fn sessctl<T: Target + ?Sized>(store: &T, args: &[&str], stdin: Option<&str>) -> Run {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sessctl"))
@@ -115,6 +129,23 @@ impl TestStore {
         let r = sessctl(&s, &["init"], None);
         assert_eq!(r.code, 0, "remote init: {}", r.stderr);
         Some(s)
+    }
+
+    /// Another new store on the same backend (for a test that needs
+    /// several).
+    pub fn another(&self) -> TestStore {
+        match self {
+            TestStore::Local { .. } => TestStore::local(),
+            TestStore::Remote(_) => TestStore::remote().expect("the first remote store was made"),
+        }
+    }
+
+    /// The directory of a local store; `None` on the remote backend.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            TestStore::Local { path, .. } => Some(path),
+            TestStore::Remote(_) => None,
+        }
     }
 
     /// "local" or "remote", for failure messages.

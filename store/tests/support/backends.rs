@@ -49,6 +49,16 @@ impl Backend {
         Some(Backend::Remote(r))
     }
 
+    /// Another new, initialised store on the same backend (for a test that
+    /// compares two stores or copies between them).
+    pub fn another(&self) -> Backend {
+        match self {
+            Backend::Local { .. } => Backend::local(),
+            #[cfg(feature = "remote")]
+            Backend::Remote(_) => Backend::remote().expect("the first remote store was made"),
+        }
+    }
+
     /// "local" or "remote", for failure messages.
     pub fn name(&self) -> &'static str {
         match self {
