@@ -458,57 +458,72 @@ impl Writer1 {
     }
 }
 
-/// `writers` threads, each opening its writer, then all starting at once
-/// and writing their turns; returns the wall time from the start to the
-/// last writer's end, and each commit's latency in ms.
-fn race(system: System, place: &Place<'_>, work: &Work) -> R<(f64, Vec<f64>)> {
-    let writers = work.msgs.len();
-    let go = Barrier::new(writers + 1);
+/// `n` threads, each preparing (`prepare(k)`, not timed), then all starting
+/// at once and running `run(k, prepared)`; returns the wall time from the
+/// start to the last thread's end and what they returned, in order.
+fn at_once<P, T: Send>(
+    n: usize,
+    prepare: impl Fn(usize) -> R<P> + Sync,
+    run: impl Fn(usize, P) -> R<Vec<T>> + Sync,
+) -> R<(f64, Vec<T>)> {
+    let go = Barrier::new(n + 1);
     std::thread::scope(|s| {
-        let handles: Vec<_> = (0..writers)
+        let handles: Vec<_> = (0..n)
             .map(|k| {
-                let go = &go;
-                s.spawn(move || -> R<Vec<f64>> {
-                    let opened = Writer1::open(system, place);
+                let (go, prepare, run) = (&go, &prepare, &run);
+                s.spawn(move || -> R<Vec<T>> {
+                    let prepared = prepare(k);
                     go.wait();
-                    let mut w = opened?;
-                    let mut lat = Vec::with_capacity(work.turns);
-                    for t in 0..work.turns {
-                        let t0 = Instant::now();
-                        w.turn(work, k, t).map_err(|e| {
-                            format!(
-                                "8: {}, writer {k}, turn {t}: {}",
-                                system.label(),
-                                explain(e)
-                            )
-                        })?;
-                        lat.push(ms(t0));
-                    }
-                    Ok(lat)
+                    run(k, prepared?)
                 })
             })
             .collect();
         go.wait();
         let t = Instant::now();
-        let mut lat = Vec::new();
+        let mut out = Vec::new();
         let mut first_err = None;
         for h in handles {
             match h.join() {
-                Ok(Ok(l)) => lat.extend(l),
+                Ok(Ok(v)) => out.extend(v),
                 Ok(Err(e)) => {
                     first_err.get_or_insert(e);
                 }
                 Err(_) => {
-                    first_err.get_or_insert_with(|| "8: a writer thread panicked".into());
+                    first_err.get_or_insert_with(|| "8: a thread panicked".into());
                 }
             }
         }
         let dt = secs(t);
         match first_err {
             Some(e) => Err(e),
-            None => Ok((dt, lat)),
+            None => Ok((dt, out)),
         }
     })
+}
+
+/// `writers` threads, each opening its writer, then all starting at once
+/// and writing their turns; returns the wall time from the start to the
+/// last writer's end, and each commit's latency in ms.
+fn race(system: System, place: &Place<'_>, work: &Work) -> R<(f64, Vec<f64>)> {
+    at_once(
+        work.msgs.len(),
+        |_| Writer1::open(system, place),
+        |k, mut w| {
+            let mut lat = Vec::with_capacity(work.turns);
+            for t in 0..work.turns {
+                let t0 = Instant::now();
+                w.turn(work, k, t).map_err(|e| {
+                    format!(
+                        "8: {}, writer {k}, turn {t}: {}",
+                        system.label(),
+                        explain(e)
+                    )
+                })?;
+                lat.push(ms(t0));
+            }
+            Ok(lat)
+        },
+    )
 }
 
 /// The ceiling of any store that uploads one object per commit, as
@@ -520,59 +535,33 @@ fn put_ceiling(place: &Place<'_>, work: &Work) -> R<f64> {
     use object_store::aws::AmazonS3Builder;
     use object_store::path::Path as S3Path;
     use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
-    let writers = work.msgs.len();
-    let go = Barrier::new(writers + 1);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..writers)
-            .map(|k| {
-                let go = &go;
-                s.spawn(move || -> R<()> {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build();
-                    let s3 = AmazonS3Builder::new()
-                        .with_endpoint(place.endpoint())
-                        .with_bucket_name(&place.name)
-                        .with_access_key_id("testing")
-                        .with_secret_access_key("testing")
-                        .with_region("us-east-1")
-                        .with_allow_http(true)
-                        .build();
-                    go.wait();
-                    let (rt, s3) = (rt?, s3?);
-                    for t in 0..work.turns {
-                        let body = serde_json::to_vec(work.turn(k, t))?;
-                        let key = S3Path::from(format!("ceiling/{k}-{t}"));
-                        let opts = PutOptions {
-                            mode: PutMode::Create,
-                            ..PutOptions::default()
-                        };
-                        rt.block_on(s3.put_opts(&key, PutPayload::from(body), opts))?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        go.wait();
-        let t = Instant::now();
-        let mut first_err = None;
-        for h in handles {
-            match h.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    first_err.get_or_insert(e);
-                }
-                Err(_) => {
-                    first_err.get_or_insert_with(|| "8: a PUT thread panicked".into());
-                }
-            }
+    let prepare = |_| -> R<_> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let s3 = AmazonS3Builder::new()
+            .with_endpoint(place.endpoint())
+            .with_bucket_name(&place.name)
+            .with_access_key_id("testing")
+            .with_secret_access_key("testing")
+            .with_region("us-east-1")
+            .with_allow_http(true)
+            .build()?;
+        Ok((rt, s3))
+    };
+    let (dt, _) = at_once(work.msgs.len(), prepare, |k, (rt, s3)| -> R<Vec<()>> {
+        for t in 0..work.turns {
+            let body = serde_json::to_vec(work.turn(k, t))?;
+            let key = S3Path::from(format!("ceiling/{k}-{t}"));
+            let opts = PutOptions {
+                mode: PutMode::Create,
+                ..PutOptions::default()
+            };
+            rt.block_on(s3.put_opts(&key, PutPayload::from(body), opts))?;
         }
-        let dt = secs(t);
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(dt),
-        }
-    })
+        Ok(Vec::new())
+    })?;
+    Ok(dt)
 }
 
 /// Every writer's conversation holds its turns, in every system.

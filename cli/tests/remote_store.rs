@@ -464,15 +464,9 @@ fn log_of_a_long_conversation_runs_a_bounded_number_of_statements() {
         return;
     };
     ok(&r, &["init"], None);
-    let s3 = sessctl_store::odb::S3Settings {
-        endpoint: r.var("AWS_ENDPOINT_URL").map(str::to_owned),
-        access_key_id: r.var("AWS_ACCESS_KEY_ID").map(str::to_owned),
-        secret_access_key: r.var("AWS_SECRET_ACCESS_KEY").map(str::to_owned),
-        region: r.var("AWS_REGION").map(str::to_owned),
-        allow_http: true,
-        cache_dir: r.var("SESSCTL_CACHE_DIR").map(Into::into),
-    };
-    let store = sessctl_store::Store::open_remote_with(&r.url, &Default::default(), &s3).unwrap();
+    let store =
+        sessctl_store::Store::open_remote_with(&r.url, &Default::default(), &r.s3_settings())
+            .unwrap();
     let turn = |i: usize| sessctl_store::Turn {
         messages: sessctl_store::Messages::Added(vec![
             json!({"role": "user", "content": format!("question {i}")}),

@@ -14,22 +14,11 @@ mod support;
 
 use sessctl_store::fsck::FsckOptions;
 use sessctl_store::graph::{self, Follow, LogIds, Node, TopoWalk};
-use sessctl_store::odb::{RemoteBackend, S3Settings};
+use sessctl_store::odb::RemoteBackend;
 use sessctl_store::{Durability, ObjectId, OpenOptions, Session, Store, WriteBatch};
 
-fn settings(r: &servers::Remote) -> S3Settings {
-    S3Settings {
-        endpoint: r.var("AWS_ENDPOINT_URL").map(str::to_owned),
-        access_key_id: r.var("AWS_ACCESS_KEY_ID").map(str::to_owned),
-        secret_access_key: r.var("AWS_SECRET_ACCESS_KEY").map(str::to_owned),
-        region: r.var("AWS_REGION").map(str::to_owned),
-        allow_http: true,
-        cache_dir: r.var("SESSCTL_CACHE_DIR").map(Into::into),
-    }
-}
-
 fn open(r: &servers::Remote) -> Store {
-    Store::open_remote_with(&r.url, &OpenOptions::default(), &settings(r)).unwrap()
+    Store::open_remote_with(&r.url, &OpenOptions::default(), &r.s3_settings()).unwrap()
 }
 
 fn open_read_only(r: &servers::Remote) -> Store {
@@ -37,7 +26,7 @@ fn open_read_only(r: &servers::Remote) -> Store {
         read_only: true,
         ..OpenOptions::default()
     };
-    Store::open_remote_with(&r.url, &opts, &settings(r)).unwrap()
+    Store::open_remote_with(&r.url, &opts, &r.s3_settings()).unwrap()
 }
 
 fn sql(r: &servers::Remote, q: &str) -> String {
@@ -220,7 +209,7 @@ fn walks_agree_with_a_local_store_in_a_bounded_number_of_statements() {
     let Some(r) = servers::remote() else {
         return;
     };
-    assert!(RemoteBackend::init(&r.url, &settings(&r)).unwrap());
+    assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
     // More than one closure's worth (4,096 rows) in the main line.
     let h = History::new(4_500, 150, 40, 10);
     let dir = tempfile::tempdir().unwrap();
@@ -277,7 +266,7 @@ fn a_store_without_lineage_rows_migrates_and_walks_correctly_with_rows_missing()
     let Some(r) = servers::remote() else {
         return;
     };
-    assert!(RemoteBackend::init_at_version(&r.url, &settings(&r), 3).unwrap());
+    assert!(RemoteBackend::init_at_version(&r.url, &r.s3_settings(), 3).unwrap());
     assert_eq!(
         sql(&r, "SELECT max(version) FROM sessctl.schema_version"),
         "3"
@@ -373,7 +362,7 @@ fn gc_drops_rows_fsck_names_wrong_ones_and_reindex_rewrites_them() {
     let Some(r) = servers::remote() else {
         return;
     };
-    assert!(RemoteBackend::init(&r.url, &settings(&r)).unwrap());
+    assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
     let store = open(&r);
     let h = History::new(50, 10, 5, 3);
     h.write(&store);
@@ -462,7 +451,7 @@ fn the_example_sessions_rows_match_the_golden_fixture() {
     let Some(r) = servers::remote() else {
         return;
     };
-    assert!(RemoteBackend::init(&r.url, &settings(&r)).unwrap());
+    assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
     let store = open(&r);
     let ex = support::examples();
     store

@@ -18,27 +18,16 @@ use sessctl_store::{
     Turn,
 };
 
-fn settings(r: &servers::Remote) -> S3Settings {
-    S3Settings {
-        endpoint: r.var("AWS_ENDPOINT_URL").map(str::to_owned),
-        access_key_id: r.var("AWS_ACCESS_KEY_ID").map(str::to_owned),
-        secret_access_key: r.var("AWS_SECRET_ACCESS_KEY").map(str::to_owned),
-        region: r.var("AWS_REGION").map(str::to_owned),
-        allow_http: true,
-        cache_dir: r.var("SESSCTL_CACHE_DIR").map(Into::into),
-    }
-}
-
 /// A fresh, initialised remote store; `None` when the developer opted out.
 fn remote_store() -> Option<(servers::Remote, Store)> {
     let r = servers::remote()?;
-    assert!(RemoteBackend::init(&r.url, &settings(&r)).unwrap());
+    assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
     let store = open(&r);
     Some((r, store))
 }
 
 fn open(r: &servers::Remote) -> Store {
-    Store::open_remote_with(&r.url, &OpenOptions::default(), &settings(r)).unwrap()
+    Store::open_remote_with(&r.url, &OpenOptions::default(), &r.s3_settings()).unwrap()
 }
 
 fn turn(texts: &[&str]) -> Turn {
@@ -251,7 +240,7 @@ fn a_pack_altered_in_the_bucket_is_corruption() {
     // the pack before it was altered) reads it.
     let uncached = S3Settings {
         cache_dir: None,
-        ..settings(&r)
+        ..r.s3_settings()
     };
     let fresh = Store::open_remote_with(&r.url, &OpenOptions::default(), &uncached).unwrap();
     let err = fresh.odb().read(&root).unwrap_err();
@@ -279,7 +268,7 @@ fn bad_urls_and_absent_servers_are_one_clear_error() {
     let Some(r) = servers::remote() else {
         return;
     };
-    let s3 = settings(&r);
+    let s3 = r.s3_settings();
     let opts = OpenOptions::default();
     let err = Store::open_remote_with(&r.url, &opts, &s3).unwrap_err();
     assert!(err.to_string().ends_with("holds no sessctl store"), "{err}");
@@ -612,7 +601,8 @@ fn postgres_refuses_a_ref_move_from_a_stale_target() {
     let s1 = store
         .commit("a", Some(root), turn(&["more"]), Durability::Sync)
         .unwrap();
-    let backend = RemoteBackend::open_with(&r.url, &OpenOptions::default(), &settings(&r)).unwrap();
+    let backend =
+        RemoteBackend::open_with(&r.url, &OpenOptions::default(), &r.s3_settings()).unwrap();
     let ops = backend.ops_after(0).unwrap();
     let (last_seq, last) = ops.last().unwrap();
     let last = Operation::decode(last).unwrap();
@@ -667,7 +657,7 @@ fn a_postgres_restart_is_one_error_then_writes_go_on() {
     let Some(r) = servers::remote_private() else {
         return;
     };
-    assert!(RemoteBackend::init(&r.url, &settings(&r)).unwrap());
+    assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
     let store = open(&r);
     let (_, root) = store
         .create(Some("a"), turn(&["start"]), Durability::Sync)
@@ -697,7 +687,7 @@ fn an_s3_outage_is_one_error_and_leaves_nothing_half_visible() {
     let Some(r) = servers::remote_private() else {
         return;
     };
-    assert!(RemoteBackend::init(&r.url, &settings(&r)).unwrap());
+    assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
     let store = open(&r);
     let (_, root) = store
         .create(Some("a"), turn(&["start"]), Durability::Sync)
@@ -744,7 +734,7 @@ fn fetched_packs_are_cached_and_a_damaged_cache_file_is_never_data() {
     let Some(r) = servers::remote_private() else {
         return;
     };
-    assert!(RemoteBackend::init(&r.url, &settings(&r)).unwrap());
+    assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
     let store = open(&r);
     let (_, root) = store
         .create(Some("a"), turn(&["kept", "here"]), Durability::Sync)
@@ -933,7 +923,7 @@ fn packs_in_bucket(r: &servers::Remote) -> std::collections::BTreeSet<String> {
 fn open_uncached(r: &servers::Remote) -> Store {
     let uncached = S3Settings {
         cache_dir: None,
-        ..settings(r)
+        ..r.s3_settings()
     };
     Store::open_remote_with(&r.url, &OpenOptions::default(), &uncached).unwrap()
 }
@@ -1131,7 +1121,7 @@ fn swept_while_waiting(before: &str, holder: &str) {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let url = r.url.clone();
-    let s3 = settings(&r);
+    let s3 = r.s3_settings();
     let writer = std::thread::spawn(move || {
         let opts = OpenOptions {
             wait: Some(std::time::Duration::from_secs(300)),
@@ -1302,7 +1292,7 @@ fn a_version_2_store_reads_read_only_and_its_first_writable_open_lets_gc_work() 
             read_only: true,
             ..OpenOptions::default()
         },
-        &settings(&r),
+        &r.s3_settings(),
     )
     .unwrap();
     assert_eq!(contents(&ro, &keep), ["kept"]);
@@ -1420,7 +1410,7 @@ fn a_schema_version_1_store_opens_and_is_upgraded_by_its_first_writable_open() {
     let Some(r) = servers::remote() else {
         return;
     };
-    assert!(RemoteBackend::init_at_version(&r.url, &settings(&r), 1).unwrap());
+    assert!(RemoteBackend::init_at_version(&r.url, &r.s3_settings(), 1).unwrap());
     let version = || {
         r.servers
             .psql(&r.name, "SELECT max(version) FROM sessctl.schema_version")
@@ -1457,7 +1447,7 @@ fn a_schema_version_1_store_opens_and_is_upgraded_by_its_first_writable_open() {
             read_only: true,
             ..OpenOptions::default()
         },
-        &settings(&r),
+        &r.s3_settings(),
     )
     .unwrap();
     assert_eq!(ro.conversations(None).unwrap().len(), 2);
@@ -1659,7 +1649,7 @@ fn a_version_3_store_from_the_golden_fixture_opens_and_upgrades() {
             read_only: true,
             ..OpenOptions::default()
         },
-        &settings(&r),
+        &r.s3_settings(),
     )
     .unwrap();
     expect(&ro);

@@ -166,15 +166,7 @@ impl TestStore {
         match self {
             TestStore::Local { path, .. } => sessctl_store::Store::open(path, &opts).unwrap(),
             TestStore::Remote(r) => {
-                let s3 = sessctl_store::odb::S3Settings {
-                    endpoint: r.var("AWS_ENDPOINT_URL").map(str::to_owned),
-                    access_key_id: r.var("AWS_ACCESS_KEY_ID").map(str::to_owned),
-                    secret_access_key: r.var("AWS_SECRET_ACCESS_KEY").map(str::to_owned),
-                    region: r.var("AWS_REGION").map(str::to_owned),
-                    allow_http: true,
-                    cache_dir: r.var("SESSCTL_CACHE_DIR").map(Into::into),
-                };
-                sessctl_store::Store::open_remote_with(&r.url, &opts, &s3).unwrap()
+                sessctl_store::Store::open_remote_with(&r.url, &opts, &r.s3_settings()).unwrap()
             }
         }
     }

@@ -42,7 +42,7 @@ impl Backend {
     pub fn remote() -> Option<Backend> {
         let r = servers::remote()?;
         assert!(
-            sessctl_store::odb::RemoteBackend::init(&r.url, &settings(&r)).unwrap(),
+            sessctl_store::odb::RemoteBackend::init(&r.url, &r.s3_settings()).unwrap(),
             "remote init of {} found a store already there",
             r.url
         );
@@ -90,21 +90,9 @@ impl Backend {
         let r = match self {
             Backend::Local { path, .. } => Store::open(path, opts),
             #[cfg(feature = "remote")]
-            Backend::Remote(r) => Store::open_remote_with(&r.url, opts, &settings(r)),
+            Backend::Remote(r) => Store::open_remote_with(&r.url, opts, &r.s3_settings()),
         };
         r.unwrap_or_else(|e| panic!("opening the {} store: {e}", self.name()))
-    }
-}
-
-#[cfg(feature = "remote")]
-pub fn settings(r: &servers::Remote) -> sessctl_store::odb::S3Settings {
-    sessctl_store::odb::S3Settings {
-        endpoint: r.var("AWS_ENDPOINT_URL").map(str::to_owned),
-        access_key_id: r.var("AWS_ACCESS_KEY_ID").map(str::to_owned),
-        secret_access_key: r.var("AWS_SECRET_ACCESS_KEY").map(str::to_owned),
-        region: r.var("AWS_REGION").map(str::to_owned),
-        allow_http: true,
-        cache_dir: r.var("SESSCTL_CACHE_DIR").map(Into::into),
     }
 }
 

@@ -54,6 +54,20 @@ impl Remote {
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
     }
+
+    /// The S3 settings of [`Remote::env`], for a library handle on this
+    /// store (what a `sessctl` child reads from the variables). Every
+    /// includer builds with sessctl-store's `remote` feature.
+    pub fn s3_settings(&self) -> sessctl_store::odb::S3Settings {
+        sessctl_store::odb::S3Settings {
+            endpoint: self.var("AWS_ENDPOINT_URL").map(str::to_owned),
+            access_key_id: self.var("AWS_ACCESS_KEY_ID").map(str::to_owned),
+            secret_access_key: self.var("AWS_SECRET_ACCESS_KEY").map(str::to_owned),
+            region: self.var("AWS_REGION").map(str::to_owned),
+            allow_http: true,
+            cache_dir: self.var("SESSCTL_CACHE_DIR").map(Into::into),
+        }
+    }
 }
 
 /// The running servers.
