@@ -75,6 +75,12 @@ pub fn gc(ctx: &Ctx, args: GcArgs) -> CmdResult {
             "pruned {} of {} objects ({} bytes); {} reachable, {} unreachable kept within the grace period; {} -> {} bytes on disk\n",
             r.pruned, r.objects, r.pruned_bytes, r.reachable, r.kept_young, r.bytes_before, r.bytes_after
         ));
+        if r.storage_deleted > 0 {
+            out.push_str(&format!(
+                "deleted {} packs from the bucket that nothing named any more\n",
+                r.storage_deleted
+            ));
+        }
     }
     for (conv, (n, bytes)) in &r.by_conversation {
         out.push_str(&format!("  {conv}: {n} objects, {bytes} bytes\n"));

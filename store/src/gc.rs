@@ -81,6 +81,10 @@ pub struct GcReport {
     pub by_conversation: BTreeMap<String, (usize, u64)>,
     pub bytes_before: u64,
     pub bytes_after: u64,
+    /// Stored things deleted past the grace period once nothing named them
+    /// (a remote store's orphan and retired packs, from its bucket); 0 for
+    /// a store on disk, whose sweep replaces its files itself.
+    pub storage_deleted: usize,
 }
 
 impl GcReport {
@@ -98,6 +102,7 @@ impl GcReport {
                 .collect::<serde_json::Map<_, _>>(),
             "bytes_before": self.bytes_before,
             "bytes_after": self.bytes_after,
+            "storage_deleted": self.storage_deleted,
         })
     }
 }
@@ -479,7 +484,7 @@ impl Store {
             Prune::Before(t) => t,
             Prune::OlderThan(g) => now.saturating_sub(g),
         };
-        odb.backend().prune_storage(cutoff)?;
+        report.storage_deleted = odb.backend().prune_storage(cutoff)?;
         if let Some(r) = &root_dir {
             write_ledger(&ledger_path(r), &next_ledger)?;
         }

@@ -997,11 +997,20 @@ fn gc_drops_an_abandoned_conversation_and_its_pack_leaves_the_bucket() {
     let within = store.gc(&sessctl_store::gc::GcOptions::default()).unwrap();
     assert_eq!(within.pruned, 0);
     assert!(within.kept_young >= 2, "{within:?}");
+    assert_eq!(within.storage_deleted, 0, "{within:?}");
     assert!(packs_in_bucket(&r).contains(&gone_packs[0]));
 
+    let listed = packs_in_bucket(&r);
     let report = store.gc(&prune_now()).unwrap();
     assert!(report.pruned >= 2, "{report:?}");
     let after = packs_in_bucket(&r);
+    // What left the bucket, the abandoned conversation's pack among it, is
+    // what the report says.
+    assert_eq!(
+        report.storage_deleted,
+        listed.difference(&after).count(),
+        "{report:?}"
+    );
     assert!(!after.contains(&gone_packs[0]), "{after:?}");
     assert_eq!(after, before);
     let rows = r.servers.psql(
