@@ -126,32 +126,33 @@ fn a_record_that_claims_a_gib_is_hashed_as_it_streams_not_held() {
 
 /// Runs sessctl in `dir` on the store `s`; returns exit code, stdout, stderr.
 fn run_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sessctl"))
-        .current_dir(dir)
-        .arg("--store")
-        .arg("s")
-        .args(args)
-        .env_remove("SESSCTL_STORE")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    outcome(
+        Command::new(env!("CARGO_BIN_EXE_sessctl"))
+            .current_dir(dir)
+            .arg("--store")
+            .arg("s")
+            .args(args),
     )
 }
 
 /// Runs sessctl in the test's scratch directory on the store `s` (a
 /// directory or a URL); returns exit code, stdout, stderr.
 fn run_on(s: &TestStore, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sessctl"))
-        .current_dir(s.scratch())
-        .arg("--store")
-        .arg(s.arg())
-        .args(args)
+    outcome(
+        Command::new(env!("CARGO_BIN_EXE_sessctl"))
+            .current_dir(s.scratch())
+            .arg("--store")
+            .arg(s.arg())
+            .args(args)
+            .envs(s.env()),
+    )
+}
+
+/// Runs `cmd` with no input and no inherited `SESSCTL_STORE`: its exit
+/// code, stdout and stderr.
+fn outcome(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd
         .env_remove("SESSCTL_STORE")
-        .envs(s.env())
         .stdin(Stdio::null())
         .output()
         .unwrap();

@@ -928,20 +928,28 @@ fn open_uncached(r: &servers::Remote) -> Store {
     Store::open_remote_with(&r.url, &OpenOptions::default(), &uncached).unwrap()
 }
 
-/// Deletes an object from the bucket behind the store's back (moto checks
-/// no signature).
-fn delete_key(r: &servers::Remote, key: &str) {
+/// One request to the test's bucket behind the store's back (moto checks
+/// no signature): `method` on `key` with `body`; returns moto's answer.
+fn bucket_request(r: &servers::Remote, method: &str, key: &str, body: &[u8]) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", r.servers.moto_port)).unwrap();
     write!(
         s,
-        "DELETE /{}/{key} HTTP/1.1\r\nHost: 127.0.0.1\r\n{}Connection: close\r\n\r\n",
+        "{method} /{}/{key} HTTP/1.1\r\nHost: 127.0.0.1\r\n{}Content-Length: {}\r\nConnection: close\r\n\r\n",
         r.name,
         servers::MOTO_AUTH,
+        body.len(),
     )
     .unwrap();
+    s.write_all(body).unwrap();
     let mut answer = String::new();
     s.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+/// Deletes an object from the bucket behind the store's back.
+fn delete_key(r: &servers::Remote, key: &str) {
+    let answer = bucket_request(r, "DELETE", key, b"");
     assert!(answer.starts_with("HTTP/1.1 204"), "{answer}");
 }
 
@@ -1564,19 +1572,7 @@ fn opening_and_listing_read_no_object_row() {
 
 /// Puts `body` at `key` in the test's bucket (as `delete_key`, by hand).
 fn put_key(r: &servers::Remote, key: &str, body: &[u8]) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", r.servers.moto_port)).unwrap();
-    write!(
-        s,
-        "PUT /{}/{key} HTTP/1.1\r\nHost: 127.0.0.1\r\n{}Content-Length: {}\r\nConnection: close\r\n\r\n",
-        r.name,
-        servers::MOTO_AUTH,
-        body.len(),
-    )
-    .unwrap();
-    s.write_all(body).unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
+    let answer = bucket_request(r, "PUT", key, body);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
 
