@@ -31,6 +31,18 @@ impl std::fmt::Debug for Claims {
     }
 }
 
+/// A handle let go: its claims go with it before the drop returns. The
+/// server would let them go when the connection ends, but only once it has
+/// noticed, a moment after the client hung up, when another handle may
+/// already have asked and found them held.
+impl Drop for Claims {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.as_mut().filter(|_| !self.held.is_empty()) {
+            let _ = c.batch_execute("SELECT pg_advisory_unlock_all()");
+        }
+    }
+}
+
 /// Run `run`'s advisory lock, in PostgreSQL's two-key space (apart from
 /// the one-key locks `init` takes): its sequence number's high and low 32
 /// bits.
