@@ -1295,6 +1295,8 @@ fn a_version_2_store_reads_read_only_and_its_first_writable_open_lets_gc_work() 
         &r.name,
         "DROP TABLE sessctl.retired_packs; DROP TABLE sessctl.lineage;
          ALTER TABLE sessctl.chain_head DROP COLUMN sweeps;
+         ALTER TABLE sessctl.packs DROP COLUMN body;
+         ALTER TABLE sessctl.chain_head DROP COLUMN inline_bytes;
          DELETE FROM sessctl.schema_version WHERE version >= 3",
     );
     let version = || {
@@ -1454,6 +1456,8 @@ fn a_schema_version_1_store_opens_and_is_upgraded_by_its_first_writable_open() {
          DROP TABLE sessctl.lineage;
          ALTER TABLE sessctl.chain_head DROP COLUMN index_seq;
          ALTER TABLE sessctl.chain_head DROP COLUMN sweeps;
+         ALTER TABLE sessctl.packs DROP COLUMN body;
+         ALTER TABLE sessctl.chain_head DROP COLUMN inline_bytes;
          DELETE FROM sessctl.schema_version WHERE version >= 2",
     );
     assert_eq!(version(), "1");

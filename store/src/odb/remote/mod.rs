@@ -7,7 +7,10 @@
 //!
 //! 1. [`ObjectBackend::stage`] (before any lock) uploads the write's new
 //!    objects as one content-addressed pack with a create-only PUT; one
-//!    that is already there (412) is the same bytes.
+//!    that is already there (412) is the same bytes. A pack no larger than
+//!    the URL's `inline=BYTES` is uploaded nowhere: its row in step 4 holds
+//!    it (an inline pack), and [`ObjectBackend::maintain`] seals the inline
+//!    packs into one pack in the bucket once they reach [`SEAL_BYTES`].
 //! 2. [`ObjectBackend::write_lock`] opens a PostgreSQL transaction and
 //!    locks the one `chain_head` row (`FOR UPDATE`, waiting as the store was
 //!    opened to): writers in every process on every machine queue there.
@@ -55,7 +58,7 @@ use crate::refs::{Operation, RefUpdate};
 
 /// The schema version this sessctl writes and reads (the highest
 /// migration); objects-format.md, "Remote store".
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// The oldest schema version this sessctl opens: a version-1 store (no
 /// index keys) is upgraded by its first writable open, and read by
@@ -74,6 +77,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     ),
     (4, include_str!("../../../migrations/0004_sweeps.sql")),
     (5, include_str!("../../../migrations/0005_lineage.sql")),
+    (6, include_str!("../../../migrations/0006_inline_packs.sql")),
 ];
 
 /// How many bytes of inflated pack bodies a handle keeps in memory.
@@ -81,6 +85,16 @@ const BODIES_KEPT_BYTES: usize = 256 << 20;
 
 /// The schema version that announces gc's sweeps (`chain_head.sweeps`).
 const SWEEPS_SCHEMA: i32 = 4;
+
+/// The schema version that keeps packs inline (`packs.body`,
+/// `chain_head.inline_bytes`; objects-format.md, "Inline packs").
+const INLINE_SCHEMA: i32 = 6;
+
+/// Once the inline packs hold this many bytes, the writer that finds it so
+/// seals them into one pack in the bucket, in its upkeep (as a local store
+/// packs its journal segment once it is sealed at 2 MiB).
+/// objects-format.md, "Inline packs".
+pub const SEAL_BYTES: u64 = 2 << 20;
 
 /// Test-only: a write that finds this variable set stops after uploading
 /// its pack and running its statements, before PostgreSQL commits: it says
@@ -166,7 +180,14 @@ struct StoreUrl {
     bucket: String,
     /// Key prefix in the bucket, without a trailing `/` ("" for none).
     prefix: String,
+    /// `inline=BYTES`: a write whose pack is no larger keeps it in
+    /// PostgreSQL (0, the default: every pack goes to the bucket).
+    inline_max: u64,
 }
+
+/// The largest `inline=` a store URL takes: an inline pack is a `bytea`
+/// value, read whole by every reader of one of its objects.
+const INLINE_MAX_LIMIT: u64 = 64 << 20;
 
 impl StoreUrl {
     fn parse(url: &str) -> Result<StoreUrl> {
@@ -178,10 +199,22 @@ impl StoreUrl {
             .split_once('?')
             .ok_or_else(|| bad("it names no bucket (add ?objects=s3://BUCKET/PREFIX)"))?;
         let mut objects = None;
+        let mut inline_max = 0;
         let mut rest = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
                 Some(("objects", v)) => objects = Some(v.to_owned()),
+                Some(("inline", v)) => {
+                    inline_max = v
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|n| *n <= INLINE_MAX_LIMIT)
+                        .ok_or_else(|| {
+                            bad(&format!(
+                                "inline= takes a number of bytes from 0 to {INLINE_MAX_LIMIT}, not {v:?}"
+                            ))
+                        })?;
+                }
                 _ => rest.push(pair),
             }
         }
@@ -211,6 +244,7 @@ impl StoreUrl {
             pg,
             bucket: bucket.to_owned(),
             prefix: prefix.trim_matches('/').to_owned(),
+            inline_max,
         })
     }
 
@@ -277,6 +311,8 @@ struct PackRow {
     key: String,
     bytes: u64,
     created_at: i64,
+    /// Kept in PostgreSQL (`packs.body`), not in the bucket.
+    inline: bool,
 }
 
 /// What this handle has read of the `objects` and `packs` tables.
@@ -301,6 +337,9 @@ struct Staged {
     /// The inflated body, kept for reads once the write commits (the next
     /// commit reads its parent from it).
     body: Arc<Vec<u8>>,
+    /// The pack's bytes when it goes in its row (`packs.body`) rather than
+    /// the bucket: nothing was uploaded.
+    inline: Option<Vec<u8>>,
 }
 
 /// The remote backend (see the module's documentation).
@@ -341,6 +380,9 @@ pub struct RemoteBackend {
     schema: i32,
     /// The index keys the next append writes (see [`KeptIndex::index_stage`]).
     staged_keys: Mutex<Option<Vec<KeyWrite>>>,
+    /// A write of this handle brought the inline packs to [`SEAL_BYTES`]:
+    /// its upkeep seals them ([`ObjectBackend::maintain`]).
+    seal_due: AtomicBool,
     /// Test-only figures: statements run on the reader connection, and
     /// operation rows read.
     counts: Counts,
@@ -619,6 +661,7 @@ impl RemoteBackend {
             claims: Mutex::new(claims::Claims::default()),
             schema: SCHEMA_VERSION,
             staged_keys: Mutex::new(None),
+            seal_due: AtomicBool::new(false),
             counts: Counts::default(),
         };
         // Connect now: an unreachable server is one clear error at open.
@@ -774,6 +817,10 @@ impl RemoteBackend {
         self.upload(new)
     }
 
+    /// Builds the pack of `objects` and puts it where it goes: in the
+    /// bucket (create-only), or, when the store URL keeps packs of its size
+    /// inline (`inline=BYTES`), nowhere yet: its row will hold its bytes, and
+    /// the write makes no S3 request.
     fn upload(&self, objects: &[&EncodedObject]) -> Result<Staged> {
         // Read before the upload begins, by definition of the field.
         let sweeps_seen = Some(self.sweeps_seen.load(Ordering::Acquire)).filter(|s| *s >= 0);
@@ -781,7 +828,11 @@ impl RemoteBackend {
             what: self.url.s3_shown(),
             reason: format!("packing {} objects: {e}", objects.len()),
         })?;
-        self.put_pack(&built)?;
+        let inline =
+            self.schema >= INLINE_SCHEMA && built.bytes.len() as u64 <= self.url.inline_max;
+        if !inline {
+            self.put_pack(&built)?;
+        }
         // As a fetched pack: another process of this machine reading it
         // (the next command, a reader) finds it in the cache.
         self.keep(&built.name, &built.bytes);
@@ -791,6 +842,7 @@ impl RemoteBackend {
             name: built.name,
             sweeps_seen,
             body: Arc::new(built.body),
+            inline: inline.then_some(built.bytes),
         })
     }
 
@@ -802,14 +854,13 @@ impl RemoteBackend {
     /// write); later ones only the packs committed since.
     fn load_rows(&self) -> Result<()> {
         let seen = self.known.read().unwrap_or_else(|p| p.into_inner()).seen;
-        let rows = self.with_reader(|c| {
-            c.query(
-                "SELECT o.id, o.pack, o.kind, o.off, o.len, p.key, p.bytes, p.created_at
-                 FROM sessctl.objects o JOIN sessctl.packs p ON p.id = o.pack
-                 WHERE o.pack > $1",
-                &[&seen],
-            )
-        })?;
+        let sql = format!(
+            "SELECT o.id, o.pack, o.kind, o.off, o.len, p.key, p.bytes, p.created_at, {}
+             FROM sessctl.objects o JOIN sessctl.packs p ON p.id = o.pack
+             WHERE o.pack > $1",
+            self.inline_column()
+        );
+        let rows = self.with_reader(|c| c.query(&sql, &[&seen]))?;
         self.loaded.store(true, Ordering::Release);
         if rows.is_empty() {
             return Ok(());
@@ -843,10 +894,21 @@ impl RemoteBackend {
                 key: r.get(5),
                 bytes: r.get::<_, i64>(6).max(0) as u64,
                 created_at: r.get(7),
+                inline: r.get(8),
             });
             known.seen = known.seen.max(pack);
         }
         Ok(())
+    }
+
+    /// What a query of `packs p` selects for [`PackRow::inline`]: a store
+    /// below version 6 has no `body` column (and no inline packs).
+    fn inline_column(&self) -> &'static str {
+        if self.schema >= INLINE_SCHEMA {
+            "p.body IS NOT NULL"
+        } else {
+            "false"
+        }
     }
 
     fn lookup(&self, id: &ObjectId) -> Result<Option<Loc>> {
@@ -896,6 +958,9 @@ impl RemoteBackend {
             self.remember_body(pack, &body);
             return Ok(body);
         }
+        if row.inline {
+            return self.inline_body(pack, &row.key);
+        }
         let bytes = match self
             .rt
             .block_on(async { self.s3.get(&key).await?.bytes().await })
@@ -929,6 +994,111 @@ impl RemoteBackend {
         let body = Arc::new(body);
         self.remember_body(pack, &body);
         Ok(body)
+    }
+
+    /// The inflated body of inline pack row `pack`, named `name`, read from
+    /// its row and verified. A row that is gone was sealed into the bucket
+    /// (or dropped) by the compactor since this handle read where its
+    /// objects live: an error, on which a read looks its object up again.
+    fn inline_body(&self, pack: i64, name: &str) -> Result<Arc<Vec<u8>>> {
+        let bytes = self.with_reader(|c| {
+            c.query_opt("SELECT body FROM sessctl.packs WHERE id = $1", &[&pack])
+                .map(|r| r.and_then(|r| r.get::<_, Option<Vec<u8>>>(0)))
+        })?;
+        let Some(bytes) = bytes else {
+            return Err(Error::Remote {
+                what: self.url.shown.clone(),
+                reason: format!(
+                    "inline pack {name} (row {pack}) is no longer in PostgreSQL: sealed or dropped"
+                ),
+            });
+        };
+        self.inline_pack(pack, name, &bytes)
+    }
+
+    /// Checks the bytes of inline pack row `pack` against its name,
+    /// inflates them and keeps the body (in memory and in the cache, as a
+    /// fetched pack).
+    fn inline_pack(&self, pack: i64, name: &str, bytes: &[u8]) -> Result<Arc<Vec<u8>>> {
+        let body = pack::open(name, bytes).map_err(|reason| Error::CorruptFile {
+            path: format!("{} (sessctl.packs row {pack})", self.url.shown).into(),
+            offset: 0,
+            reason,
+        })?;
+        self.keep(name, bytes);
+        let body = Arc::new(body);
+        self.remember_body(pack, &body);
+        Ok(body)
+    }
+
+    /// Reads the bodies of the inline packs `packs` (row and name) this
+    /// handle does not hold, a thousand to a query: the seal reads every
+    /// object of the packs it merges. A row gone meanwhile is left to the
+    /// read of its objects, which looks them up again.
+    fn prefetch_inline(&self, packs: &[(i64, String)]) -> Result<()> {
+        let want: Vec<&(i64, String)> = {
+            let bodies = self.bodies.lock().unwrap_or_else(|p| p.into_inner());
+            packs
+                .iter()
+                .filter(|(p, _)| !bodies.contains_key(p))
+                .collect()
+        };
+        for chunk in want.chunks(1000) {
+            let ids: Vec<i64> = chunk.iter().map(|(p, _)| *p).collect();
+            let rows = self.with_reader(|c| {
+                c.query(
+                    "SELECT id, body FROM sessctl.packs WHERE id = ANY($1) AND body IS NOT NULL",
+                    &[&ids],
+                )
+            })?;
+            let names: HashMap<i64, &String> = chunk.iter().map(|(p, n)| (*p, n)).collect();
+            for r in rows {
+                let pack: i64 = r.get(0);
+                let bytes: Vec<u8> = r.get(1);
+                self.inline_pack(pack, names[&pack], &bytes)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// An object row's fields, checked: its id and where it lives.
+    fn loc(&self, id: &[u8], pack: i64, kind: i16, off: i64, len: i64) -> Result<(ObjectId, Loc)> {
+        let bad = |reason: String| Error::Remote {
+            what: self.url.shown.clone(),
+            reason,
+        };
+        let id = ObjectId::from_slice(id)
+            .ok_or_else(|| bad(format!("an object row has a {}-byte id", id.len())))?;
+        let kind = u8::try_from(kind)
+            .ok()
+            .and_then(ObjectKind::from_code)
+            .ok_or_else(|| bad(format!("object {id} has unknown kind {kind}")))?;
+        Ok((
+            id,
+            Loc {
+                pack,
+                kind,
+                off: off.max(0) as u64,
+                len: len.max(0) as u64,
+            },
+        ))
+    }
+
+    /// Object `id` where `loc` places it, verified; looked up again when
+    /// that pack is gone (merged or sealed meanwhile).
+    fn read_at(&self, id: &ObjectId, loc: Loc) -> Result<EncodedObject> {
+        let body = match self.body(loc.pack) {
+            Ok(b) => b,
+            Err(e) => {
+                return match self.relocate(id)? {
+                    Some(p) if p != loc.pack => self.read(id)?.ok_or(Error::NotFound { id: *id }),
+                    Some(_) => Err(e),
+                    None => Err(Error::NotFound { id: *id }),
+                }
+            }
+        };
+        let payload = pack::payload(&body, loc.off, loc.len).map_err(|r| Error::corrupt(*id, r))?;
+        EncodedObject::verified(*id, loc.kind, payload.to_vec()).map_err(|r| Error::corrupt(*id, r))
     }
 
     /// Keeps pack row `pack`'s inflated body for this handle's reads. The
@@ -1038,7 +1208,7 @@ impl RemoteBackend {
         lock: &RemoteLock<'_>,
         pack: Option<(&Staged, &[&EncodedObject])>,
         ops: &[RawOp],
-    ) -> Result<(Option<i64>, i64)> {
+    ) -> Result<(Option<(i64, bool)>, i64)> {
         let pg = |e| self.pg_error(e);
         let (mut seq, mut hash) = (lock.head_seq, lock.head_hash.clone());
         let (mut seqs, mut hashes, mut bodies) = (Vec::new(), Vec::new(), Vec::new());
@@ -1075,17 +1245,26 @@ impl RemoteBackend {
                 offs.push(e.off as i64);
                 lens.push(e.len as i64);
             }
+            // An inline pack's bytes go in its row, and count towards the
+            // seal (a pack already there under the same name counts twice
+            // until the compactor sets the figure again from the table).
+            let inline_bytes = p.inline.as_ref().map_or(0, |b| b.len() as i64);
             let row = c
                 .query_typed_one(
                     "WITH p AS (
-                         INSERT INTO sessctl.packs (key, bytes, created_at) VALUES ($1, $2, $3)
-                         ON CONFLICT (key) DO UPDATE SET key = EXCLUDED.key RETURNING id),
+                         INSERT INTO sessctl.packs (key, bytes, created_at, body)
+                         VALUES ($1, $2, $3, $8)
+                         ON CONFLICT (key) DO UPDATE SET key = EXCLUDED.key
+                         RETURNING id, body IS NOT NULL AS inline),
                      o AS (
                          INSERT INTO sessctl.objects (id, pack, kind, off, len)
                          SELECT i, (SELECT id FROM p), k, f, l
                          FROM unnest($4::bytea[], $5::int2[], $6::int8[], $7::int8[]) AS t(i, k, f, l)
-                         ON CONFLICT (id) DO NOTHING)
-                     SELECT id FROM p",
+                         ON CONFLICT (id) DO NOTHING),
+                     h AS (
+                         UPDATE sessctl.chain_head SET inline_bytes = inline_bytes + $9
+                         RETURNING inline_bytes)
+                     SELECT (SELECT id FROM p), (SELECT inline FROM p), (SELECT inline_bytes FROM h)",
                     &[
                         (&p.name, Type::TEXT),
                         (&(p.bytes as i64), Type::INT8),
@@ -1094,11 +1273,18 @@ impl RemoteBackend {
                         (&kinds, Type::INT2_ARRAY),
                         (&offs, Type::INT8_ARRAY),
                         (&lens, Type::INT8_ARRAY),
+                        (&p.inline, Type::BYTEA),
+                        (&inline_bytes, Type::INT8),
                     ],
                 )
                 .map_err(pg)?;
             self.record_lineage(c, new)?;
-            pack_row = Some(row.get::<_, i64>(0));
+            pack_row = Some((row.get::<_, i64>(0), row.get::<_, bool>(1)));
+            let inline_total: i64 = row.get(2);
+            if inline_total >= SEAL_BYTES as i64 {
+                // Once committed: the upkeep after this write seals them.
+                self.seal_due.store(true, Ordering::Release);
+            }
         }
         if ops.is_empty() {
             return Ok((pack_row, seq));
@@ -1606,7 +1792,7 @@ impl ObjectBackend for RemoteBackend {
             e => e,
         })?;
         drop(conn);
-        if let (Some(p), Some(row)) = (pack, pack_row) {
+        if let (Some(p), Some((row, inline))) = (pack, pack_row) {
             self.remember_body(row, &p.body);
             let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
             for o in &new {
@@ -1627,6 +1813,7 @@ impl ObjectBackend for RemoteBackend {
                     key: p.name,
                     bytes: p.bytes,
                     created_at: crate::time::now_ms(),
+                    inline,
                 },
             );
         }
@@ -1647,6 +1834,19 @@ impl ObjectBackend for RemoteBackend {
     /// PostgreSQL's commit is the write's durability.
     fn sync(&self, _ticket: SyncTicket) -> Result<()> {
         Ok(())
+    }
+
+    /// After a write that brought the inline packs to [`SEAL_BYTES`]: seals
+    /// them into the bucket (see `sweep.rs`).
+    fn maintain(&self) -> Result<Option<RepackStats>> {
+        if self.read_only || !self.seal_due.swap(false, Ordering::AcqRel) {
+            return Ok(None);
+        }
+        self.seal()
+    }
+
+    fn maintenance_due(&self) -> bool {
+        self.seal_due.load(Ordering::Acquire)
     }
 
     fn hold_claim(&self, run: u64) -> Result<()> {
@@ -1682,19 +1882,13 @@ impl ObjectBackend for RemoteBackend {
         let Some(loc) = self.lookup(id)? else {
             return Ok(None);
         };
-        let body = match self.body(loc.pack) {
-            Ok(b) => b,
-            Err(e) => match self.relocate(id)? {
-                // Moved by a gc, the old pack deleted past the grace period.
-                Some(p) if p != loc.pack => return self.read(id),
-                Some(_) => return Err(e),
-                None => return Ok(None),
-            },
-        };
-        let payload = pack::payload(&body, loc.off, loc.len).map_err(|r| Error::corrupt(*id, r))?;
-        EncodedObject::verified(*id, loc.kind, payload.to_vec())
-            .map(Some)
-            .map_err(|r| Error::corrupt(*id, r))
+        // Moved by a gc (the old pack deleted past the grace period) or a
+        // seal (an inline pack's row goes at once): looked up again.
+        match self.read_at(id, loc) {
+            Ok(o) => Ok(Some(o)),
+            Err(Error::NotFound { id: gone }) if gone == *id => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     fn contains(&self, id: &ObjectId) -> Result<bool> {
