@@ -11,31 +11,15 @@ use support::data;
 use support::{Run, Target, TestStore};
 
 two_backends!(
-    hook_claude_code_imports_the_transcript_with_its_subagents => remote_ignored(
-        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
-    ),
-    hook_takes_the_subagents_under_the_session_folder => remote_ignored(
-        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
-    ),
-    hook_imports_a_growing_transcript_and_leaves_a_half_written_line => remote_ignored(
-        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
-    ),
-    a_stop_before_the_answer_is_flushed_ends_no_turn => remote_ignored(
-        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
-    ),
-    a_hook_never_moves_a_conversation_back => remote_ignored(
-        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
-    ),
+    hook_claude_code_imports_the_transcript_with_its_subagents,
+    hook_takes_the_subagents_under_the_session_folder,
+    hook_imports_a_growing_transcript_and_leaves_a_half_written_line,
+    a_stop_before_the_answer_is_flushed_ends_no_turn,
+    a_hook_never_moves_a_conversation_back,
     bad_hook_input_is_one_line_and_exit_1_never_2,
-    two_hooks_at_once_both_land => remote_ignored(
-        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
-    ),
-    hook_codex_imports_the_thread_the_notify_payload_names => remote_ignored(
-        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
-    ),
-    watch_follows_a_growing_transcript_and_new_files_and_stops_on_sigterm => remote_ignored(
-        "remote: import --watch refuses a remote store: its cursors live in a store directory (capture/)"
-    ),
+    two_hooks_at_once_both_land,
+    hook_codex_imports_the_thread_the_notify_payload_names,
+    watch_follows_a_growing_transcript_and_new_files_and_stops_on_sigterm,
     export_into_claude_writes_a_session_claude_code_resumes,
     export_into_codex_writes_a_rollout_codex_resumes,
 );
