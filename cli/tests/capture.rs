@@ -704,17 +704,15 @@ fn without_a_usable_cache_directory_a_remote_capture_says_so_and_writes_nothing(
         std::os::unix::fs::PermissionsExt::from_mode(0o555),
     )
     .unwrap();
-    let no_vars = ["SESSCTL_CACHE_DIR", "XDG_CACHE_HOME", "HOME"];
-    let not_a_dir_env = [("SESSCTL_CACHE_DIR", not_a_dir.as_path())];
-    let read_only_env = [("SESSCTL_CACHE_DIR", read_only.as_path())];
-    let mut cases: Vec<(&[(&str, &Path)], &[&str], &str)> = vec![
-        (&[], &no_vars, "there is none"),
-        (&not_a_dir_env, &[], "cannot keep capture cursors in"),
-    ];
+    // The cache directory as the environment leaves it: none, or
+    // SESSCTL_CACHE_DIR naming one; and what the error then says.
+    let none = "there is none";
+    let unusable = "cannot keep capture cursors in";
+    let mut cases = vec![(None, none), (Some(not_a_dir.as_path()), unusable)];
     // SAFETY: geteuid(2) has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         // root writes in a directory of mode 0555 all the same.
-        cases.push((&read_only_env, &[], "cannot keep capture cursors in"));
+        cases.push((Some(read_only.as_path()), unusable));
     }
     let before = (
         sessctl(&s, &["for-each-ref"]).stdout,
@@ -725,7 +723,16 @@ fn without_a_usable_cache_directory_a_remote_capture_says_so_and_writes_nothing(
         .into_iter()
         .chain([transcript.to_str().unwrap()])
         .collect();
-    for (env, unset, says) in cases {
+    for (cache, says) in cases {
+        let env: Vec<(&str, &Path)> = cache
+            .map(|c| ("SESSCTL_CACHE_DIR", c))
+            .into_iter()
+            .collect();
+        let unset: &[&str] = match cache {
+            None => &["SESSCTL_CACHE_DIR", "XDG_CACHE_HOME", "HOME"],
+            Some(_) => &[],
+        };
+        let env = env.as_slice();
         let r = finish(start(
             command(&s, &["hook", "claude-code"], env, unset),
             Some(&payload),
