@@ -297,6 +297,47 @@ fn show_pg(pg: &postgres::Config) -> String {
     )
 }
 
+/// What names the store at `url` wherever it is opened from, as text, for
+/// a machine's local caches to key on (`sessctl hook`'s capture cursors,
+/// objects-format.md "Remote store"): `postgres://HOST:PORT[,...]/DB
+/// ?objects=s3://BUCKET/PREFIX`, host names in lowercase, the default port
+/// and database filled in. Never the password; nor the user or other
+/// connection parameters (sslmode, ...), which change how the store is
+/// reached, not which store it is.
+pub fn store_identity(url: &str) -> Result<String> {
+    let url = StoreUrl::parse(url)?;
+    let ports = url.pg.get_ports();
+    let hosts: Vec<String> = url
+        .pg
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let host = match h {
+                postgres::config::Host::Tcp(h) => h.to_ascii_lowercase(),
+                postgres::config::Host::Unix(p) => p.display().to_string(),
+            };
+            // One port serves every host; several go with them in order.
+            let port = match ports {
+                [one] => *one,
+                _ => ports.get(i).copied().unwrap_or(5432),
+            };
+            format!("{host}:{port}")
+        })
+        .collect();
+    // PostgreSQL's default database is the user's name.
+    let db = url
+        .pg
+        .get_dbname()
+        .or(url.pg.get_user())
+        .unwrap_or_default();
+    Ok(format!(
+        "postgres://{}/{db}?objects={}",
+        hosts.join(","),
+        url.s3_shown()
+    ))
+}
+
 /// Where an object lives.
 #[derive(Debug, Clone, Copy)]
 struct Loc {
