@@ -30,6 +30,7 @@ mod lineage;
 mod locked;
 mod pack;
 mod sweep;
+mod write;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -54,7 +55,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::hash::{IdMap, IdSet, ObjectId, Prefix};
 use crate::object::{EncodedObject, ObjectKind};
-use crate::refs::{Operation, RefUpdate};
+use crate::refs::Operation;
 
 /// The schema version this sessctl writes and reads (the highest
 /// migration); objects-format.md, "Remote store".
@@ -1200,209 +1201,6 @@ impl RemoteBackend {
             let _ = std::fs::remove_file(&tmp);
         }
     }
-
-    /// Moves one ref by compare-and-swap in the open transaction.
-    fn move_ref(&self, c: &mut Client, u: &RefUpdate) -> Result<()> {
-        let name = u.name.to_string();
-        let old = u.old.as_ref().map(|t| t.to_string());
-        let new = u.new.as_ref().map(|t| t.to_string());
-        let moved = match (&old, &new) {
-            (Some(o), Some(n)) => c.execute_typed(
-                "UPDATE sessctl.refs SET target = $3 WHERE name = $1 AND target = $2",
-                &[(&name, Type::TEXT), (o, Type::TEXT), (n, Type::TEXT)],
-            ),
-            (None, Some(n)) => c.execute_typed(
-                "INSERT INTO sessctl.refs (name, target) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-                &[(&name, Type::TEXT), (n, Type::TEXT)],
-            ),
-            (Some(o), None) => c.execute_typed(
-                "DELETE FROM sessctl.refs WHERE name = $1 AND target = $2",
-                &[(&name, Type::TEXT), (o, Type::TEXT)],
-            ),
-            (None, None) => return Ok(()),
-        }
-        .map_err(|e| self.pg_error(e))?;
-        if moved == 1 {
-            return Ok(());
-        }
-        let actual = c
-            .query_typed_opt(
-                "SELECT target FROM sessctl.refs WHERE name = $1",
-                &[(&name, Type::TEXT)],
-            )
-            .map_err(|e| self.pg_error(e))?
-            .map(|r| r.get::<_, String>(0));
-        Err(Error::RefOutOfDate {
-            name: u.name.clone(),
-            expected: old,
-            actual,
-        })
-    }
-
-    /// The statements of one write, in the lock's open transaction: a
-    /// compare-and-swap per ref moved, then one statement for the pack's
-    /// row and its objects' rows, and one for the operations' rows, the
-    /// index keys they change and the chain head.
-    fn record(
-        &self,
-        c: &mut Client,
-        lock: &RemoteLock<'_>,
-        pack: Option<(&Staged, &[&EncodedObject])>,
-        ops: &[RawOp],
-    ) -> Result<(Option<(i64, bool)>, i64)> {
-        let pg = |e| self.pg_error(e);
-        let (mut seq, mut hash) = (lock.head_seq, lock.head_hash.clone());
-        let (mut seqs, mut hashes, mut bodies) = (Vec::new(), Vec::new(), Vec::new());
-        for (s, bytes) in ops {
-            let op = Operation::decode(bytes).map_err(|e| Error::CorruptOperation {
-                seq: *s,
-                reason: e.to_string(),
-            })?;
-            if op.seq != *s || op.seq as i64 != seq + 1 || op.prev.map(|h| h.to_vec()) != hash {
-                return Err(Error::Invalid(format!(
-                    "operation {} does not continue the chain of {}, whose head is operation {seq}",
-                    op.seq, self.url.shown
-                )));
-            }
-            for u in &op.refs {
-                self.move_ref(c, u)?;
-            }
-            let h = op.hash();
-            seqs.push(op.seq as i64);
-            hashes.push(h.to_vec());
-            bodies.push(bytes.as_slice());
-            (seq, hash) = (op.seq as i64, Some(h.to_vec()));
-        }
-        let mut pack_row = None;
-        if let Some((p, new)) = pack {
-            let mut ids = Vec::with_capacity(new.len());
-            let mut kinds = Vec::with_capacity(new.len());
-            let mut offs = Vec::with_capacity(new.len());
-            let mut lens = Vec::with_capacity(new.len());
-            for o in new {
-                let e = p.entries[&o.id()];
-                ids.push(o.id().as_bytes().to_vec());
-                kinds.push(i16::from(e.kind.code()));
-                offs.push(e.off as i64);
-                lens.push(e.len as i64);
-            }
-            // An inline pack's bytes go in its row, and count towards the
-            // seal (a pack already there under the same name counts twice
-            // until the compactor sets the figure again from the table).
-            let inline_bytes = p.inline.as_ref().map_or(0, |b| b.len() as i64);
-            let row = c
-                .query_typed_one(
-                    "WITH p AS (
-                         INSERT INTO sessctl.packs (key, bytes, created_at, body)
-                         VALUES ($1, $2, $3, $8)
-                         ON CONFLICT (key) DO UPDATE SET key = EXCLUDED.key
-                         RETURNING id, body IS NOT NULL AS inline),
-                     o AS (
-                         INSERT INTO sessctl.objects (id, pack, kind, off, len)
-                         SELECT i, (SELECT id FROM p), k, f, l
-                         FROM unnest($4::bytea[], $5::int2[], $6::int8[], $7::int8[]) AS t(i, k, f, l)
-                         ON CONFLICT (id) DO NOTHING),
-                     h AS (
-                         UPDATE sessctl.chain_head SET inline_bytes = inline_bytes + $9
-                         RETURNING inline_bytes)
-                     SELECT (SELECT id FROM p), (SELECT inline FROM p), (SELECT inline_bytes FROM h)",
-                    &[
-                        (&p.name, Type::TEXT),
-                        (&(p.bytes as i64), Type::INT8),
-                        (&crate::time::now_ms(), Type::INT8),
-                        (&ids, Type::BYTEA_ARRAY),
-                        (&kinds, Type::INT2_ARRAY),
-                        (&offs, Type::INT8_ARRAY),
-                        (&lens, Type::INT8_ARRAY),
-                        (&p.inline, Type::BYTEA),
-                        (&inline_bytes, Type::INT8),
-                    ],
-                )
-                .map_err(pg)?;
-            self.record_lineage(c, new)?;
-            pack_row = Some((row.get::<_, i64>(0), row.get::<_, bool>(1)));
-            let inline_total: i64 = row.get(2);
-            if inline_total >= SEAL_BYTES as i64 {
-                // Once committed: the upkeep after this write seals them.
-                self.seal_due.store(true, Ordering::Release);
-            }
-        }
-        if ops.is_empty() {
-            return Ok((pack_row, seq));
-        }
-        // The index keys the operations change, in their transaction: a
-        // write that brings none would leave the keys behind the chain, so
-        // it is refused.
-        let keys = if self.schema >= 2 {
-            let keys = self
-                .staged_keys
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take()
-                .ok_or_else(|| {
-                    Error::Invalid(format!(
-                        "{}: an operation written without its index keys",
-                        self.url.shown
-                    ))
-                })?;
-            KeyBatch::of(keys)
-        } else {
-            KeyBatch::default()
-        };
-        c.execute_typed(
-            "WITH o AS (
-                 INSERT INTO sessctl.ops (seq, hash, body)
-                 SELECT * FROM unnest($1::int8[], $2::bytea[], $3::bytea[])),
-             d AS (
-                 DELETE FROM sessctl.index_keys WHERE key = ANY($4)),
-             u AS (
-                 INSERT INTO sessctl.index_keys (key, value)
-                 SELECT * FROM unnest($5::bytea[], $6::bytea[])
-                 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value)
-             UPDATE sessctl.chain_head SET seq = $7, hash = $8, index_seq = $9",
-            &[
-                (&seqs, Type::INT8_ARRAY),
-                (&hashes, Type::BYTEA_ARRAY),
-                (&bodies, Type::BYTEA_ARRAY),
-                (&keys.removed, Type::BYTEA_ARRAY),
-                (&keys.put, Type::BYTEA_ARRAY),
-                (&keys.values, Type::BYTEA_ARRAY),
-                (&seq, Type::INT8),
-                (&hash, Type::BYTEA),
-                (&(self.schema >= 2).then_some(seq), Type::INT8),
-            ],
-        )
-        .map_err(pg)?;
-        Ok((pack_row, seq))
-    }
-}
-
-/// Index key writes as one statement takes them: the last write of each
-/// key (a key written twice in one batch would make one statement touch
-/// one row twice), split into upserts and removals.
-#[derive(Debug, Default)]
-struct KeyBatch {
-    put: Vec<Vec<u8>>,
-    values: Vec<Vec<u8>>,
-    removed: Vec<Vec<u8>>,
-}
-
-impl KeyBatch {
-    fn of(writes: Vec<KeyWrite>) -> KeyBatch {
-        let last: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> =
-            writes.into_iter().collect();
-        let mut b = KeyBatch::default();
-        for (k, v) in last {
-            match v {
-                Some(v) => {
-                    b.put.push(k);
-                    b.values.push(v);
-                }
-                None => b.removed.push(k),
-            }
-        }
-        b
-    }
 }
 
 impl RemoteBackend {
@@ -1816,7 +1614,8 @@ impl ObjectBackend for RemoteBackend {
         };
         let mut conn = lock.conn.borrow_mut();
         let c = conn.as_mut().expect("a held lock has its connection");
-        let (pack_row, seq) = self.record(c, lock, pack.as_ref().map(|p| (p, &new[..])), ops)?;
+        let write::Recorded { pack_row, seq } =
+            self.record(c, lock, pack.as_ref().map(|p| (p, &new[..])), ops)?;
         if std::env::var_os(CRASH_BEFORE_COMMIT_VAR).is_some() {
             // Test-only: wait here to be killed, between the upload and
             // the commit.
