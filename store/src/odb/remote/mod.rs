@@ -425,6 +425,12 @@ pub struct RemoteBackend {
     /// A write of this handle brought the inline packs to [`SEAL_BYTES`]:
     /// its upkeep seals them ([`ObjectBackend::maintain`]).
     seal_due: AtomicBool,
+    /// Connections made so far, reader's and writer's: a statement prepared
+    /// on the writer connection is good while this count stays the same.
+    connects: std::sync::atomic::AtomicU64,
+    /// The write's statement as prepared on the writer connection, and the
+    /// count of connections it was prepared at (see `write.rs`).
+    write_stmt: Mutex<Option<(u64, postgres::Statement)>>,
     /// Test-only figures: statements run on the reader connection, and
     /// operation rows read.
     counts: Counts,
@@ -704,6 +710,8 @@ impl RemoteBackend {
             schema: SCHEMA_VERSION,
             staged_keys: Mutex::new(None),
             seal_due: AtomicBool::new(false),
+            connects: Default::default(),
+            write_stmt: Mutex::new(None),
             counts: Counts::default(),
         };
         // Connect now: an unreachable server is one clear error at open.
@@ -775,6 +783,8 @@ impl RemoteBackend {
     fn client<'c>(&self, slot: &'c mut Option<Client>) -> Result<&'c mut Client> {
         if slot.as_ref().is_none_or(|c| c.is_closed()) {
             *slot = Some(self.url.pg.connect(NoTls).map_err(|e| self.pg_error(e))?);
+            // What was prepared on the connection this one replaces is gone.
+            self.connects.fetch_add(1, Ordering::AcqRel);
         }
         Ok(slot.as_mut().expect("connected just now"))
     }
@@ -1507,6 +1517,15 @@ impl ObjectBackend for RemoteBackend {
         let mut head = None;
         for attempt in 0..2 {
             let client = self.client(&mut slot)?;
+            // Parsed before the lock, not under it.
+            if let Err(e) = self.write_statement(client) {
+                if attempt == 0 && client.is_closed() {
+                    // Dropped by the server (a restart): a new one.
+                    *slot = None;
+                    continue;
+                }
+                return Err(e);
+            }
             match client.simple_query(&begin) {
                 Ok(msgs) => {
                     head = msgs.into_iter().find_map(|m| match m {

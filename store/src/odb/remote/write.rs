@@ -10,8 +10,8 @@
 //! statement returns the refs it moved, and a write that moved fewer than
 //! it asked for is `RefOutOfDate` and rolls everything back.
 
-use postgres::types::Type;
-use postgres::Client;
+use postgres::types::{ToSql, Type};
+use postgres::{Client, Statement};
 
 use super::lineage::{rows_of_columns, Columns};
 use super::{RemoteBackend, RemoteLock, Staged, SEAL_BYTES};
@@ -125,7 +125,60 @@ fn statement() -> String {
     )
 }
 
+/// The types of [`statement`]'s parameters, in order.
+const TYPES: [Type; 28] = [
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+    Type::BYTEA,
+    Type::BYTEA_ARRAY,
+    Type::INT2_ARRAY,
+    Type::INT8_ARRAY,
+    Type::INT8_ARRAY,
+    Type::BYTEA_ARRAY,
+    Type::BYTEA_ARRAY,
+    Type::INT8_ARRAY,
+    Type::INT8_ARRAY,
+    Type::BYTEA_ARRAY,
+    Type::BYTEA_ARRAY,
+    Type::BYTEA_ARRAY,
+    Type::BYTEA_ARRAY,
+    Type::BYTEA_ARRAY,
+    Type::INT8,
+    Type::BYTEA,
+    Type::INT8,
+    Type::INT8,
+];
+
 impl RemoteBackend {
+    /// [`statement`], prepared on the writer connection `c` once for as
+    /// long as that connection lasts: the lock's holder sends only its
+    /// parameters, and the server neither parses nor (after a few uses)
+    /// plans it again under the lock. Called before the lock is taken
+    /// ([`super::ObjectBackend::write_lock`]), so that even a handle's first
+    /// write parses it outside.
+    pub(super) fn write_statement(&self, c: &mut Client) -> Result<Statement> {
+        let epoch = self.connects.load(std::sync::atomic::Ordering::Acquire);
+        let mut cached = self.write_stmt.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((e, stmt)) = cached.as_ref() {
+            if *e == epoch {
+                return Ok(stmt.clone());
+            }
+        }
+        let stmt = c
+            .prepare_typed(&statement(), &TYPES)
+            .map_err(|e| self.pg_error(e))?;
+        *cached = Some((epoch, stmt.clone()));
+        Ok(stmt)
+    }
+
     /// The rows of one write, in the lock's open transaction: see the
     /// module's documentation. `pack` is the write's new objects and the
     /// pack that holds them, `ops` its operations (each must continue the
@@ -220,41 +273,39 @@ impl RemoteBackend {
         };
         let head = (!ops.is_empty()).then_some(seq);
         let index_seq = head.filter(|_| self.schema >= 2);
-        let row = c
-            .query_typed_one(
-                &statement(),
-                &[
-                    (&refs.moved.0, Type::TEXT_ARRAY),
-                    (&refs.moved.1, Type::TEXT_ARRAY),
-                    (&refs.moved.2, Type::TEXT_ARRAY),
-                    (&refs.created.0, Type::TEXT_ARRAY),
-                    (&refs.created.1, Type::TEXT_ARRAY),
-                    (&refs.deleted.0, Type::TEXT_ARRAY),
-                    (&refs.deleted.1, Type::TEXT_ARRAY),
-                    (&key, Type::TEXT),
-                    (&size, Type::INT8),
-                    (&crate::time::now_ms(), Type::INT8),
-                    (&inline, Type::BYTEA),
-                    (&ids, Type::BYTEA_ARRAY),
-                    (&kinds, Type::INT2_ARRAY),
-                    (&offs, Type::INT8_ARRAY),
-                    (&lens, Type::INT8_ARRAY),
-                    (&lineage.ids, Type::BYTEA_ARRAY),
-                    (&lineage.parents, Type::BYTEA_ARRAY),
-                    (&lineage.created, Type::INT8_ARRAY),
-                    (&seqs, Type::INT8_ARRAY),
-                    (&hashes, Type::BYTEA_ARRAY),
-                    (&bodies, Type::BYTEA_ARRAY),
-                    (&keys.removed, Type::BYTEA_ARRAY),
-                    (&keys.put, Type::BYTEA_ARRAY),
-                    (&keys.values, Type::BYTEA_ARRAY),
-                    (&head, Type::INT8),
-                    (&hash, Type::BYTEA),
-                    (&index_seq, Type::INT8),
-                    (&inline_bytes, Type::INT8),
-                ],
-            )
-            .map_err(pg)?;
+        let now = crate::time::now_ms();
+        let params: [&(dyn ToSql + Sync); 28] = [
+            &refs.moved.0,
+            &refs.moved.1,
+            &refs.moved.2,
+            &refs.created.0,
+            &refs.created.1,
+            &refs.deleted.0,
+            &refs.deleted.1,
+            &key,
+            &size,
+            &now,
+            &inline,
+            &ids,
+            &kinds,
+            &offs,
+            &lens,
+            &lineage.ids,
+            &lineage.parents,
+            &lineage.created,
+            &seqs,
+            &hashes,
+            &bodies,
+            &keys.removed,
+            &keys.put,
+            &keys.values,
+            &head,
+            &hash,
+            &index_seq,
+            &inline_bytes,
+        ];
+        let stmt = self.write_statement(c)?;
+        let row = c.query_one(&stmt, &params).map_err(pg)?;
         let moved: Vec<String> = row.get(3);
         if moved.len() != refs.order.len() {
             // Lost: the first move in order that did not happen, and what
