@@ -338,6 +338,14 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
             visit(i, kind, start..out.len())
         })
     }
+    /// Told that the objects `ids` are about to be read, one by one (the
+    /// sessions a log shows, the messages their summaries read): a backend
+    /// that looks up where each object lives in a round trip (the remote
+    /// one) looks them all up in one. A hint only: nothing is read, and
+    /// what is not there is not remembered as absent.
+    fn locate_ahead(&self, _ids: &[ObjectId]) -> Result<()> {
+        Ok(())
+    }
     fn contains(&self, id: &ObjectId) -> Result<bool>;
     /// Ids that start with `prefix` (deduplicated, sorted).
     fn ids_with_prefix(&self, prefix: &Prefix) -> Result<Vec<ObjectId>>;

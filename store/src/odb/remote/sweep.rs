@@ -338,7 +338,6 @@ impl RemoteBackend {
                     *row,
                     PackRow {
                         key: staged.name.clone(),
-                        bytes: staged.bytes,
                         created_at: now,
                     },
                 );
@@ -530,7 +529,6 @@ impl RemoteBackend {
         );
         known.packs.entry(pack).or_insert_with(|| PackRow {
             key: r.get(4),
-            bytes: r.get::<_, i64>(5).max(0) as u64,
             created_at: r.get(6),
         });
         Ok(Some(pack))
