@@ -71,18 +71,67 @@ const TURN: usize = 2;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum System {
     Sessctl,
+    /// sessctl with `inline=` in its URL: a turn's pack stays in
+    /// PostgreSQL until the writer past 2 MiB of them seals them into S3.
+    SessctlInline,
     Delta,
     Snapshot,
 }
 
+/// The `inline=` of [`System::SessctlInline`]: more than a turn's pack.
+const INLINE: u64 = 64 << 10;
+
 impl System {
-    const ALL: [System; 3] = [System::Sessctl, System::Delta, System::Snapshot];
+    const ALL: [System; 4] = [
+        System::Sessctl,
+        System::SessctlInline,
+        System::Delta,
+        System::Snapshot,
+    ];
 
     fn label(self) -> &'static str {
         match self {
             System::Sessctl => "sessctl remote (PostgreSQL + S3)",
+            System::SessctlInline => "sessctl remote, inline packs (inline=65536)",
             System::Delta => "delta table (PostgreSQL)",
             System::Snapshot => "full snapshots (PostgreSQL)",
+        }
+    }
+
+    fn is_sessctl(self) -> bool {
+        matches!(self, System::Sessctl | System::SessctlInline)
+    }
+}
+
+fn conv(k: usize) -> String {
+    format!("w{k:02}")
+}
+
+/// The databases and buckets of one run: the baselines' tables and the
+/// first sessctl store in `main`, the inline one's store in `inline` (a
+/// store of its own: in one store its writers would find the other's
+/// messages stored already, and write less).
+struct Places<'s> {
+    main: Place<'s>,
+    inline: Place<'s>,
+}
+
+impl<'s> Places<'s> {
+    fn new(srv: &'s Servers, name: &str) -> R<Places<'s>> {
+        let places = Places {
+            main: Place::new(srv, name),
+            inline: Place::new(srv, &format!("{name}inline")),
+        };
+        places.main.init_store()?;
+        places.main.init_tables()?;
+        places.inline.init_store()?;
+        Ok(places)
+    }
+
+    fn of(&self, system: System) -> &Place<'s> {
+        match system {
+            System::SessctlInline => &self.inline,
+            _ => &self.main,
         }
     }
 }
@@ -172,8 +221,12 @@ impl<'s> Place<'s> {
     }
 
     fn open_store(&self) -> R<Store> {
+        self.open_store_at(&self.url())
+    }
+
+    fn open_store_at(&self, url: &str) -> R<Store> {
         Ok(Store::open_remote_with(
-            &self.url(),
+            url,
             &OpenOptions::default(),
             &self.s3(),
         )?)
@@ -234,7 +287,7 @@ impl<'s> Place<'s> {
     /// TOAST) and, for sessctl, the bucket's objects.
     fn bytes(&self, system: System) -> R<u64> {
         let tables: &[&str] = match system {
-            System::Sessctl => &[],
+            System::Sessctl | System::SessctlInline => &[],
             System::Delta => &["public.delta_sessions", "public.delta_messages"],
             System::Snapshot => &["public.checkpoints"],
         };
@@ -254,7 +307,7 @@ impl<'s> Place<'s> {
             )?
         };
         let pg: i64 = row.get(0);
-        let s3: u64 = if system == System::Sessctl {
+        let s3: u64 = if system.is_sessctl() {
             self.srv
                 .list_objects(&self.name, "store/")
                 .iter()
@@ -360,10 +413,6 @@ impl Work {
     }
 }
 
-fn conv(k: usize) -> String {
-    format!("w{k:02}")
-}
-
 /// A LangGraph-shaped checkpoint id: time-ordered, 36 characters like the
 /// uuid6 PostgresSaver stores.
 fn checkpoint_id(k: usize, t: usize) -> String {
@@ -389,6 +438,9 @@ impl Writer1 {
     fn open(system: System, place: &Place<'_>) -> R<Writer1> {
         Ok(match system {
             System::Sessctl => Writer1::Sessctl(Box::new(place.open_store()?)),
+            System::SessctlInline => Writer1::Sessctl(Box::new(
+                place.open_store_at(&format!("{}&inline={INLINE}", place.url()))?,
+            )),
             System::Delta => Writer1::Delta(place.connect()?),
             System::Snapshot => Writer1::Snapshot {
                 c: place.connect()?,
@@ -571,7 +623,7 @@ fn check(system: System, place: &Place<'_>, work: &Work) -> R<()> {
         Err(format!("8: {}: conversation {}: {what}", system.label(), conv(k)).into())
     };
     match system {
-        System::Sessctl => {
+        System::Sessctl | System::SessctlInline => {
             let store = place.open_store()?;
             for (k, want) in work.msgs.iter().enumerate() {
                 let Some(head) = store.conversation(&conv(k))?.and_then(|i| i.head) else {
@@ -676,20 +728,19 @@ fn commits(ctx: &Ctx, srv: &Servers, pool: &[Value], out: &mut Vec<Row>) -> R<()
     }
     let total = writers * turns;
     let mut ceiling = Vec::new();
-    let mut rate: [Vec<f64>; 3] = Default::default();
-    let mut bytes: [Vec<f64>; 3] = Default::default();
+    let mut rate: [Vec<f64>; 4] = Default::default();
+    let mut bytes: [Vec<f64>; 4] = Default::default();
     for rep in 0..ctx.s.reps {
-        let place = Place::new(srv, &format!("run{rep}"));
-        place.init_store()?;
-        place.init_tables()?;
+        let places = Places::new(srv, &format!("run{rep}"))?;
         for (i, system) in System::ALL.into_iter().enumerate() {
+            let place = places.of(system);
             let parts_before = place.sessctl_parts()?;
             let before = place.bytes(system)?;
-            let (dt, _) = race(system, &place, &work)?;
+            let (dt, _) = race(system, place, &work)?;
             let after = place.bytes(system)?;
             if rep == 0 {
-                check(system, &place, &work)?;
-                if system == System::Sessctl {
+                check(system, place, &work)?;
+                if system.is_sessctl() {
                     // Where a turn's bytes go.
                     let shares: Vec<String> = place
                         .sessctl_parts()?
@@ -703,7 +754,8 @@ fn commits(ctx: &Ctx, srv: &Servers, pool: &[Value], out: &mut Vec<Row>) -> R<()
                         })
                         .collect();
                     eprintln!(
-                        "sessctl-bench: 8: sessctl's bytes per turn: {}",
+                        "sessctl-bench: 8: {}: bytes per turn: {}",
+                        system.label(),
                         shares.join(", ")
                     );
                 }
@@ -711,7 +763,7 @@ fn commits(ctx: &Ctx, srv: &Servers, pool: &[Value], out: &mut Vec<Row>) -> R<()
             rate[i].push(total as f64 / dt);
             bytes[i].push(after.saturating_sub(before) as f64 / total as f64);
         }
-        ceiling.push(total as f64 / put_ceiling(&place, &work)?);
+        ceiling.push(total as f64 / put_ceiling(&places.main, &work)?);
     }
     let scenario = format!("8 {writers} writers x {turns} turns, durable");
     let mut g = Group::new(scenario.clone(), "commits/s", Better::Higher);
@@ -743,26 +795,20 @@ fn round_trips(ctx: &Ctx, srv: &Servers, pool: &[Value], out: &mut Vec<Row>) -> 
     let work = Work::new(pool, 1, turns);
     let scenario = format!("8 1 writer x {turns} turns, durable");
     let mut lat = Group::new(scenario.clone(), "ms per commit", Better::Lower).p99();
-    let place = Place::new(srv, "alone");
-    place.init_store()?;
-    place.init_tables()?;
+    let places = Places::new(srv, "alone")?;
     for system in System::ALL {
-        let (_, l) = race(system, &place, &work)?;
+        let (_, l) = race(system, places.of(system), &work)?;
         lat.add(system.label(), l);
     }
     crate::report::emit(out, lat);
 
-    let place = Place::new(srv, "logged");
-    place.init_store()?;
-    place.init_tables()?;
-    srv.psql(
-        "postgres",
-        &format!("ALTER DATABASE {} SET log_statement = 'all'", place.name),
-    );
-    srv.psql(
-        "postgres",
-        &format!("ALTER DATABASE {} SET log_statement = 'all'", place.base()),
-    );
+    let places = Places::new(srv, "logged")?;
+    for db in [&places.main.name, &places.main.base(), &places.inline.name] {
+        srv.psql(
+            "postgres",
+            &format!("ALTER DATABASE {db} SET log_statement = 'all'"),
+        );
+    }
     let pg_log = srv.dir().join("postgres.log");
     let moto_log = srv.dir().join("moto.log");
     let lines = |p: &Path, pat: &str| -> R<usize> {
@@ -789,7 +835,7 @@ fn round_trips(ctx: &Ctx, srv: &Servers, pool: &[Value], out: &mut Vec<Row>) -> 
     for system in System::ALL {
         // The writer's connections are opened before the count starts.
         let (p0, m0) = (statements(&pg_log)?, lines(&moto_log, "HTTP/1.1\"")?);
-        let mut w = Writer1::open(system, &place)?;
+        let mut w = Writer1::open(system, places.of(system))?;
         let (p1, m1) = (statements(&pg_log)?, lines(&moto_log, "HTTP/1.1\"")?);
         for t in 0..turns {
             w.turn(&work, 0, t)?;
@@ -803,7 +849,7 @@ fn round_trips(ctx: &Ctx, srv: &Servers, pool: &[Value], out: &mut Vec<Row>) -> 
             m1 - m0
         );
         stmts.add(system.label(), vec![(p2 - p1) as f64 / turns as f64]);
-        if system == System::Sessctl {
+        if system.is_sessctl() {
             s3.add(system.label(), vec![(m2 - m1) as f64 / turns as f64]);
         }
     }

@@ -13,11 +13,14 @@
 //! (O(new lines); see `sessctl_store::import::tail` for when it reads them
 //! whole instead). A hook, a new process each time, reads its unit whole.
 //!
-//! Cursors live in `<store>/capture/`, one small JSON file per unit: the
-//! length, inode and mtime of each file at its last import, and a digest of
-//! the refs that import left for the unit's conversation. They are derived:
-//! deleting them costs one full re-read; a cursor is trusted only when the
-//! files and those refs are exactly as it recorded, never over the store.
+//! Cursors live in `<store>/capture/` (a remote store's in this machine's
+//! cache directory, see [`Cursors::of_store`]), one small JSON file per
+//! unit: the length, inode and mtime of each file at its last import, and a
+//! digest of the refs that import left for the unit's conversation. They
+//! are derived: deleting them costs one full re-read; a cursor is trusted
+//! only when the files and those refs are exactly as it recorded, never
+//! over the store (another process, or another machine sharing a remote
+//! store, that moves the refs makes the next catch-up read the files).
 //!
 //! A hook must never break the agent. Claude Code treats exit 2 from a hook
 //! as "blocking": for `Stop` it feeds stderr back to the model and keeps it
@@ -147,15 +150,10 @@ fn run(ctx: &Ctx, args: HookArgs) -> CmdResult {
             Unit::single(Format::Codex, path)
         }
     };
-    if ctx.remote_url().is_some() {
-        // Its cursors are files beside a local store (objects-format.md,
-        // "SYNOPSIS": capture/); a remote store has no directory for them.
-        return Err(CommandError::Failed(
-            "hook does not work on a remote store yet: use a local store and push".into(),
-        ));
-    }
+    // Before the store is opened: a remote store's cursors need a usable
+    // cache directory, and without one nothing is written.
+    let cursors = Cursors::of_store(ctx)?;
     let store = ctx.open_store()?;
-    let cursors = Cursors::new(&ctx.store);
     let outcome = catch_up(
         &store,
         &cursors,
@@ -442,17 +440,85 @@ fn find_rollouts(dir: &Path, suffix: &str, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The cursors of one store (`<store>/capture/`).
+/// The cursors of one store: `<store>/capture/` for a store directory; for
+/// a remote store, `capture/<store>/` in this machine's cache directory
+/// (objects-format.md, "Remote store").
 #[derive(Debug)]
 pub struct Cursors {
     dir: PathBuf,
+    /// Whether a lock file that cannot be taken is an error rather than a
+    /// catch-up without taking turns (see [`Cursors::lock`]).
+    strict: bool,
 }
 
 impl Cursors {
     pub fn new(store: &Path) -> Cursors {
         Cursors {
             dir: store.join("capture"),
+            strict: false,
         }
+    }
+
+    /// The cursors of the store `ctx` names. A remote store keeps them in
+    /// this machine's cache directory (the pack cache's:
+    /// [`S3Settings::from_env`](sessctl_store::odb::S3Settings::from_env)),
+    /// in a subdirectory named by a hash of the store's identity
+    /// (`store_identity`: its servers, database, bucket and prefix, never
+    /// the password): the files a cursor describes are this machine's, and
+    /// a cursor is a cache. That directory must be usable, checked here
+    /// before anything is written: it holds the lock files with which this
+    /// machine's captures of one session take turns, and a remote store has
+    /// no directory of its own to fall back on.
+    pub fn of_store(ctx: &Ctx) -> CmdResult<Cursors> {
+        match ctx.remote_url() {
+            None => Ok(Cursors::new(&ctx.store)),
+            Some(url) => Cursors::in_cache(url),
+        }
+    }
+
+    #[cfg(feature = "remote")]
+    fn in_cache(url: &str) -> CmdResult<Cursors> {
+        use std::os::unix::fs::DirBuilderExt;
+        let name = cache_name(url)?;
+        let base = sessctl_store::odb::S3Settings::from_env()
+            .cache_dir
+            .ok_or_else(|| {
+                CommandError::Failed(
+                    "a remote store's capture cursors live in this machine's cache directory, \
+                     and there is none: set SESSCTL_CACHE_DIR (or XDG_CACHE_HOME, or HOME)"
+                        .into(),
+                )
+            })?;
+        let dir = base.join("capture").join(name);
+        let unusable = |e: std::io::Error| {
+            CommandError::Failed(format!(
+                "cannot keep capture cursors in {} ({e}); a remote store's live in this \
+                 machine's cache directory: set SESSCTL_CACHE_DIR to one this user may write",
+                dir.display()
+            ))
+        };
+        // Only this user reads what its transcripts are called.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(unusable)?;
+        // A directory that exists may still refuse new files (its mode, a
+        // read-only mount): found now, not after the import.
+        let probe = dir.join(format!(".probe-{}", std::process::id()));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&probe)
+            .map_err(unusable)?;
+        let _ = std::fs::remove_file(&probe);
+        Ok(Cursors { dir, strict: true })
+    }
+
+    #[cfg(not(feature = "remote"))]
+    fn in_cache(_url: &str) -> CmdResult<Cursors> {
+        Err(crate::no_remote())
     }
 
     /// The unit's cursor: named by its main file's canonical path, so that
@@ -465,19 +531,29 @@ impl Cursors {
     }
 
     /// Waits for this unit's turn: an exclusive `flock` on
-    /// `capture/<key>.lock`, released when the file is dropped (or the
-    /// process dies). Without it (a read-only directory) catch-ups still
-    /// work, only without taking turns.
-    fn lock(&self, unit: &Unit) -> Option<std::fs::File> {
-        let _ = std::fs::create_dir_all(&self.dir);
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(self.path(unit).with_extension("lock"))
-            .ok()?;
-        f.lock().ok()?;
-        Some(f)
+    /// `<key>.lock` beside its cursor, released when the file is dropped
+    /// (or the process dies). Without it (a read-only store directory)
+    /// catch-ups on a local store still work, only without taking turns;
+    /// on a remote store it is an error, before anything is written.
+    fn lock(&self, unit: &Unit) -> CmdResult<Option<std::fs::File>> {
+        let path = self.path(unit).with_extension("lock");
+        let taken = std::fs::create_dir_all(&self.dir)
+            .and_then(|()| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&path)
+            })
+            .and_then(|f| f.lock().map(|()| f));
+        match taken {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if self.strict => Err(CommandError::Failed(format!(
+                "cannot lock {}: {e}",
+                path.display()
+            ))),
+            Err(_) => Ok(None),
+        }
     }
 
     /// What the cursor recorded, or nothing when it is absent or unreadable
@@ -505,6 +581,15 @@ impl Cursors {
             let _ = std::fs::remove_file(&tmp);
         }
     }
+}
+
+/// The name of a remote store's directory in a machine's cache: 32 hex
+/// digits of the hash of its identity, so that URLs that differ only in the
+/// password, the user or connection parameters name one directory.
+#[cfg(feature = "remote")]
+fn cache_name(url: &str) -> CmdResult<String> {
+    let identity = sessctl_store::odb::remote::store_identity(url)?;
+    Ok(blake3::hash(identity.as_bytes()).to_hex()[..32].to_owned())
 }
 
 /// Each file's length, inode and mtime: what a cursor compares.
@@ -577,7 +662,7 @@ pub fn catch_up(
     if !unit.files.contains(&unit.primary) {
         return Ok(None);
     }
-    let _turn = cursors.lock(unit);
+    let _turn = cursors.lock(unit)?;
     let mut attempt = 0;
     loop {
         let states = file_states(unit)?;
@@ -907,6 +992,43 @@ mod tests {
     fn append(path: &Path, lines: &[String]) {
         let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
         f.write_all(lines.concat().as_bytes()).unwrap();
+    }
+
+    /// One remote store, one cache directory, however its URL is spelt;
+    /// another database, bucket, prefix, host or port, another one.
+    #[cfg(feature = "remote")]
+    #[test]
+    fn a_remote_store_has_one_cache_directory_whatever_its_url_says_besides() {
+        let name = |url: &str| cache_name(url).unwrap();
+        let base = name("postgres://agent@db:5432/sessions?objects=s3://bucket/team");
+        for same in [
+            "postgres://agent:hunter2@db:5432/sessions?objects=s3://bucket/team",
+            "postgres://other:pw@db/sessions?sslmode=require&objects=s3://bucket/team/",
+            "postgresql://agent@DB:5432/sessions?objects=s3://bucket/team&connect_timeout=3",
+        ] {
+            assert_eq!(name(same), base, "{same}");
+        }
+        for other in [
+            "postgres://agent@db:5432/archive?objects=s3://bucket/team",
+            "postgres://agent@db:5432/sessions?objects=s3://bucket2/team",
+            "postgres://agent@db:5432/sessions?objects=s3://bucket/team2",
+            "postgres://agent@db:5432/sessions?objects=s3://bucket",
+            "postgres://agent@db2:5432/sessions?objects=s3://bucket/team",
+            "postgres://agent@db:5433/sessions?objects=s3://bucket/team",
+        ] {
+            assert_ne!(name(other), base, "{other}");
+        }
+        assert!(base.len() == 32 && base.bytes().all(|b| b.is_ascii_hexdigit()));
+        // A bad URL is the store's own error, its password left out.
+        let e = cache_name("postgres://u:secret@h/db").unwrap_err();
+        let CommandError::Store(e) = e else {
+            panic!("{e:?}")
+        };
+        let m = crate::message(&e);
+        assert!(
+            m.contains("names no bucket") && !m.contains("secret"),
+            "{m}"
+        );
     }
 
     /// A watcher's catch-ups of a growing transcript read only the bytes

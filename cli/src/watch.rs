@@ -93,15 +93,10 @@ pub fn watch(ctx: &Ctx, format: Format, paths: &[PathBuf], no_sync: bool) -> Cmd
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .map_err(|e| CommandError::Failed(format!("cannot catch signals: {e}")))?;
     }
-    if ctx.remote_url().is_some() {
-        // Its cursors are files beside a local store (objects-format.md,
-        // "SYNOPSIS": capture/); a remote store has no directory for them.
-        return Err(CommandError::Failed(
-            "import --watch does not work on a remote store yet: use a local store and push".into(),
-        ));
-    }
+    // Before the store is opened: a remote store's cursors need a usable
+    // cache directory, and without one nothing is written.
+    let cursors = Cursors::of_store(ctx)?;
     let store = ctx.open_store()?;
-    let cursors = Cursors::new(&ctx.store);
     // Watch first, then catch up: a line written between the two is seen
     // by one or the other.
     let (tx, rx) = mpsc::channel();

@@ -11,31 +11,17 @@ use support::data;
 use support::{Run, Target, TestStore};
 
 two_backends!(
-    hook_claude_code_imports_the_transcript_with_its_subagents => remote_ignored(
-        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
-    ),
-    hook_takes_the_subagents_under_the_session_folder => remote_ignored(
-        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
-    ),
-    hook_imports_a_growing_transcript_and_leaves_a_half_written_line => remote_ignored(
-        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
-    ),
-    a_stop_before_the_answer_is_flushed_ends_no_turn => remote_ignored(
-        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
-    ),
-    a_hook_never_moves_a_conversation_back => remote_ignored(
-        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
-    ),
+    hook_claude_code_imports_the_transcript_with_its_subagents,
+    hook_takes_the_subagents_under_the_session_folder,
+    hook_imports_a_growing_transcript_and_leaves_a_half_written_line,
+    a_stop_before_the_answer_is_flushed_ends_no_turn,
+    a_hook_never_moves_a_conversation_back,
     bad_hook_input_is_one_line_and_exit_1_never_2,
-    two_hooks_at_once_both_land => remote_ignored(
-        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
-    ),
-    hook_codex_imports_the_thread_the_notify_payload_names => remote_ignored(
-        "remote: hook refuses a remote store: its cursors live in a store directory (capture/)"
-    ),
-    watch_follows_a_growing_transcript_and_new_files_and_stops_on_sigterm => remote_ignored(
-        "remote: import --watch refuses a remote store: its cursors live in a store directory (capture/)"
-    ),
+    two_hooks_at_once_both_land,
+    a_cursor_is_distrusted_once_another_machine_moves_the_refs,
+    hooks_on_two_machines_at_once_neither_lose_nor_duplicate_turns,
+    hook_codex_imports_the_thread_the_notify_payload_names,
+    watch_follows_a_growing_transcript_and_new_files_and_stops_on_sigterm,
     export_into_claude_writes_a_session_claude_code_resumes,
     export_into_codex_writes_a_rollout_codex_resumes,
 );
@@ -61,14 +47,25 @@ fn sessctl<T: Target + ?Sized>(store: &T, args: &[&str]) -> Run {
     support::sessctl(store, args, None)
 }
 
-/// `sessctl` with extra environment (HOME, CODEX_HOME) and a working
-/// directory.
+/// `sessctl` with extra environment (HOME, CODEX_HOME, ...).
 fn sessctl_env<T: Target + ?Sized>(
     store: &T,
     args: &[&str],
     env: &[(&str, &Path)],
     stdin: Option<&str>,
 ) -> Run {
+    finish(start(command(store, args, env, &[]), stdin))
+}
+
+/// The command `sessctl --store STORE ARGS...`, with `env` added to the
+/// store's environment (and winning over it) and the variables `unset`
+/// taken out.
+fn command<T: Target + ?Sized>(
+    store: &T,
+    args: &[&str],
+    env: &[(&str, &Path)],
+    unset: &[&str],
+) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessctl"));
     cmd.arg("--store")
         .arg(store.arg())
@@ -77,20 +74,32 @@ fn sessctl_env<T: Target + ?Sized>(
         .envs(store.env())
         .env_remove("CODEX_HOME")
         .env_remove("CLAUDE_CONFIG_DIR")
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }
+    for k in unset {
+        cmd.env_remove(k);
+    }
+    cmd
+}
+
+/// Starts `cmd`, `stdin` written to it (else its stdin is empty).
+fn start(mut cmd: Command, stdin: Option<&str>) -> std::process::Child {
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
     let mut child = cmd.spawn().unwrap();
     if let Some(input) = stdin {
         let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
     }
+    child
+}
+
+fn finish(child: std::process::Child) -> Run {
     let out = child.wait_with_output().unwrap();
     Run {
         code: out.status.code().unwrap_or(-1),
@@ -545,6 +554,319 @@ fn two_hooks_at_once_both_land(s: &TestStore) {
         assert_eq!(messages(&store, "cc-9eda1058-970"), want_a, "round {round}");
         assert_eq!(messages(&store, &conv_b), want_b, "round {round}");
     }
+}
+
+/// A hook's payload naming `transcript` for an event that finishes no turn
+/// (as `import` without `--finished` takes it).
+fn subagent_stop(transcript: &Path) -> String {
+    json!({"transcript_path": transcript, "hook_event_name": "SubagentStop"}).to_string()
+}
+
+/// The copy of `src`'s lines without their sessionId, at `to`: a hook can
+/// then not name the conversation before importing (its name comes from the
+/// file's), so its cursor records no refs.
+fn without_session_ids(src: &Path, to: &Path) {
+    let text: String = std::fs::read_to_string(src)
+        .unwrap()
+        .lines()
+        .map(|l| without_session_id(serde_json::from_str(l).unwrap()).to_string() + "\n")
+        .collect();
+    std::fs::write(to, text).unwrap();
+}
+
+/// The directories under `dir` (none when it is absent).
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = rd
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Every file under `dir`, with its bytes.
+fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push((p.clone(), std::fs::read(&p).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A remote store through another spelling of its URL.
+struct Spelt<'a> {
+    url: String,
+    store: &'a TestStore,
+}
+
+impl Target for Spelt<'_> {
+    fn arg(&self) -> std::ffi::OsString {
+        self.url.clone().into()
+    }
+    fn env(&self) -> Vec<(String, String)> {
+        self.store.env()
+    }
+    fn scratch(&self) -> PathBuf {
+        self.store.scratch()
+    }
+}
+
+// Remote only: a local store's cursors are in its own directory.
+#[test]
+fn a_remote_store_never_takes_another_stores_cursor() {
+    let Some(src) = data("claude-code/session-9eda1058.jsonl") else {
+        return;
+    };
+    let Some(a) = TestStore::remote() else {
+        return;
+    };
+    let b = a.another();
+    let dir = a.scratch();
+    // This test's own cache (the servers' is every test's).
+    let cache = dir.join("cache");
+    // No sessionId: the cursor records no refs, so only where it lives
+    // keeps the two stores' apart.
+    let transcript = dir.join("t.jsonl");
+    without_session_ids(&src, &transcript);
+    let name = "cc-t";
+    let want = imported_messages(&dir, "claude-code", &[&transcript], name, false);
+    assert!(want.is_some());
+    let payload = subagent_stop(&transcript);
+    let hook_on = |s: &dyn Target| {
+        sessctl_env(
+            &s,
+            &["hook", "claude-code"],
+            &[("SESSCTL_CACHE_DIR", &cache)],
+            Some(&payload),
+        )
+    };
+    let r = hook_on(&a);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    assert!(r.stdout.contains("new sessions"), "{}", r.stdout);
+    assert_eq!(messages(&a, name), want);
+    // Again into A: its cursor says nothing changed.
+    let r = hook_on(&a);
+    assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (0, "", ""));
+    // The same file into B, through the same cache: B has no cursor yet,
+    // and A's is not B's.
+    let r = hook_on(&b);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    assert!(r.stdout.contains("new sessions"), "{}", r.stdout);
+    assert_eq!(messages(&b, name), want);
+    let stores = subdirs(&cache.join("capture"));
+    assert_eq!(stores.len(), 2, "{stores:?}");
+    // A through its URL with a password, and sslmode: the same store, the
+    // same directory, whose cursor says nothing changed. The password is
+    // nowhere in the cache.
+    let url = a.arg().into_string().unwrap();
+    let spelt = Spelt {
+        url: url.replacen("://sessctl@", "://sessctl:hunter2@", 1) + "&sslmode=disable",
+        store: &a,
+    };
+    assert_ne!(spelt.url, url);
+    let r = hook_on(&spelt);
+    assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (0, "", ""));
+    assert_eq!(subdirs(&cache.join("capture")), stores);
+    for (path, bytes) in files_under(&cache) {
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(!text.contains("hunter2"), "{}", path.display());
+    }
+}
+
+// Remote only: a local store keeps its cursors in its own directory.
+#[test]
+fn without_a_usable_cache_directory_a_remote_capture_says_so_and_writes_nothing() {
+    let Some(src) = data("claude-code/session-9eda1058.jsonl") else {
+        return;
+    };
+    let Some(s) = TestStore::remote() else {
+        return;
+    };
+    let dir = s.scratch();
+    let transcript = dir.join("t.jsonl");
+    std::fs::copy(&src, &transcript).unwrap();
+    let payload = subagent_stop(&transcript);
+    let not_a_dir = dir.join("not-a-dir");
+    std::fs::write(&not_a_dir, "x").unwrap();
+    let read_only = dir.join("read-only");
+    std::fs::create_dir(&read_only).unwrap();
+    std::fs::set_permissions(
+        &read_only,
+        std::os::unix::fs::PermissionsExt::from_mode(0o555),
+    )
+    .unwrap();
+    // The cache directory as the environment leaves it: none, or
+    // SESSCTL_CACHE_DIR naming one; and what the error then says.
+    let none = "there is none";
+    let unusable = "cannot keep capture cursors in";
+    let mut cases = vec![(None, none), (Some(not_a_dir.as_path()), unusable)];
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        // root writes in a directory of mode 0555 all the same.
+        cases.push((Some(read_only.as_path()), unusable));
+    }
+    let before = (
+        sessctl(&s, &["for-each-ref"]).stdout,
+        sessctl(&s, &["reflog"]).stdout,
+    );
+    let watch = ["import", "--watch", "--from", "claude-code"];
+    let watch: Vec<&str> = watch
+        .into_iter()
+        .chain([transcript.to_str().unwrap()])
+        .collect();
+    for (cache, says) in cases {
+        let env: Vec<(&str, &Path)> = cache
+            .map(|c| ("SESSCTL_CACHE_DIR", c))
+            .into_iter()
+            .collect();
+        let unset: &[&str] = match cache {
+            None => &["SESSCTL_CACHE_DIR", "XDG_CACHE_HOME", "HOME"],
+            Some(_) => &[],
+        };
+        let env = env.as_slice();
+        let r = finish(start(
+            command(&s, &["hook", "claude-code"], env, unset),
+            Some(&payload),
+        ));
+        assert_eq!(r.code, 1, "{says}: {}", r.stderr);
+        assert_eq!(r.stdout, "");
+        assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+        assert!(
+            r.stderr.starts_with("sessctl: hook: ") && r.stderr.contains(says),
+            "{}",
+            r.stderr
+        );
+        // The watcher stops before it watches anything.
+        let mut child = start(command(&s, &watch, env, unset), None);
+        eventually("the watcher to give up", || {
+            child.try_wait().unwrap().is_some()
+        });
+        let r = finish(child);
+        assert_eq!(r.code, 1, "{says}: {}", r.stderr);
+        assert_eq!(r.stdout, "");
+        assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+        assert!(
+            r.stderr.starts_with("sessctl: ") && r.stderr.contains(says),
+            "{}",
+            r.stderr
+        );
+    }
+    // Nothing written: not to the store, not beside the cache.
+    let after = (
+        sessctl(&s, &["for-each-ref"]).stdout,
+        sessctl(&s, &["reflog"]).stdout,
+    );
+    assert_eq!(after, before);
+    assert_eq!(std::fs::read(&not_a_dir).unwrap(), b"x");
+    assert!(files_under(&read_only).is_empty());
+    // With a cache directory it may use, the same hook imports.
+    let r = sessctl_env(
+        &s,
+        &["hook", "claude-code"],
+        &[("SESSCTL_CACHE_DIR", &dir.join("cache"))],
+        Some(&payload),
+    );
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    assert!(r.stdout.contains("new sessions"), "{}", r.stdout);
+}
+
+/// A cursor is distrusted once the refs it recorded moved, whoever moved
+/// them: here another machine (its own cache) moves the conversation back,
+/// and the next hook on this one, the file unchanged, reads it again.
+fn a_cursor_is_distrusted_once_another_machine_moves_the_refs(s: &TestStore) {
+    let Some(src) = data("claude-code/session-9eda1058.jsonl") else {
+        return;
+    };
+    let dir = s.scratch();
+    let transcript = dir.join("t.jsonl");
+    std::fs::copy(&src, &transcript).unwrap();
+    let name = "cc-9eda1058-970";
+    let here = dir.join("cache-here");
+    let there = dir.join("cache-there");
+    let payload = subagent_stop(&transcript);
+    let hook_here = || {
+        sessctl_env(
+            s,
+            &["hook", "claude-code"],
+            &[("SESSCTL_CACHE_DIR", &here)],
+            Some(&payload),
+        )
+    };
+    let r = hook_here();
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    let head = sessctl(s, &["rev-parse", name]).stdout;
+    let r = hook_here();
+    assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (0, "", ""));
+    let back = format!("{name}~2");
+    let r = sessctl_env(
+        s,
+        &["reset", name, &back],
+        &[("SESSCTL_CACHE_DIR", &there)],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_ne!(sessctl(s, &["rev-parse", name]).stdout, head);
+    let r = hook_here();
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    assert!(r.stdout.contains("1 refs moved"), "{}", r.stdout);
+    assert_eq!(sessctl(s, &["rev-parse", name]).stdout, head);
+}
+
+/// Hooks of one session on two machines (two caches: they do not take
+/// turns) at once, as the file grows: whoever loses a compare-and-swap
+/// retries, and the store ends with every turn once, as one import of the
+/// file leaves it.
+fn hooks_on_two_machines_at_once_neither_lose_nor_duplicate_turns(s: &TestStore) {
+    let Some(src) = data("claude-code/session-9eda1058.jsonl") else {
+        return;
+    };
+    let dir = s.scratch();
+    let text = std::fs::read_to_string(&src).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let n = lines.len();
+    let name = "cc-9eda1058-970";
+    let transcript = dir.join("t.jsonl");
+    let machines = [dir.join("machine-1"), dir.join("machine-2")];
+    let payload = subagent_stop(&transcript);
+    for k in [n / 3, n * 2 / 3, n] {
+        std::fs::write(&transcript, lines[..k].join("\n") + "\n").unwrap();
+        let hooks: Vec<_> = machines
+            .iter()
+            .chain(&machines)
+            .map(|cache| {
+                start(
+                    command(
+                        s,
+                        &["hook", "claude-code"],
+                        &[("SESSCTL_CACHE_DIR", cache)],
+                        &[],
+                    ),
+                    Some(&payload),
+                )
+            })
+            .collect();
+        for h in hooks {
+            let r = finish(h);
+            assert_eq!((r.code, r.stderr.as_str()), (0, ""), "at {k} lines");
+        }
+        let prefix = dir.join("prefix.jsonl");
+        std::fs::write(&prefix, lines[..k].join("\n") + "\n").unwrap();
+        let want = imported_messages(&dir, "claude-code", &[&prefix], name, false);
+        assert_eq!(messages(s, name), want, "at {k} lines");
+    }
+    let refs = sessctl(s, &["for-each-ref"]).stdout;
+    assert!(!refs.contains(".imported"), "{refs}");
+    let f = sessctl(s, &["fsck"]);
+    assert_eq!(f.code, 0, "{}{}", f.stdout, f.stderr);
 }
 
 fn hook_codex_imports_the_thread_the_notify_payload_names(s: &TestStore) {

@@ -588,7 +588,11 @@ fn a_writer_killed_before_the_database_commit_leaves_only_an_orphan_pack() {
 
 /// The compare-and-swap is PostgreSQL's own, not only the store's: an
 /// operation that reaches the backend with a stale expected target (a
-/// store whose index was wrong) changes nothing and is `RefOutOfDate`.
+/// store whose index was wrong) changes nothing and is `RefOutOfDate`,
+/// whether it comes with its index keys (the one statement of a write) or
+/// without them (refused, its moves tried one by one first); a move of
+/// another ref in the same operation, which alone would have succeeded,
+/// does not land either.
 #[test]
 fn postgres_refuses_a_ref_move_from_a_stale_target() {
     use sessctl_store::odb::ObjectBackend as _;
@@ -608,42 +612,58 @@ fn postgres_refuses_a_ref_move_from_a_stale_target() {
     let (last_seq, last) = ops.last().unwrap();
     let last = Operation::decode(last).unwrap();
     let name = RefName::conversation("a").unwrap();
+    let fresh = RefName::conversation("fresh").unwrap();
     let forged = Operation {
         seq: last_seq + 1,
         prev: Some(last.hash()),
         time: 1,
         actor: "test".into(),
         reason: "commit".into(),
-        refs: vec![RefUpdate {
-            name: name.clone(),
-            // a points at s1 now: root is stale.
-            old: Some(RefTarget::Session(root)),
-            new: Some(RefTarget::Session(root)),
-            prev: None,
-        }],
+        refs: vec![
+            RefUpdate {
+                name: fresh.clone(),
+                old: None,
+                new: Some(RefTarget::Session(root)),
+                prev: None,
+            },
+            RefUpdate {
+                name: name.clone(),
+                // a points at s1 now: root is stale.
+                old: Some(RefTarget::Session(root)),
+                new: Some(RefTarget::Session(root)),
+                prev: None,
+            },
+        ],
         conversations: Vec::new(),
         runs: Vec::new(),
         expire: Vec::new(),
     };
-    let lock = backend.write_lock().unwrap();
-    let err = backend
-        .append_locked(&lock, &[], &[(forged.seq, forged.encode())])
-        .unwrap_err();
-    drop(lock);
-    match &err {
-        Error::RefOutOfDate {
-            name: n,
-            expected,
-            actual,
-        } => {
-            assert_eq!(n, &name);
-            assert_eq!(expected.as_deref(), Some(root.to_hex().as_str()));
-            assert_eq!(actual.as_deref(), Some(s1.to_hex().as_str()));
+    for with_keys in [true, false] {
+        let lock = backend.write_lock().unwrap();
+        if with_keys {
+            backend.kept_index().unwrap().index_stage(Vec::new());
         }
-        e => panic!("{e}"),
+        let err = backend
+            .append_locked(&lock, &[], &[(forged.seq, forged.encode())])
+            .unwrap_err();
+        drop(lock);
+        match &err {
+            Error::RefOutOfDate {
+                name: n,
+                expected,
+                actual,
+            } => {
+                assert_eq!(n, &name);
+                assert_eq!(expected.as_deref(), Some(root.to_hex().as_str()));
+                assert_eq!(actual.as_deref(), Some(s1.to_hex().as_str()));
+            }
+            e => panic!("with keys: {with_keys}: {e}"),
+        }
+        // Nothing of it landed.
+        assert_eq!(backend.ops_after(0).unwrap().len(), ops.len());
+        assert_eq!(open(&r).resolve_ref(&fresh).unwrap(), None);
     }
-    // Nothing of it landed, and the store writes on.
-    assert_eq!(backend.ops_after(0).unwrap().len(), ops.len());
+    // The store writes on.
     let s2 = store
         .commit("a", Some(s1), turn(&["on"]), Durability::Sync)
         .unwrap();
@@ -1296,6 +1316,8 @@ fn a_version_2_store_reads_read_only_and_its_first_writable_open_lets_gc_work() 
         &r.name,
         "DROP TABLE sessctl.retired_packs; DROP TABLE sessctl.lineage;
          ALTER TABLE sessctl.chain_head DROP COLUMN sweeps;
+         ALTER TABLE sessctl.packs DROP COLUMN body;
+         ALTER TABLE sessctl.chain_head DROP COLUMN inline_bytes;
          DELETE FROM sessctl.schema_version WHERE version >= 3",
     );
     let version = || {
@@ -1455,6 +1477,8 @@ fn a_schema_version_1_store_opens_and_is_upgraded_by_its_first_writable_open() {
          DROP TABLE sessctl.lineage;
          ALTER TABLE sessctl.chain_head DROP COLUMN index_seq;
          ALTER TABLE sessctl.chain_head DROP COLUMN sweeps;
+         ALTER TABLE sessctl.packs DROP COLUMN body;
+         ALTER TABLE sessctl.chain_head DROP COLUMN inline_bytes;
          DELETE FROM sessctl.schema_version WHERE version >= 2",
     );
     assert_eq!(version(), "1");

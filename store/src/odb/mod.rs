@@ -39,7 +39,10 @@ pub use layout::{
 };
 pub use memory::MemoryBackend;
 #[cfg(feature = "remote")]
-pub use remote::{RemoteBackend, S3Settings, SCHEMA_VERSION as REMOTE_SCHEMA_VERSION};
+pub use remote::{
+    RemoteBackend, S3Settings, SCHEMA_VERSION as REMOTE_SCHEMA_VERSION,
+    SEAL_BYTES as REMOTE_SEAL_BYTES,
+};
 
 /// How long a write waits for the write lock by default: far longer than
 /// any write holds it (a commit holds it for well under a millisecond; gc

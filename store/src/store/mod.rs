@@ -287,7 +287,7 @@ impl Store {
         match outcome {
             Ok(p) => p.is_some(),
             Err(e) => {
-                self.note(format!("packing sealed journal segments failed: {e}"));
+                self.note(format!("packing after a write failed: {e}"));
                 false
             }
         }

@@ -34,13 +34,29 @@ const CHUNK: usize = 10_000;
 /// session's parents as one `bytea` of 32-byte ids back to back (a
 /// two-dimensional array must be rectangular), and times.
 #[derive(Debug, Default)]
-struct Columns {
-    ids: Vec<Vec<u8>>,
-    parents: Vec<Vec<u8>>,
-    created: Vec<i64>,
+pub(super) struct Columns {
+    pub ids: Vec<Vec<u8>>,
+    pub parents: Vec<Vec<u8>>,
+    pub created: Vec<i64>,
 }
 
 impl Columns {
+    /// The rows of the sessions among a write's new objects, decoded; a
+    /// session that does not decode is refused, naming it. None before the
+    /// table exists.
+    pub(super) fn of_new(backend: &RemoteBackend, new: &[&EncodedObject]) -> Result<Columns> {
+        let mut cols = Columns::default();
+        if backend.schema < LINEAGE_SCHEMA {
+            return Ok(cols);
+        }
+        for o in new.iter().filter(|o| o.kind() == ObjectKind::Session) {
+            let s =
+                Session::decode(o.payload()).map_err(|e| Error::corrupt(o.id(), e.to_string()))?;
+            cols.push(&o.id(), &s);
+        }
+        Ok(cols)
+    }
+
     fn push(&mut self, id: &ObjectId, s: &Session) {
         self.ids.push(id.as_bytes().to_vec());
         self.parents
@@ -49,15 +65,28 @@ impl Columns {
     }
 }
 
-/// The insert of [`Columns`]: each parents `bytea` split back into its
-/// 32-byte ids, in order. Only sessions stored as such get a row.
-const INSERT: &str = "INSERT INTO sessctl.lineage (id, parents, created_at)
-     SELECT t.i,
-            ARRAY(SELECT substring(t.p FROM 1 + 32 * g FOR 32)
-                  FROM generate_series(0, length(t.p) / 32 - 1) AS g ORDER BY g),
-            t.c
-     FROM unnest($1::bytea[], $2::bytea[], $3::int8[]) AS t(i, p, c)
-     WHERE EXISTS (SELECT 1 FROM sessctl.objects o WHERE o.id = t.i AND o.kind = $4)";
+/// The rows of [`Columns`] passed as parameters `$ids`, `$parents` and
+/// `$created` (their numbers), as an `INSERT ... SELECT` takes them: each
+/// parents `bytea` split back into its 32-byte ids, in order.
+pub(super) fn rows_of_columns(ids: usize, parents: usize, created: usize) -> String {
+    format!(
+        "SELECT t.i,
+                ARRAY(SELECT substring(t.p FROM 1 + 32 * g FOR 32)
+                      FROM generate_series(0, length(t.p) / 32 - 1) AS g ORDER BY g),
+                t.c
+         FROM unnest(${ids}::bytea[], ${parents}::bytea[], ${created}::int8[]) AS t(i, p, c)"
+    )
+}
+
+/// The insert of [`Columns`] ($1 to $3) by a rebuild: only sessions stored
+/// as such ($4, the kind code) get a row.
+fn insert() -> String {
+    format!(
+        "INSERT INTO sessctl.lineage (id, parents, created_at) {}
+         WHERE EXISTS (SELECT 1 FROM sessctl.objects o WHERE o.id = t.i AND o.kind = $4)",
+        rows_of_columns(1, 2, 3)
+    )
+}
 
 /// Up to `$2` rows: the session `$1` and its ancestors by every parent,
 /// nearest first, each once (`UNION`), stopping at a session without a row.
@@ -88,36 +117,6 @@ fn row(id: &[u8], parents: &[Vec<u8>], created_at: i64) -> Option<LineageRow> {
 }
 
 impl RemoteBackend {
-    /// A write's part, in its open transaction: one row for each new
-    /// session, decoded from its bytes (one statement, however many). A
-    /// session that does not decode is refused, naming it: nothing commits.
-    pub(super) fn record_lineage(&self, c: &mut Client, new: &[&EncodedObject]) -> Result<()> {
-        if self.schema < LINEAGE_SCHEMA {
-            return Ok(());
-        }
-        let mut cols = Columns::default();
-        for o in new.iter().filter(|o| o.kind() == ObjectKind::Session) {
-            let s =
-                Session::decode(o.payload()).map_err(|e| Error::corrupt(o.id(), e.to_string()))?;
-            cols.push(&o.id(), &s);
-        }
-        if cols.ids.is_empty() {
-            return Ok(());
-        }
-        // Unnamed, with its types: one round trip under the write lock.
-        c.execute_typed(
-            &format!("{INSERT} ON CONFLICT (id) DO NOTHING"),
-            &[
-                (&cols.ids, Type::BYTEA_ARRAY),
-                (&cols.parents, Type::BYTEA_ARRAY),
-                (&cols.created, Type::INT8_ARRAY),
-                (&session_code(), Type::INT2),
-            ],
-        )
-        .map_err(|e| self.pg_error(e))?;
-        Ok(())
-    }
-
     /// gc's part, in its open transaction: the rows of the objects it drops.
     pub(super) fn forget_lineage(&self, c: &mut Client, dropping: &[Vec<u8>]) -> Result<()> {
         if self.schema < LINEAGE_SCHEMA || dropping.is_empty() {
@@ -202,8 +201,9 @@ impl RemoteBackend {
             written += c
                 .execute(
                     &format!(
-                        "{INSERT} ON CONFLICT (id) DO UPDATE
-                         SET parents = EXCLUDED.parents, created_at = EXCLUDED.created_at"
+                        "{} ON CONFLICT (id) DO UPDATE
+                         SET parents = EXCLUDED.parents, created_at = EXCLUDED.created_at",
+                        insert()
                     ),
                     &[&cols.ids, &cols.parents, &cols.created, &session_code()],
                 )

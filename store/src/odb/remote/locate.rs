@@ -17,22 +17,26 @@ use std::sync::atomic::Ordering;
 
 use postgres::types::Type;
 
-use super::{Loc, PackRow, RemoteBackend};
-use crate::error::{Error, Result};
+use super::{PackRow, RemoteBackend};
+use crate::error::Result;
 use crate::hash::{IdSet, ObjectId, Prefix};
-use crate::object::ObjectKind;
 use crate::odb::OdbStats;
 
 /// Ids looked up per statement at most: a longer list is asked for in
 /// several (a statement's parameters stay a few hundred KiB).
 const LOCATE_BATCH: usize = 10_000;
 
-/// The columns every lookup of object rows returns, in the order
-/// [`RemoteBackend::remember_rows`] reads them.
-pub(super) const ROW_COLUMNS: &str = "o.id, o.pack, o.kind, o.off, o.len, p.key, p.created_at
-     FROM sessctl.objects o JOIN sessctl.packs p ON p.id = o.pack";
-
 impl RemoteBackend {
+    /// What every lookup of object rows selects, and from where, in the
+    /// order [`RemoteBackend::remember_rows`] reads it.
+    pub(super) fn row_columns(&self) -> String {
+        format!(
+            "o.id, o.pack, o.kind, o.off, o.len, p.key, p.bytes, p.created_at, {}
+             FROM sessctl.objects o JOIN sessctl.packs p ON p.id = o.pack",
+            self.inline_column()
+        )
+    }
+
     /// Looks up where those of `ids` this handle does not know live: one
     /// query (`id = ANY(...)`, on the primary key) for up to
     /// [`LOCATE_BATCH`] of them. What is found is kept; what is not is
@@ -46,7 +50,7 @@ impl RemoteBackend {
                 .map(|id| id.as_bytes().as_slice())
                 .collect()
         };
-        let sql = format!("SELECT {ROW_COLUMNS} WHERE o.id = ANY($1)");
+        let sql = format!("SELECT {} WHERE o.id = ANY($1)", self.row_columns());
         for batch in missing.chunks(LOCATE_BATCH) {
             let rows = self.with_reader(|c| c.query_typed(&sql, &[(&batch, Type::BYTEA_ARRAY)]))?;
             self.remember_rows(&rows)?;
@@ -61,13 +65,16 @@ impl RemoteBackend {
         let (lower, upper) = id_range(prefix);
         let rows = match &upper {
             Some(upper) => {
-                let sql = format!("SELECT {ROW_COLUMNS} WHERE o.id >= $1 AND o.id < $2");
+                let sql = format!(
+                    "SELECT {} WHERE o.id >= $1 AND o.id < $2",
+                    self.row_columns()
+                );
                 self.with_reader(|c| {
                     c.query_typed(&sql, &[(&lower, Type::BYTEA), (upper, Type::BYTEA)])
                 })?
             }
             None => {
-                let sql = format!("SELECT {ROW_COLUMNS} WHERE o.id >= $1");
+                let sql = format!("SELECT {} WHERE o.id >= $1", self.row_columns());
                 self.with_reader(|c| c.query_typed(&sql, &[(&lower, Type::BYTEA)]))?
             }
         };
@@ -78,8 +85,8 @@ impl RemoteBackend {
         Ok(ids)
     }
 
-    /// Keeps the places `rows` (of [`ROW_COLUMNS`]) give, and their packs;
-    /// returns their ids, in the order of the rows.
+    /// Keeps the places `rows` (of [`RemoteBackend::row_columns`]) give,
+    /// and their packs; returns their ids, in the order of the rows.
     pub(super) fn remember_rows(&self, rows: &[postgres::Row]) -> Result<Vec<ObjectId>> {
         self.counts
             .object_rows
@@ -87,35 +94,17 @@ impl RemoteBackend {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let bad = |reason: String| Error::Remote {
-            what: self.url.shown.clone(),
-            reason,
-        };
         let mut ids = Vec::with_capacity(rows.len());
         let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
         for r in rows {
-            let id_bytes: Vec<u8> = r.get(0);
-            let pack: i64 = r.get(1);
-            let kind: i16 = r.get(2);
-            let id = ObjectId::from_slice(&id_bytes)
-                .ok_or_else(|| bad(format!("an object row has a {}-byte id", id_bytes.len())))?;
-            let kind = u8::try_from(kind)
-                .ok()
-                .and_then(ObjectKind::from_code)
-                .ok_or_else(|| bad(format!("object {id} has unknown kind {kind}")))?;
-            let (off, len): (i64, i64) = (r.get(3), r.get(4));
-            known.objects.insert(
-                id,
-                Loc {
-                    pack,
-                    kind,
-                    off: off.max(0) as u64,
-                    len: len.max(0) as u64,
-                },
-            );
-            known.packs.entry(pack).or_insert_with(|| PackRow {
+            let id: Vec<u8> = r.get(0);
+            let (id, loc) = self.loc(&id, r.get(1), r.get(2), r.get(3), r.get(4))?;
+            known.objects.insert(id, loc);
+            known.packs.entry(loc.pack).or_insert_with(|| PackRow {
                 key: r.get(5),
-                created_at: r.get(6),
+                bytes: r.get::<_, i64>(6).max(0) as u64,
+                created_at: r.get(7),
+                inline: r.get(8),
             });
             ids.push(id);
         }

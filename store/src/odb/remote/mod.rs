@@ -7,7 +7,10 @@
 //!
 //! 1. [`ObjectBackend::stage`] (before any lock) uploads the write's new
 //!    objects as one content-addressed pack with a create-only PUT; one
-//!    that is already there (412) is the same bytes.
+//!    that is already there (412) is the same bytes. A pack no larger than
+//!    the URL's `inline=BYTES` is uploaded nowhere: its row in step 4 holds
+//!    it (an inline pack), and [`ObjectBackend::maintain`] seals the inline
+//!    packs into one pack in the bucket once they reach [`SEAL_BYTES`].
 //! 2. [`ObjectBackend::write_lock`] opens a PostgreSQL transaction and
 //!    locks the one `chain_head` row (`FOR UPDATE`, waiting as the store was
 //!    opened to): writers in every process on every machine queue there.
@@ -28,11 +31,12 @@ mod locate;
 mod locked;
 mod pack;
 mod sweep;
+mod write;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
@@ -52,11 +56,11 @@ use super::{
 use crate::error::{Error, Result};
 use crate::hash::{IdMap, IdSet, ObjectId, Prefix};
 use crate::object::{EncodedObject, ObjectKind};
-use crate::refs::{Operation, RefUpdate};
+use crate::refs::Operation;
 
 /// The schema version this sessctl writes and reads (the highest
 /// migration); objects-format.md, "Remote store".
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// The oldest schema version this sessctl opens: a version-1 store (no
 /// index keys) is upgraded by its first writable open, and read by
@@ -75,6 +79,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     ),
     (4, include_str!("../../../migrations/0004_sweeps.sql")),
     (5, include_str!("../../../migrations/0005_lineage.sql")),
+    (6, include_str!("../../../migrations/0006_inline_packs.sql")),
 ];
 
 /// How many bytes of inflated pack bodies a handle keeps in memory.
@@ -82,6 +87,16 @@ const BODIES_KEPT_BYTES: usize = 256 << 20;
 
 /// The schema version that announces gc's sweeps (`chain_head.sweeps`).
 const SWEEPS_SCHEMA: i32 = 4;
+
+/// The schema version that keeps packs inline (`packs.body`,
+/// `chain_head.inline_bytes`; objects-format.md, "Inline packs").
+const INLINE_SCHEMA: i32 = 6;
+
+/// Once the inline packs hold this many bytes, the writer that finds it so
+/// seals them into one pack in the bucket, in its upkeep (as a local store
+/// packs its journal segment once it is sealed at 2 MiB).
+/// objects-format.md, "Inline packs".
+pub const SEAL_BYTES: u64 = 2 << 20;
 
 /// Test-only: a write that finds this variable set stops after uploading
 /// its pack and running its statements, before PostgreSQL commits: it says
@@ -167,7 +182,14 @@ struct StoreUrl {
     bucket: String,
     /// Key prefix in the bucket, without a trailing `/` ("" for none).
     prefix: String,
+    /// `inline=BYTES`: a write whose pack is no larger keeps it in
+    /// PostgreSQL (0, the default: every pack goes to the bucket).
+    inline_max: u64,
 }
+
+/// The largest `inline=` a store URL takes: an inline pack is a `bytea`
+/// value, read whole by every reader of one of its objects.
+const INLINE_MAX_LIMIT: u64 = 64 << 20;
 
 impl StoreUrl {
     fn parse(url: &str) -> Result<StoreUrl> {
@@ -179,10 +201,22 @@ impl StoreUrl {
             .split_once('?')
             .ok_or_else(|| bad("it names no bucket (add ?objects=s3://BUCKET/PREFIX)"))?;
         let mut objects = None;
+        let mut inline_max = 0;
         let mut rest = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
                 Some(("objects", v)) => objects = Some(v.to_owned()),
+                Some(("inline", v)) => {
+                    inline_max = v
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|n| *n <= INLINE_MAX_LIMIT)
+                        .ok_or_else(|| {
+                            bad(&format!(
+                                "inline= takes a number of bytes from 0 to {INLINE_MAX_LIMIT}, not {v:?}"
+                            ))
+                        })?;
+                }
                 _ => rest.push(pair),
             }
         }
@@ -212,6 +246,7 @@ impl StoreUrl {
             pg,
             bucket: bucket.to_owned(),
             prefix: prefix.trim_matches('/').to_owned(),
+            inline_max,
         })
     }
 
@@ -264,6 +299,47 @@ fn show_pg(pg: &postgres::Config) -> String {
     )
 }
 
+/// What names the store at `url` wherever it is opened from, as text, for
+/// a machine's local caches to key on (`sessctl hook`'s capture cursors,
+/// objects-format.md "Remote store"): `postgres://HOST:PORT[,...]/DB
+/// ?objects=s3://BUCKET/PREFIX`, host names in lowercase, the default port
+/// and database filled in. Never the password; nor the user or other
+/// connection parameters (sslmode, ...), which change how the store is
+/// reached, not which store it is.
+pub fn store_identity(url: &str) -> Result<String> {
+    let url = StoreUrl::parse(url)?;
+    let ports = url.pg.get_ports();
+    let hosts: Vec<String> = url
+        .pg
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let host = match h {
+                postgres::config::Host::Tcp(h) => h.to_ascii_lowercase(),
+                postgres::config::Host::Unix(p) => p.display().to_string(),
+            };
+            // One port serves every host; several go with them in order.
+            let port = match ports {
+                [one] => *one,
+                _ => ports.get(i).copied().unwrap_or(5432),
+            };
+            format!("{host}:{port}")
+        })
+        .collect();
+    // PostgreSQL's default database is the user's name.
+    let db = url
+        .pg
+        .get_dbname()
+        .or(url.pg.get_user())
+        .unwrap_or_default();
+    Ok(format!(
+        "postgres://{}/{db}?objects={}",
+        hosts.join(","),
+        url.s3_shown()
+    ))
+}
+
 /// Where an object lives.
 #[derive(Debug, Clone, Copy)]
 struct Loc {
@@ -276,7 +352,10 @@ struct Loc {
 #[derive(Debug, Clone)]
 struct PackRow {
     key: String,
+    bytes: u64,
     created_at: i64,
+    /// Kept in PostgreSQL (`packs.body`), not in the bucket.
+    inline: bool,
 }
 
 /// What this handle has read of the `objects` and `packs` tables: the
@@ -305,6 +384,9 @@ struct Staged {
     /// The inflated body, kept for reads once the write commits (the next
     /// commit reads its parent from it).
     body: Arc<Vec<u8>>,
+    /// The pack's bytes when it goes in its row (`packs.body`) rather than
+    /// the bucket: nothing was uploaded.
+    inline: Option<Vec<u8>>,
 }
 
 /// The remote backend (see the module's documentation).
@@ -342,6 +424,15 @@ pub struct RemoteBackend {
     schema: i32,
     /// The index keys the next append writes (see [`KeptIndex::index_stage`]).
     staged_keys: Mutex<Option<Vec<KeyWrite>>>,
+    /// A write of this handle brought the inline packs to [`SEAL_BYTES`]:
+    /// its upkeep seals them ([`ObjectBackend::maintain`]).
+    seal_due: AtomicBool,
+    /// Connections made so far, reader's and writer's: a statement prepared
+    /// on the writer connection is good while this count stays the same.
+    connects: std::sync::atomic::AtomicU64,
+    /// The write's statement as prepared on the writer connection, and the
+    /// count of connections it was prepared at (see `write.rs`).
+    write_stmt: Mutex<Option<(u64, postgres::Statement)>>,
     /// Test-only figures: statements run on the reader connection,
     /// operation rows and object rows read.
     counts: Counts,
@@ -627,6 +718,9 @@ impl RemoteBackend {
             claims: Mutex::new(claims::Claims::default()),
             schema: SCHEMA_VERSION,
             staged_keys: Mutex::new(None),
+            seal_due: AtomicBool::new(false),
+            connects: Default::default(),
+            write_stmt: Mutex::new(None),
             counts: Counts::default(),
         };
         // Connect now: an unreachable server is one clear error at open.
@@ -698,6 +792,8 @@ impl RemoteBackend {
     fn client<'c>(&self, slot: &'c mut Option<Client>) -> Result<&'c mut Client> {
         if slot.as_ref().is_none_or(|c| c.is_closed()) {
             *slot = Some(self.url.pg.connect(NoTls).map_err(|e| self.pg_error(e))?);
+            // What was prepared on the connection this one replaces is gone.
+            self.connects.fetch_add(1, Ordering::AcqRel);
         }
         Ok(slot.as_mut().expect("connected just now"))
     }
@@ -782,6 +878,10 @@ impl RemoteBackend {
         self.upload(new)
     }
 
+    /// Builds the pack of `objects` and puts it where it goes: in the
+    /// bucket (create-only), or, when the store URL keeps packs of its size
+    /// inline (`inline=BYTES`), nowhere yet: its row will hold its bytes, and
+    /// the write makes no S3 request.
     fn upload(&self, objects: &[&EncodedObject]) -> Result<Staged> {
         // Read before the upload begins, by definition of the field.
         let sweeps_seen = Some(self.sweeps_seen.load(Ordering::Acquire)).filter(|s| *s >= 0);
@@ -789,7 +889,11 @@ impl RemoteBackend {
             what: self.url.s3_shown(),
             reason: format!("packing {} objects: {e}", objects.len()),
         })?;
-        self.put_pack(&built)?;
+        let inline =
+            self.schema >= INLINE_SCHEMA && built.bytes.len() as u64 <= self.url.inline_max;
+        if !inline {
+            self.put_pack(&built)?;
+        }
         // As a fetched pack: another process of this machine reading it
         // (the next command, a reader) finds it in the cache.
         self.keep(&built.name, &built.bytes);
@@ -799,6 +903,7 @@ impl RemoteBackend {
             name: built.name,
             sweeps_seen,
             body: Arc::new(built.body),
+            inline: inline.then_some(built.bytes),
         })
     }
 
@@ -810,7 +915,7 @@ impl RemoteBackend {
     /// ([`RemoteBackend::locate`]).
     fn load_rows(&self) -> Result<()> {
         let seen = self.known.read().unwrap_or_else(|p| p.into_inner()).seen;
-        let sql = format!("SELECT {} WHERE o.pack > $1", locate::ROW_COLUMNS);
+        let sql = format!("SELECT {} WHERE o.pack > $1", self.row_columns());
         let rows = self.with_reader(|c| c.query_typed(&sql, &[(&seen, Type::INT8)]))?;
         self.remember_rows(&rows)?;
         let top = rows.iter().map(|r| r.get::<_, i64>(1)).max();
@@ -819,6 +924,16 @@ impl RemoteBackend {
             known.seen = known.seen.max(top);
         }
         Ok(())
+    }
+
+    /// What a query of `packs p` selects for [`PackRow::inline`]: a store
+    /// below version 6 has no `body` column (and no inline packs).
+    fn inline_column(&self) -> &'static str {
+        if self.schema >= INLINE_SCHEMA {
+            "p.body IS NOT NULL"
+        } else {
+            "false"
+        }
     }
 
     /// Where `id` lives: as this handle found it, else asked of
@@ -871,6 +986,9 @@ impl RemoteBackend {
             self.remember_body(pack, &body);
             return Ok(body);
         }
+        if row.inline {
+            return self.inline_body(pack, &row.key);
+        }
         let bytes = match self
             .rt
             .block_on(async { self.s3.get(&key).await?.bytes().await })
@@ -904,6 +1022,111 @@ impl RemoteBackend {
         let body = Arc::new(body);
         self.remember_body(pack, &body);
         Ok(body)
+    }
+
+    /// The inflated body of inline pack row `pack`, named `name`, read from
+    /// its row and verified. A row that is gone was sealed into the bucket
+    /// (or dropped) by the compactor since this handle read where its
+    /// objects live: an error, on which a read looks its object up again.
+    fn inline_body(&self, pack: i64, name: &str) -> Result<Arc<Vec<u8>>> {
+        let bytes = self.with_reader(|c| {
+            c.query_opt("SELECT body FROM sessctl.packs WHERE id = $1", &[&pack])
+                .map(|r| r.and_then(|r| r.get::<_, Option<Vec<u8>>>(0)))
+        })?;
+        let Some(bytes) = bytes else {
+            return Err(Error::Remote {
+                what: self.url.shown.clone(),
+                reason: format!(
+                    "inline pack {name} (row {pack}) is no longer in PostgreSQL: sealed or dropped"
+                ),
+            });
+        };
+        self.inline_pack(pack, name, &bytes)
+    }
+
+    /// Checks the bytes of inline pack row `pack` against its name,
+    /// inflates them and keeps the body (in memory and in the cache, as a
+    /// fetched pack).
+    fn inline_pack(&self, pack: i64, name: &str, bytes: &[u8]) -> Result<Arc<Vec<u8>>> {
+        let body = pack::open(name, bytes).map_err(|reason| Error::CorruptFile {
+            path: format!("{} (sessctl.packs row {pack})", self.url.shown).into(),
+            offset: 0,
+            reason,
+        })?;
+        self.keep(name, bytes);
+        let body = Arc::new(body);
+        self.remember_body(pack, &body);
+        Ok(body)
+    }
+
+    /// Reads the bodies of the inline packs `packs` (row and name) this
+    /// handle does not hold, a thousand to a query: the seal reads every
+    /// object of the packs it merges. A row gone meanwhile is left to the
+    /// read of its objects, which looks them up again.
+    fn prefetch_inline(&self, packs: &[(i64, String)]) -> Result<()> {
+        let want: Vec<&(i64, String)> = {
+            let bodies = self.bodies.lock().unwrap_or_else(|p| p.into_inner());
+            packs
+                .iter()
+                .filter(|(p, _)| !bodies.contains_key(p))
+                .collect()
+        };
+        for chunk in want.chunks(1000) {
+            let ids: Vec<i64> = chunk.iter().map(|(p, _)| *p).collect();
+            let rows = self.with_reader(|c| {
+                c.query(
+                    "SELECT id, body FROM sessctl.packs WHERE id = ANY($1) AND body IS NOT NULL",
+                    &[&ids],
+                )
+            })?;
+            let names: HashMap<i64, &String> = chunk.iter().map(|(p, n)| (*p, n)).collect();
+            for r in rows {
+                let pack: i64 = r.get(0);
+                let bytes: Vec<u8> = r.get(1);
+                self.inline_pack(pack, names[&pack], &bytes)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// An object row's fields, checked: its id and where it lives.
+    fn loc(&self, id: &[u8], pack: i64, kind: i16, off: i64, len: i64) -> Result<(ObjectId, Loc)> {
+        let bad = |reason: String| Error::Remote {
+            what: self.url.shown.clone(),
+            reason,
+        };
+        let id = ObjectId::from_slice(id)
+            .ok_or_else(|| bad(format!("an object row has a {}-byte id", id.len())))?;
+        let kind = u8::try_from(kind)
+            .ok()
+            .and_then(ObjectKind::from_code)
+            .ok_or_else(|| bad(format!("object {id} has unknown kind {kind}")))?;
+        Ok((
+            id,
+            Loc {
+                pack,
+                kind,
+                off: off.max(0) as u64,
+                len: len.max(0) as u64,
+            },
+        ))
+    }
+
+    /// Object `id` where `loc` places it, verified; looked up again when
+    /// that pack is gone (merged or sealed meanwhile).
+    fn read_at(&self, id: &ObjectId, loc: Loc) -> Result<EncodedObject> {
+        let body = match self.body(loc.pack) {
+            Ok(b) => b,
+            Err(e) => {
+                return match self.relocate(id)? {
+                    Some(p) if p != loc.pack => self.read(id)?.ok_or(Error::NotFound { id: *id }),
+                    Some(_) => Err(e),
+                    None => Err(Error::NotFound { id: *id }),
+                }
+            }
+        };
+        let payload = pack::payload(&body, loc.off, loc.len).map_err(|r| Error::corrupt(*id, r))?;
+        EncodedObject::verified(*id, loc.kind, payload.to_vec()).map_err(|r| Error::corrupt(*id, r))
     }
 
     /// Keeps pack row `pack`'s inflated body for this handle's reads. The
@@ -963,193 +1186,6 @@ impl RemoteBackend {
         if kept.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
-    }
-
-    /// Moves one ref by compare-and-swap in the open transaction.
-    fn move_ref(&self, c: &mut Client, u: &RefUpdate) -> Result<()> {
-        let name = u.name.to_string();
-        let old = u.old.as_ref().map(|t| t.to_string());
-        let new = u.new.as_ref().map(|t| t.to_string());
-        let moved = match (&old, &new) {
-            (Some(o), Some(n)) => c.execute_typed(
-                "UPDATE sessctl.refs SET target = $3 WHERE name = $1 AND target = $2",
-                &[(&name, Type::TEXT), (o, Type::TEXT), (n, Type::TEXT)],
-            ),
-            (None, Some(n)) => c.execute_typed(
-                "INSERT INTO sessctl.refs (name, target) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-                &[(&name, Type::TEXT), (n, Type::TEXT)],
-            ),
-            (Some(o), None) => c.execute_typed(
-                "DELETE FROM sessctl.refs WHERE name = $1 AND target = $2",
-                &[(&name, Type::TEXT), (o, Type::TEXT)],
-            ),
-            (None, None) => return Ok(()),
-        }
-        .map_err(|e| self.pg_error(e))?;
-        if moved == 1 {
-            return Ok(());
-        }
-        let actual = c
-            .query_typed_opt(
-                "SELECT target FROM sessctl.refs WHERE name = $1",
-                &[(&name, Type::TEXT)],
-            )
-            .map_err(|e| self.pg_error(e))?
-            .map(|r| r.get::<_, String>(0));
-        Err(Error::RefOutOfDate {
-            name: u.name.clone(),
-            expected: old,
-            actual,
-        })
-    }
-
-    /// The statements of one write, in the lock's open transaction: a
-    /// compare-and-swap per ref moved, then one statement for the pack's
-    /// row and its objects' rows, and one for the operations' rows, the
-    /// index keys they change and the chain head.
-    fn record(
-        &self,
-        c: &mut Client,
-        lock: &RemoteLock<'_>,
-        pack: Option<(&Staged, &[&EncodedObject])>,
-        ops: &[RawOp],
-    ) -> Result<(Option<i64>, i64)> {
-        let pg = |e| self.pg_error(e);
-        let (mut seq, mut hash) = (lock.head_seq, lock.head_hash.clone());
-        let (mut seqs, mut hashes, mut bodies) = (Vec::new(), Vec::new(), Vec::new());
-        for (s, bytes) in ops {
-            let op = Operation::decode(bytes).map_err(|e| Error::CorruptOperation {
-                seq: *s,
-                reason: e.to_string(),
-            })?;
-            if op.seq != *s || op.seq as i64 != seq + 1 || op.prev.map(|h| h.to_vec()) != hash {
-                return Err(Error::Invalid(format!(
-                    "operation {} does not continue the chain of {}, whose head is operation {seq}",
-                    op.seq, self.url.shown
-                )));
-            }
-            for u in &op.refs {
-                self.move_ref(c, u)?;
-            }
-            let h = op.hash();
-            seqs.push(op.seq as i64);
-            hashes.push(h.to_vec());
-            bodies.push(bytes.as_slice());
-            (seq, hash) = (op.seq as i64, Some(h.to_vec()));
-        }
-        let mut pack_row = None;
-        if let Some((p, new)) = pack {
-            let mut ids = Vec::with_capacity(new.len());
-            let mut kinds = Vec::with_capacity(new.len());
-            let mut offs = Vec::with_capacity(new.len());
-            let mut lens = Vec::with_capacity(new.len());
-            for o in new {
-                let e = p.entries[&o.id()];
-                ids.push(o.id().as_bytes().to_vec());
-                kinds.push(i16::from(e.kind.code()));
-                offs.push(e.off as i64);
-                lens.push(e.len as i64);
-            }
-            let row = c
-                .query_typed_one(
-                    "WITH p AS (
-                         INSERT INTO sessctl.packs (key, bytes, created_at) VALUES ($1, $2, $3)
-                         ON CONFLICT (key) DO UPDATE SET key = EXCLUDED.key RETURNING id),
-                     o AS (
-                         INSERT INTO sessctl.objects (id, pack, kind, off, len)
-                         SELECT i, (SELECT id FROM p), k, f, l
-                         FROM unnest($4::bytea[], $5::int2[], $6::int8[], $7::int8[]) AS t(i, k, f, l)
-                         ON CONFLICT (id) DO NOTHING)
-                     SELECT id FROM p",
-                    &[
-                        (&p.name, Type::TEXT),
-                        (&(p.bytes as i64), Type::INT8),
-                        (&crate::time::now_ms(), Type::INT8),
-                        (&ids, Type::BYTEA_ARRAY),
-                        (&kinds, Type::INT2_ARRAY),
-                        (&offs, Type::INT8_ARRAY),
-                        (&lens, Type::INT8_ARRAY),
-                    ],
-                )
-                .map_err(pg)?;
-            self.record_lineage(c, new)?;
-            pack_row = Some(row.get::<_, i64>(0));
-        }
-        if ops.is_empty() {
-            return Ok((pack_row, seq));
-        }
-        // The index keys the operations change, in their transaction: a
-        // write that brings none would leave the keys behind the chain, so
-        // it is refused.
-        let keys = if self.schema >= 2 {
-            let keys = self
-                .staged_keys
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take()
-                .ok_or_else(|| {
-                    Error::Invalid(format!(
-                        "{}: an operation written without its index keys",
-                        self.url.shown
-                    ))
-                })?;
-            KeyBatch::of(keys)
-        } else {
-            KeyBatch::default()
-        };
-        c.execute_typed(
-            "WITH o AS (
-                 INSERT INTO sessctl.ops (seq, hash, body)
-                 SELECT * FROM unnest($1::int8[], $2::bytea[], $3::bytea[])),
-             d AS (
-                 DELETE FROM sessctl.index_keys WHERE key = ANY($4)),
-             u AS (
-                 INSERT INTO sessctl.index_keys (key, value)
-                 SELECT * FROM unnest($5::bytea[], $6::bytea[])
-                 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value)
-             UPDATE sessctl.chain_head SET seq = $7, hash = $8, index_seq = $9",
-            &[
-                (&seqs, Type::INT8_ARRAY),
-                (&hashes, Type::BYTEA_ARRAY),
-                (&bodies, Type::BYTEA_ARRAY),
-                (&keys.removed, Type::BYTEA_ARRAY),
-                (&keys.put, Type::BYTEA_ARRAY),
-                (&keys.values, Type::BYTEA_ARRAY),
-                (&seq, Type::INT8),
-                (&hash, Type::BYTEA),
-                (&(self.schema >= 2).then_some(seq), Type::INT8),
-            ],
-        )
-        .map_err(pg)?;
-        Ok((pack_row, seq))
-    }
-}
-
-/// Index key writes as one statement takes them: the last write of each
-/// key (a key written twice in one batch would make one statement touch
-/// one row twice), split into upserts and removals.
-#[derive(Debug, Default)]
-struct KeyBatch {
-    put: Vec<Vec<u8>>,
-    values: Vec<Vec<u8>>,
-    removed: Vec<Vec<u8>>,
-}
-
-impl KeyBatch {
-    fn of(writes: Vec<KeyWrite>) -> KeyBatch {
-        let last: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> =
-            writes.into_iter().collect();
-        let mut b = KeyBatch::default();
-        for (k, v) in last {
-            match v {
-                Some(v) => {
-                    b.put.push(k);
-                    b.values.push(v);
-                }
-                None => b.removed.push(k),
-            }
-        }
-        b
     }
 }
 
@@ -1459,6 +1495,15 @@ impl ObjectBackend for RemoteBackend {
         let mut head = None;
         for attempt in 0..2 {
             let client = self.client(&mut slot)?;
+            // Parsed before the lock, not under it.
+            if let Err(e) = self.write_statement(client) {
+                if attempt == 0 && client.is_closed() {
+                    // Dropped by the server (a restart): a new one.
+                    *slot = None;
+                    continue;
+                }
+                return Err(e);
+            }
             match client.simple_query(&begin) {
                 Ok(msgs) => {
                     head = msgs.into_iter().find_map(|m| match m {
@@ -1566,7 +1611,8 @@ impl ObjectBackend for RemoteBackend {
         };
         let mut conn = lock.conn.borrow_mut();
         let c = conn.as_mut().expect("a held lock has its connection");
-        let (pack_row, seq) = self.record(c, lock, pack.as_ref().map(|p| (p, &new[..])), ops)?;
+        let write::Recorded { pack_row, seq } =
+            self.record(c, lock, pack.as_ref().map(|p| (p, &new[..])), ops)?;
         if std::env::var_os(CRASH_BEFORE_COMMIT_VAR).is_some() {
             // Test-only: wait here to be killed, between the upload and
             // the commit.
@@ -1583,7 +1629,7 @@ impl ObjectBackend for RemoteBackend {
             e => e,
         })?;
         drop(conn);
-        if let (Some(p), Some(row)) = (pack, pack_row) {
+        if let (Some(p), Some((row, inline))) = (pack, pack_row) {
             self.remember_body(row, &p.body);
             let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
             for o in &new {
@@ -1602,7 +1648,9 @@ impl ObjectBackend for RemoteBackend {
                 row,
                 PackRow {
                     key: p.name,
+                    bytes: p.bytes,
                     created_at: crate::time::now_ms(),
+                    inline,
                 },
             );
         }
@@ -1612,6 +1660,19 @@ impl ObjectBackend for RemoteBackend {
     /// PostgreSQL's commit is the write's durability.
     fn sync(&self, _ticket: SyncTicket) -> Result<()> {
         Ok(())
+    }
+
+    /// After a write that brought the inline packs to [`SEAL_BYTES`]: seals
+    /// them into the bucket (see `sweep.rs`).
+    fn maintain(&self) -> Result<Option<RepackStats>> {
+        if self.read_only || !self.seal_due.swap(false, Ordering::AcqRel) {
+            return Ok(None);
+        }
+        self.seal()
+    }
+
+    fn maintenance_due(&self) -> bool {
+        self.seal_due.load(Ordering::Acquire)
     }
 
     fn hold_claim(&self, run: u64) -> Result<()> {
@@ -1647,19 +1708,13 @@ impl ObjectBackend for RemoteBackend {
         let Some(loc) = self.lookup(id)? else {
             return Ok(None);
         };
-        let body = match self.body(loc.pack) {
-            Ok(b) => b,
-            Err(e) => match self.relocate(id)? {
-                // Moved by a gc, the old pack deleted past the grace period.
-                Some(p) if p != loc.pack => return self.read(id),
-                Some(_) => return Err(e),
-                None => return Ok(None),
-            },
-        };
-        let payload = pack::payload(&body, loc.off, loc.len).map_err(|r| Error::corrupt(*id, r))?;
-        EncodedObject::verified(*id, loc.kind, payload.to_vec())
-            .map(Some)
-            .map_err(|r| Error::corrupt(*id, r))
+        // Moved by a gc (the old pack deleted past the grace period) or a
+        // seal (an inline pack's row goes at once): looked up again.
+        match self.read_at(id, loc) {
+            Ok(o) => Ok(Some(o)),
+            Err(Error::NotFound { id: gone }) if gone == *id => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// The places of the objects not known yet looked up first, in one

@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 use object_store::{ObjectStore, ObjectStoreExt};
 use postgres::Client;
 
-use super::{pack, pack_key, Loc, PackRow, RemoteBackend, Staged, SWEEPS_SCHEMA};
+use super::{pack, pack_key, Loc, PackRow, RemoteBackend, Staged, INLINE_SCHEMA, SWEEPS_SCHEMA};
 use crate::error::{Error, Result};
 use crate::hash::{IdSet, ObjectId};
 use crate::object::EncodedObject;
@@ -31,10 +31,19 @@ pub(super) const SMALL_PACK_BYTES: u64 = 4 << 20;
 /// The schema version that has `sessctl.retired_packs` (migration 0003).
 const RETIRED_PACKS_SCHEMA: i32 = 3;
 
-/// A pack row's size, with the objects its rows place in it.
+/// A pack row, with the objects its rows place in it.
 struct Listed {
-    bytes: u64,
-    objects: Vec<ObjectId>,
+    row: PackRow,
+    objects: Vec<(ObjectId, Loc)>,
+}
+
+/// Which packs a sweep merges (beside those that lose objects).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Merge {
+    /// gc and repack: the small packs, and every inline one.
+    Small,
+    /// The seal: the inline packs only (and only they are listed).
+    Inline,
 }
 
 /// What [`RemoteBackend::prune_bucket`] did.
@@ -63,6 +72,10 @@ impl RemoteBackend {
         staged: Staged,
         new: &[&EncodedObject],
     ) -> Result<Staged> {
+        if staged.inline.is_some() {
+            // Its row will hold it: nothing in the bucket to lose.
+            return Ok(staged);
+        }
         let now = self.under_lock(|u| u.sweeps).flatten();
         if let (Some(seen), Some(now)) = (staged.sweeps_seen, now) {
             if seen % 2 == 0 && seen == now {
@@ -98,16 +111,34 @@ impl RemoteBackend {
         Ok(())
     }
 
-    /// Every pack row with the objects rows place in it (one snapshot).
-    fn listing(&self) -> Result<HashMap<i64, Listed>> {
+    /// The pack rows `merge` may touch (every one for gc and repack, the
+    /// inline ones for a seal) with the objects rows place in them, in one
+    /// snapshot.
+    fn listing(&self, merge: Merge) -> Result<HashMap<i64, Listed>> {
+        let (packs_sql, objects_sql) = match merge {
+            Merge::Small => (
+                format!(
+                    "SELECT p.id, p.key, p.bytes, p.created_at, {} FROM sessctl.packs p",
+                    self.inline_column()
+                ),
+                "SELECT id, pack, kind, off, len FROM sessctl.objects",
+            ),
+            Merge::Inline => (
+                "SELECT p.id, p.key, p.bytes, p.created_at, true FROM sessctl.packs p
+                 WHERE p.body IS NOT NULL"
+                    .to_owned(),
+                "SELECT o.id, o.pack, o.kind, o.off, o.len FROM sessctl.objects o
+                 WHERE o.pack IN (SELECT id FROM sessctl.packs WHERE body IS NOT NULL)",
+            ),
+        };
         let (packs, objects) = self.with_reader(|c| {
             let mut tx = c
                 .build_transaction()
                 .read_only(true)
                 .isolation_level(postgres::IsolationLevel::RepeatableRead)
                 .start()?;
-            let packs = tx.query("SELECT id, bytes FROM sessctl.packs", &[])?;
-            let objects = tx.query("SELECT id, pack FROM sessctl.objects", &[])?;
+            let packs = tx.query(&packs_sql, &[])?;
+            let objects = tx.query(objects_sql, &[])?;
             tx.commit()?;
             Ok((packs, objects))
         })?;
@@ -117,7 +148,12 @@ impl RemoteBackend {
                 (
                     r.get::<_, i64>(0),
                     Listed {
-                        bytes: r.get::<_, i64>(1).max(0) as u64,
+                        row: PackRow {
+                            key: r.get(1),
+                            bytes: r.get::<_, i64>(2).max(0) as u64,
+                            created_at: r.get(3),
+                            inline: r.get(4),
+                        },
                         objects: Vec::new(),
                     },
                 )
@@ -125,30 +161,61 @@ impl RemoteBackend {
             .collect();
         for r in &objects {
             let raw: Vec<u8> = r.get(0);
-            let id = ObjectId::from_slice(&raw).ok_or_else(|| Error::Remote {
-                what: self.url.shown.clone(),
-                reason: format!("an object row has a {}-byte id", raw.len()),
-            })?;
-            if let Some(p) = out.get_mut(&r.get::<_, i64>(1)) {
-                p.objects.push(id);
+            let pack: i64 = r.get(1);
+            let loc = self.loc(&raw, pack, r.get(2), r.get(3), r.get(4))?;
+            if let Some(p) = out.get_mut(&pack) {
+                p.objects.push(loc);
             }
         }
         Ok(out)
     }
 
-    /// gc's sweep and repack (`doomed` empty): see the module's
-    /// documentation. Drops the rows of `doomed` but those `rescue` names
-    /// under the lock, rewrites the live objects of the packs that lose
-    /// some and of the small packs into one new pack, and retires the packs
-    /// no row names afterwards. Deletes nothing from the bucket.
+    /// Seals the inline packs into one pack in the bucket (objects-format.md,
+    /// "Inline packs"): [`RemoteBackend::sweep_rows`] merging those alone.
+    /// One sealer at a time, on any machine (an advisory lock on the writer
+    /// connection, let go by the server if this process dies): a writer
+    /// that finds another sealing leaves it to that one (`None`).
+    pub(super) fn seal(&self) -> Result<Option<RepackStats>> {
+        let got: bool = self.with_writer_conn(|c| {
+            c.query_one("SELECT pg_try_advisory_lock(hashtext('sessctl seal'))", &[])
+                .map(|r| r.get(0))
+        })?;
+        if !got {
+            return Ok(None);
+        }
+        let sealed = self.sweep(Merge::Inline, &IdSet::default(), None);
+        let unlocked = self.with_writer_conn(|c| {
+            c.execute("SELECT pg_advisory_unlock(hashtext('sessctl seal'))", &[])
+        });
+        let sealed = sealed?;
+        unlocked?;
+        Ok(Some(sealed))
+    }
+
+    /// gc's sweep and repack: [`RemoteBackend::sweep`] of the small packs.
     pub(super) fn sweep_rows(
         &self,
         doomed: &IdSet,
         rescue: Option<&Rescue<'_>>,
     ) -> Result<RepackStats> {
-        let listing = self.listing()?;
+        self.sweep(Merge::Small, doomed, rescue)
+    }
+
+    /// gc's sweep, repack (`doomed` empty) and the seal (`Merge::Inline`):
+    /// see the module's documentation. Drops the rows of `doomed` but those
+    /// `rescue` names under the lock, rewrites the live objects of the
+    /// packs that lose some and of those `merge` names into one new pack in
+    /// the bucket, and retires the packs no row names afterwards. Deletes
+    /// nothing from the bucket; an inline pack's bytes go with its row.
+    fn sweep(
+        &self,
+        merge_what: Merge,
+        doomed: &IdSet,
+        rescue: Option<&Rescue<'_>>,
+    ) -> Result<RepackStats> {
+        let listing = self.listing(merge_what)?;
         let packs_before = listing.len();
-        let bytes_before: u64 = listing.values().map(|p| p.bytes).sum();
+        let bytes_before: u64 = listing.values().map(|p| p.row.bytes).sum();
         let mut stats = RepackStats {
             packs_before,
             bytes_before,
@@ -160,20 +227,23 @@ impl RemoteBackend {
         let mut touched: Vec<i64> = Vec::new();
         let mut merge: Vec<i64> = Vec::new();
         for (id, p) in &listing {
-            let gone = p.objects.iter().filter(|o| doomed.contains(*o)).count();
+            let gone = p.objects.iter().filter(|(o, _)| doomed.contains(o)).count();
             if gone > 0 {
                 touched.push(*id);
                 if gone < p.objects.len() {
                     merge.push(*id);
                 }
-            } else if p.bytes < SMALL_PACK_BYTES {
+            } else if p.row.inline || p.row.bytes < SMALL_PACK_BYTES {
                 merge.push(*id);
             }
         }
-        let rewrites_for_drops = merge
-            .iter()
-            .any(|id| listing[id].objects.iter().any(|o| doomed.contains(o)));
-        if merge.len() < 2 && !rewrites_for_drops {
+        // A lone small pack in the bucket stays as it is; an inline one
+        // moves there, however alone.
+        let must_move = merge.iter().any(|id| {
+            let p = &listing[id];
+            p.row.inline || p.objects.iter().any(|(o, _)| doomed.contains(o))
+        });
+        if merge.len() < 2 && !must_move {
             merge.clear();
         }
         if touched.is_empty() && merge.is_empty() {
@@ -193,15 +263,30 @@ impl RemoteBackend {
         touched.dedup();
 
         // The new pack, uploaded (create-only) before the lock.
+        {
+            // Where the plan found them, for the reads below.
+            let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+            for p in &merge {
+                known
+                    .packs
+                    .entry(*p)
+                    .or_insert_with(|| listing[p].row.clone());
+            }
+        }
+        let inline: Vec<(i64, String)> = merge
+            .iter()
+            .filter(|p| listing[*p].row.inline)
+            .map(|p| (*p, listing[p].row.key.clone()))
+            .collect();
+        self.prefetch_inline(&inline)?;
         let mut moved: Vec<(ObjectId, i64)> = Vec::new();
         let mut live: Vec<EncodedObject> = Vec::new();
         for p in &merge {
-            for id in &listing[p].objects {
+            for (id, loc) in &listing[p].objects {
                 if doomed.contains(id) {
                     continue;
                 }
-                let obj = self.read(id)?.ok_or(Error::NotFound { id: *id })?;
-                live.push(obj);
+                live.push(self.read_at(id, *loc)?);
                 moved.push((*id, *p));
             }
         }
@@ -245,6 +330,7 @@ impl RemoteBackend {
                     entries: b.entries.iter().map(|e| (e.id, *e)).collect(),
                     sweeps_seen: None,
                     body: std::sync::Arc::new(Vec::new()),
+                    inline: None,
                 },
                 &live.iter().collect::<Vec<_>>(),
             )?;
@@ -288,20 +374,36 @@ impl RemoteBackend {
         self.forget_lineage(c, &dropping)?;
         let retired = c
             .query(
-                "DELETE FROM sessctl.packs p WHERE p.id = ANY($1::int8[])
-                 AND NOT EXISTS (SELECT 1 FROM sessctl.objects o WHERE o.pack = p.id)
-                 RETURNING p.id, p.key",
+                &format!(
+                    "DELETE FROM sessctl.packs p WHERE p.id = ANY($1::int8[])
+                     AND NOT EXISTS (SELECT 1 FROM sessctl.objects o WHERE o.pack = p.id)
+                     RETURNING p.id, p.key, {}",
+                    self.inline_column()
+                ),
                 &[&touched],
             )
             .map_err(pg)?;
-        let retired: Vec<(i64, String)> = retired.iter().map(|r| (r.get(0), r.get(1))).collect();
-        let keys: Vec<&String> = retired.iter().map(|r| &r.1).collect();
+        let retired: Vec<(i64, String, bool)> = retired
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        // Only a pack in the bucket outlives its row there; an inline
+        // pack's bytes went with it.
+        let keys: Vec<&String> = retired.iter().filter(|r| !r.2).map(|r| &r.1).collect();
         c.execute(
             "INSERT INTO sessctl.retired_packs (key, retired_at) SELECT k, $2 FROM unnest($1::text[]) AS t(k)
              ON CONFLICT (key) DO UPDATE SET retired_at = EXCLUDED.retired_at",
             &[&keys, &now],
         )
         .map_err(pg)?;
+        if self.schema >= INLINE_SCHEMA {
+            // The writers' running figure, set again from the table.
+            c.batch_execute(
+                "UPDATE sessctl.chain_head SET inline_bytes =
+                     (SELECT coalesce(sum(bytes), 0) FROM sessctl.packs WHERE body IS NOT NULL)",
+            )
+            .map_err(pg)?;
+        }
         c.batch_execute("COMMIT")
             .map_err(|e| match self.pg_error(e) {
                 Error::Remote { what, reason } => Error::Remote {
@@ -338,7 +440,9 @@ impl RemoteBackend {
                     *row,
                     PackRow {
                         key: staged.name.clone(),
+                        bytes: staged.bytes,
                         created_at: now,
+                        inline: false,
                     },
                 );
             }
@@ -347,9 +451,9 @@ impl RemoteBackend {
             known.packs.retain(|p, _| !gone.contains(p));
         }
         drop(lock);
-        let after = self.listing()?;
+        let after = self.listing(merge_what)?;
         stats.objects = moved.len();
-        stats.bytes_after = after.values().map(|p| p.bytes).sum();
+        stats.bytes_after = after.values().map(|p| p.row.bytes).sum();
         stats.pack_name = new_row.map(|(_, s)| s.name);
         stats.rescued = rescued.into_iter().collect();
         stats.rescued.sort_unstable();
@@ -497,13 +601,12 @@ impl RemoteBackend {
     /// and deleted past the grace period): its row read again.
     /// Returns its pack row now (`None`: gc dropped it).
     pub(super) fn relocate(&self, id: &ObjectId) -> Result<Option<i64>> {
-        let row = self.with_reader(|c| {
-            c.query_opt(
-                "SELECT o.pack, o.kind, o.off, o.len, p.key, p.bytes, p.created_at
-                 FROM sessctl.objects o JOIN sessctl.packs p ON p.id = o.pack WHERE o.id = $1",
-                &[&id.as_bytes().as_slice()],
-            )
-        })?;
+        let sql = format!(
+            "SELECT o.pack, o.kind, o.off, o.len, p.key, p.bytes, p.created_at, {}
+             FROM sessctl.objects o JOIN sessctl.packs p ON p.id = o.pack WHERE o.id = $1",
+            self.inline_column()
+        );
+        let row = self.with_reader(|c| c.query_opt(&sql, &[&id.as_bytes().as_slice()]))?;
         let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
         let Some(r) = row else {
             known.objects.remove(id);
@@ -529,7 +632,9 @@ impl RemoteBackend {
         );
         known.packs.entry(pack).or_insert_with(|| PackRow {
             key: r.get(4),
+            bytes: r.get::<_, i64>(5).max(0) as u64,
             created_at: r.get(6),
+            inline: r.get(7),
         });
         Ok(Some(pack))
     }

@@ -1,0 +1,402 @@
+//! A write's rows (objects-format.md, "Remote writes", step 4): in the
+//! write lock's open transaction, one statement moves the refs by
+//! compare-and-swap, inserts the pack row (with its bytes when it is
+//! inline) and the new objects' rows, the new sessions' lineage rows, the
+//! operation rows and the index keys they change, and advances the chain
+//! head. One round trip under the lock where there were one per part: the
+//! lock is what every writer on every machine queues on.
+//!
+//! It must never commit a ref move that lost its compare-and-swap: the
+//! statement returns the refs it moved, and a write that moved fewer than
+//! it asked for is `RefOutOfDate` and rolls everything back.
+
+use postgres::types::{ToSql, Type};
+use postgres::{Client, Statement};
+
+use super::lineage::{rows_of_columns, Columns};
+use super::{RemoteBackend, RemoteLock, Staged, SEAL_BYTES};
+use crate::error::{Error, Result};
+use crate::object::EncodedObject;
+use crate::odb::{KeyWrite, RawOp};
+use crate::refs::{Operation, RefUpdate};
+
+/// What [`RemoteBackend::record`] wrote: the pack row named (and whether
+/// it is inline), and the chain head's `seq` after the write.
+pub(super) struct Recorded {
+    pub pack_row: Option<(i64, bool)>,
+    pub seq: i64,
+}
+
+/// The ref moves of a write as one statement takes them: compare-and-swaps
+/// of existing refs, creations, deletions, in the operations' order.
+#[derive(Debug, Default)]
+struct RefMoves<'u> {
+    order: Vec<&'u RefUpdate>,
+    moved: (Vec<String>, Vec<String>, Vec<String>),
+    created: (Vec<String>, Vec<String>),
+    deleted: (Vec<String>, Vec<String>),
+}
+
+impl<'u> RefMoves<'u> {
+    fn push(&mut self, u: &'u RefUpdate) {
+        let name = u.name.to_string();
+        match (&u.old, &u.new) {
+            (Some(o), Some(n)) => {
+                self.moved.0.push(name);
+                self.moved.1.push(o.to_string());
+                self.moved.2.push(n.to_string());
+            }
+            (None, Some(n)) => {
+                self.created.0.push(name);
+                self.created.1.push(n.to_string());
+            }
+            (Some(o), None) => {
+                self.deleted.0.push(name);
+                self.deleted.1.push(o.to_string());
+            }
+            (None, None) => return,
+        }
+        self.order.push(u);
+    }
+
+    /// Whether a ref is moved twice (two operations of one batch): one
+    /// statement cannot chain two compare-and-swaps of one row.
+    fn repeats(&self) -> bool {
+        let mut names: Vec<&crate::refs::RefName> = self.order.iter().map(|u| &u.name).collect();
+        names.sort_unstable_by_key(|n| n.to_string());
+        names.windows(2).any(|w| w[0] == w[1])
+    }
+}
+
+/// The statement: `$1`-`$7` the ref moves, `$8`-`$15` the pack and its
+/// objects, `$16`-`$18` the lineage rows, `$19`-`$24` the operations and
+/// index keys, `$25`-`$27` the new chain head (NULL: no operation),
+/// `$28` the inline bytes added. Every part is a data-modifying `WITH`,
+/// run once whether or not the final `SELECT` reads it, over the same
+/// snapshot: none sees another's rows, and none needs to (the write's
+/// objects are new under the lock, its refs distinct).
+fn statement() -> String {
+    format!(
+        "WITH
+           moved AS (
+             UPDATE sessctl.refs r SET target = t.n
+             FROM unnest($1::text[], $2::text[], $3::text[]) AS t(name, o, n)
+             WHERE r.name = t.name AND r.target = t.o RETURNING r.name),
+           created AS (
+             INSERT INTO sessctl.refs (name, target)
+             SELECT * FROM unnest($4::text[], $5::text[])
+             ON CONFLICT (name) DO NOTHING RETURNING name),
+           deleted AS (
+             DELETE FROM sessctl.refs r USING unnest($6::text[], $7::text[]) AS t(name, o)
+             WHERE r.name = t.name AND r.target = t.o RETURNING r.name),
+           p AS (
+             INSERT INTO sessctl.packs (key, bytes, created_at, body)
+             SELECT $8, $9, $10, $11 WHERE $8::text IS NOT NULL
+             ON CONFLICT (key) DO UPDATE SET key = EXCLUDED.key
+             RETURNING id, body IS NOT NULL AS inline),
+           o AS (
+             INSERT INTO sessctl.objects (id, pack, kind, off, len)
+             SELECT i, (SELECT id FROM p), k, f, l
+             FROM unnest($12::bytea[], $13::int2[], $14::int8[], $15::int8[]) AS t(i, k, f, l)
+             ON CONFLICT (id) DO NOTHING),
+           l AS (
+             INSERT INTO sessctl.lineage (id, parents, created_at) {lineage}
+             ON CONFLICT (id) DO NOTHING),
+           op AS (
+             INSERT INTO sessctl.ops (seq, hash, body)
+             SELECT * FROM unnest($19::int8[], $20::bytea[], $21::bytea[])),
+           d AS (
+             DELETE FROM sessctl.index_keys WHERE key = ANY($22)),
+           u AS (
+             INSERT INTO sessctl.index_keys (key, value)
+             SELECT * FROM unnest($23::bytea[], $24::bytea[])
+             ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value),
+           h AS (
+             UPDATE sessctl.chain_head SET
+               seq = coalesce($25, seq),
+               hash = CASE WHEN $25::int8 IS NULL THEN hash ELSE $26 END,
+               index_seq = CASE WHEN $25::int8 IS NULL THEN index_seq ELSE $27 END,
+               inline_bytes = inline_bytes + $28
+             RETURNING inline_bytes)
+         SELECT (SELECT id FROM p), (SELECT inline FROM p), (SELECT inline_bytes FROM h),
+                ARRAY(SELECT name FROM moved UNION ALL SELECT name FROM created
+                      UNION ALL SELECT name FROM deleted)",
+        lineage = rows_of_columns(16, 17, 18)
+    )
+}
+
+/// The types of [`statement`]'s parameters, in order.
+const TYPES: [Type; 28] = [
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+    Type::BYTEA,
+    Type::BYTEA_ARRAY,
+    Type::INT2_ARRAY,
+    Type::INT8_ARRAY,
+    Type::INT8_ARRAY,
+    Type::BYTEA_ARRAY,
+    Type::BYTEA_ARRAY,
+    Type::INT8_ARRAY,
+    Type::INT8_ARRAY,
+    Type::BYTEA_ARRAY,
+    Type::BYTEA_ARRAY,
+    Type::BYTEA_ARRAY,
+    Type::BYTEA_ARRAY,
+    Type::BYTEA_ARRAY,
+    Type::INT8,
+    Type::BYTEA,
+    Type::INT8,
+    Type::INT8,
+];
+
+impl RemoteBackend {
+    /// [`statement`], prepared on the writer connection `c` once for as
+    /// long as that connection lasts: the lock's holder sends only its
+    /// parameters, and the server neither parses nor (after a few uses)
+    /// plans it again under the lock. Called before the lock is taken
+    /// ([`super::ObjectBackend::write_lock`]), so that even a handle's first
+    /// write parses it outside.
+    pub(super) fn write_statement(&self, c: &mut Client) -> Result<Statement> {
+        let epoch = self.connects.load(std::sync::atomic::Ordering::Acquire);
+        let mut cached = self.write_stmt.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((e, stmt)) = cached.as_ref() {
+            if *e == epoch {
+                return Ok(stmt.clone());
+            }
+        }
+        let stmt = c
+            .prepare_typed(&statement(), &TYPES)
+            .map_err(|e| self.pg_error(e))?;
+        *cached = Some((epoch, stmt.clone()));
+        Ok(stmt)
+    }
+
+    /// The rows of one write, in the lock's open transaction: see the
+    /// module's documentation. `pack` is the write's new objects and the
+    /// pack that holds them, `ops` its operations (each must continue the
+    /// chain the lock holds).
+    pub(super) fn record(
+        &self,
+        c: &mut Client,
+        lock: &RemoteLock<'_>,
+        pack: Option<(&Staged, &[&EncodedObject])>,
+        ops: &[RawOp],
+    ) -> Result<Recorded> {
+        let pg = |e| self.pg_error(e);
+        let (mut seq, mut hash) = (lock.head_seq, lock.head_hash.clone());
+        let (mut seqs, mut hashes, mut bodies) = (Vec::new(), Vec::new(), Vec::new());
+        let mut decoded = Vec::with_capacity(ops.len());
+        for (s, bytes) in ops {
+            let op = Operation::decode(bytes).map_err(|e| Error::CorruptOperation {
+                seq: *s,
+                reason: e.to_string(),
+            })?;
+            if op.seq != *s || op.seq as i64 != seq + 1 || op.prev.map(|h| h.to_vec()) != hash {
+                return Err(Error::Invalid(format!(
+                    "operation {} does not continue the chain of {}, whose head is operation {seq}",
+                    op.seq, self.url.shown
+                )));
+            }
+            let h = op.hash();
+            seqs.push(op.seq as i64);
+            hashes.push(h.to_vec());
+            bodies.push(bytes.as_slice());
+            (seq, hash) = (op.seq as i64, Some(h.to_vec()));
+            decoded.push(op);
+        }
+        let mut refs = RefMoves::default();
+        for u in decoded.iter().flat_map(|op| &op.refs) {
+            refs.push(u);
+        }
+        if refs.repeats() {
+            // Rare (a batch of operations moving one ref twice): one
+            // statement a move, in order, before the rest.
+            for u in &refs.order {
+                self.move_ref(c, u)?;
+            }
+            refs = RefMoves::default();
+        }
+
+        // The pack row and its objects' rows.
+        let (mut ids, mut kinds, mut offs, mut lens) = (vec![], vec![], vec![], vec![]);
+        let mut lineage = Columns::default();
+        let (mut key, mut size, mut inline, mut inline_bytes) = (None, 0i64, None, 0i64);
+        if let Some((p, new)) = pack {
+            for o in new {
+                let e = p.entries[&o.id()];
+                ids.push(o.id().as_bytes().to_vec());
+                kinds.push(i16::from(e.kind.code()));
+                offs.push(e.off as i64);
+                lens.push(e.len as i64);
+            }
+            lineage = Columns::of_new(self, new)?;
+            key = Some(p.name.as_str());
+            size = p.bytes as i64;
+            inline = p.inline.as_deref();
+            // Counted towards the seal (a pack already there under the
+            // same name counts twice until the compactor sets the figure
+            // again from the table).
+            inline_bytes = p.inline.as_ref().map_or(0, |b| b.len() as i64);
+        }
+
+        // The index keys the operations change, in their transaction: a
+        // write that brings none would leave the keys behind the chain, so
+        // it is refused.
+        let keys = if self.schema >= 2 && !ops.is_empty() {
+            let staged = self
+                .staged_keys
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            let Some(keys) = staged else {
+                // PostgreSQL's compare-and-swaps still answer first: a
+                // stale move is `RefOutOfDate` whatever else is wrong.
+                for u in &refs.order {
+                    self.move_ref(c, u)?;
+                }
+                return Err(Error::Invalid(format!(
+                    "{}: an operation written without its index keys",
+                    self.url.shown
+                )));
+            };
+            KeyBatch::of(keys)
+        } else {
+            KeyBatch::default()
+        };
+        let head = (!ops.is_empty()).then_some(seq);
+        let index_seq = head.filter(|_| self.schema >= 2);
+        let now = crate::time::now_ms();
+        let params: [&(dyn ToSql + Sync); 28] = [
+            &refs.moved.0,
+            &refs.moved.1,
+            &refs.moved.2,
+            &refs.created.0,
+            &refs.created.1,
+            &refs.deleted.0,
+            &refs.deleted.1,
+            &key,
+            &size,
+            &now,
+            &inline,
+            &ids,
+            &kinds,
+            &offs,
+            &lens,
+            &lineage.ids,
+            &lineage.parents,
+            &lineage.created,
+            &seqs,
+            &hashes,
+            &bodies,
+            &keys.removed,
+            &keys.put,
+            &keys.values,
+            &head,
+            &hash,
+            &index_seq,
+            &inline_bytes,
+        ];
+        let stmt = self.write_statement(c)?;
+        let row = c.query_one(&stmt, &params).map_err(pg)?;
+        let moved: Vec<String> = row.get(3);
+        if moved.len() != refs.order.len() {
+            // Lost: the first move in order that did not happen, and what
+            // the ref says (nothing moves it while the lock is held; the
+            // lock's drop rolls back the rest).
+            let lost = refs
+                .order
+                .iter()
+                .find(|u| !moved.contains(&u.name.to_string()))
+                .expect("a move that did not happen");
+            return Err(self.out_of_date(c, lost));
+        }
+        let pack_row = row
+            .get::<_, Option<i64>>(0)
+            .map(|id| (id, row.get::<_, Option<bool>>(1).unwrap_or(false)));
+        if row.get::<_, Option<i64>>(2).unwrap_or(0) >= SEAL_BYTES as i64 && inline_bytes > 0 {
+            // Once committed: the upkeep after this write seals them.
+            self.seal_due
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        Ok(Recorded { pack_row, seq })
+    }
+
+    /// Moves one ref by compare-and-swap in the open transaction.
+    fn move_ref(&self, c: &mut Client, u: &RefUpdate) -> Result<()> {
+        let name = u.name.to_string();
+        let old = u.old.as_ref().map(|t| t.to_string());
+        let new = u.new.as_ref().map(|t| t.to_string());
+        let moved = match (&old, &new) {
+            (Some(o), Some(n)) => c.execute_typed(
+                "UPDATE sessctl.refs SET target = $3 WHERE name = $1 AND target = $2",
+                &[(&name, Type::TEXT), (o, Type::TEXT), (n, Type::TEXT)],
+            ),
+            (None, Some(n)) => c.execute_typed(
+                "INSERT INTO sessctl.refs (name, target) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+                &[(&name, Type::TEXT), (n, Type::TEXT)],
+            ),
+            (Some(o), None) => c.execute_typed(
+                "DELETE FROM sessctl.refs WHERE name = $1 AND target = $2",
+                &[(&name, Type::TEXT), (o, Type::TEXT)],
+            ),
+            (None, None) => return Ok(()),
+        }
+        .map_err(|e| self.pg_error(e))?;
+        if moved == 1 {
+            return Ok(());
+        }
+        Err(self.out_of_date(c, u))
+    }
+
+    /// The error of a lost compare-and-swap of `u`, with what the ref says.
+    fn out_of_date(&self, c: &mut Client, u: &RefUpdate) -> Error {
+        let actual = c.query_typed_opt(
+            "SELECT target FROM sessctl.refs WHERE name = $1",
+            &[(&u.name.to_string(), Type::TEXT)],
+        );
+        match actual {
+            Ok(actual) => Error::RefOutOfDate {
+                name: u.name.clone(),
+                expected: u.old.as_ref().map(|t| t.to_string()),
+                actual: actual.map(|r| r.get::<_, String>(0)),
+            },
+            Err(e) => self.pg_error(e),
+        }
+    }
+}
+
+/// Index key writes as one statement takes them: the last write of each
+/// key (a key written twice in one batch would make one statement touch
+/// one row twice), split into upserts and removals.
+#[derive(Debug, Default)]
+struct KeyBatch {
+    put: Vec<Vec<u8>>,
+    values: Vec<Vec<u8>>,
+    removed: Vec<Vec<u8>>,
+}
+
+impl KeyBatch {
+    fn of(writes: Vec<KeyWrite>) -> KeyBatch {
+        let last: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> =
+            writes.into_iter().collect();
+        let mut b = KeyBatch::default();
+        for (k, v) in last {
+            match v {
+                Some(v) => {
+                    b.put.push(k);
+                    b.values.push(v);
+                }
+                None => b.removed.push(k),
+            }
+        }
+        b
+    }
+}
