@@ -1711,6 +1711,47 @@ fn an_object_stored_after_a_handle_was_told_it_is_absent_is_then_found() {
     assert_eq!(fresh.odb().write(&batch, Durability::Sync).unwrap(), 0);
 }
 
+/// A batch read of objects kept in many inline packs (`inline=BYTES`,
+/// "Inline packs") looks their rows up in one query and reads the packs'
+/// bodies in one more, not one query a pack.
+#[test]
+fn a_batch_read_from_inline_packs_reads_their_bodies_in_one_query() {
+    let Some((r, _)) = remote_store() else {
+        return;
+    };
+    let url = format!("{}&inline=65536", r.url);
+    let uncached = S3Settings {
+        cache_dir: None,
+        ..r.s3_settings()
+    };
+    let store = Store::open_remote_with(&url, &OpenOptions::default(), &uncached).unwrap();
+    let (_, first) = store
+        .create(Some("a"), turn(&["turn 0"]), Durability::Sync)
+        .unwrap();
+    let mut sessions = vec![first];
+    for i in 1..40 {
+        let at = store
+            .commit("a", None, turn(&[&format!("turn {i}")]), Durability::Sync)
+            .unwrap();
+        sessions.push(at);
+    }
+    assert!(r.servers.list_keys(&r.name, "store/packs/").is_empty());
+
+    let fresh = RemoteBackend::open_with(&url, &OpenOptions::default(), &uncached).unwrap();
+    let asked = fresh.counts().0;
+    let mut seen = 0;
+    fresh
+        .read_many(&sessions, &mut |_, kind, _| {
+            assert_eq!(kind, sessctl_store::ObjectKind::Session);
+            seen += 1;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(seen, 40);
+    assert_eq!(fresh.counts().0 - asked, 2);
+    assert_eq!(fresh.object_rows(), 40);
+}
+
 /// Puts `body` at `key` in the test's bucket (as `delete_key`, by hand).
 fn put_key(r: &servers::Remote, key: &str, body: &[u8]) {
     let answer = bucket_request(r, "PUT", key, body);

@@ -1718,9 +1718,25 @@ impl ObjectBackend for RemoteBackend {
     }
 
     /// The places of the objects not known yet looked up first, in one
-    /// query; then each read pack by pack (each pack's body fetched once).
+    /// query, and the bodies of the inline packs they are in read in one
+    /// more; then each read pack by pack (each pack's body fetched once).
     fn read_many(&self, ids: &[ObjectId], visit: &mut super::Visit<'_>) -> Result<()> {
         self.locate(ids)?;
+        let inline: Vec<(i64, String)> = {
+            let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+            let packs: std::collections::BTreeSet<i64> = ids
+                .iter()
+                .filter_map(|id| known.objects.get(id).map(|l| l.pack))
+                .collect();
+            packs
+                .into_iter()
+                .filter_map(|p| {
+                    let row = known.packs.get(&p)?;
+                    row.inline.then(|| (p, row.key.clone()))
+                })
+                .collect()
+        };
+        self.prefetch_inline(&inline)?;
         let order: Vec<usize> = {
             let known = self.known.read().unwrap_or_else(|p| p.into_inner());
             let mut v: Vec<(i64, u64, usize)> = ids
