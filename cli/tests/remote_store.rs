@@ -455,11 +455,15 @@ fn a_held_remote_write_lock_is_exit_4_after_wait() {
 
 /// `sessctl log` of a long conversation on a remote store reads its
 /// lineage a closure at a time and its entries' summaries a stretch at a
-/// time: the statements PostgreSQL runs for it (as its own log counts them,
-/// `log_statement = all` on this test's database) do not grow with the
-/// entries shown, where one or more an entry would be 300 and more.
+/// time; reading one of its sessions, its whole history or one object
+/// looks up where the objects live a batch at a time (the chain of
+/// sessions, the messages shown), never a statement an object nor the
+/// whole table. The statements PostgreSQL runs for each command (as its own
+/// log counts them, `log_statement = all` on this test's database; one test
+/// counts, so that no other database's lines mix in) do not grow with the
+/// conversation, where one or more an entry or turn would be 300 and more.
 #[test]
-fn log_of_a_long_conversation_runs_a_bounded_number_of_statements() {
+fn log_and_reads_of_a_long_conversation_run_a_bounded_number_of_statements() {
     let Some(r) = servers::remote() else {
         return;
     };
@@ -480,27 +484,42 @@ fn log_of_a_long_conversation_runs_a_bounded_number_of_statements() {
         store.commit("long", None, turn(i), durability).unwrap();
     }
     drop(store);
+    let head = log_ids(&r, &r.url)[0].clone();
     r.servers.psql(
         "postgres",
         &format!("ALTER DATABASE {} SET log_statement = 'all'", r.name),
     );
     let log = r.servers.dir().join("postgres.log");
-    let statements = |from: usize| -> usize {
-        let text = std::fs::read(&log).unwrap();
-        String::from_utf8_lossy(&text[from..])
-            .lines()
-            .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
-            .count()
-    };
-    for args in [
-        &["log", "long"][..],
-        &["log", "--oneline", "long"],
-        &["log", "--json", "long"],
-    ] {
+    let statements = |args: &[&str]| -> (String, usize) {
         let from = std::fs::metadata(&log).unwrap().len() as usize;
         let out = ok(&r, args, None);
-        assert!(out.contains("question 0"), "{args:?}: {out}");
-        let n = statements(from);
-        assert!(n <= 40, "{args:?} ran {n} statements for 300 entries");
+        let text = std::fs::read(&log).unwrap();
+        let n = String::from_utf8_lossy(&text[from..])
+            .lines()
+            .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
+            .count();
+        (out, n)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let seed = dir.path().join("seed");
+    let seed = seed.to_str().unwrap();
+    for (args, shows) in [
+        (&["log", "long"][..], "question 0"),
+        (&["log", "--oneline", "long"], "question 0"),
+        (&["log", "--json", "long"], "question 0"),
+        (&["show", "long"], "answer 299"),
+        (&["show", "--messages", "long"], "question 0"),
+        (&["show", "--json", "long"], "answer 299"),
+        (&["cat-object", "-p", &head], "parent "),
+        (&["cat-object", "-t", &head[..12]], "session"),
+        (&["export", "long"], "question 150"),
+        (&["export", "--format", "jsonl", "long"], "answer 0"),
+        (&["resume", "--json", "long"], "question 0"),
+        (&["checkout", "long", "-o", seed], ""),
+    ] {
+        let (out, n) = statements(args);
+        assert!(out.contains(shows), "{args:?}: {out}");
+        eprintln!("{args:?}: {n} statements");
+        assert!(n <= 40, "{args:?} ran {n} statements for 300 turns");
     }
 }

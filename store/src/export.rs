@@ -71,14 +71,7 @@ struct Owned(Vec<(Message, usize)>, Vec<Session>);
 
 /// The history of `id`, each message with the session that added it.
 fn history_with_owner_index(store: &Store, id: ObjectId) -> Result<Owned> {
-    let mut chain = Vec::new();
-    let mut cur = Some(id);
-    while let Some(c) = cur {
-        let s = store.odb().session(&c)?;
-        let stop = s.messages.base == 0;
-        cur = if stop { None } else { s.first_parent() };
-        chain.push((c, s));
-    }
+    let chain = store.history_sessions(&id)?;
     let mut owned: Vec<(ObjectId, usize)> = Vec::new();
     for (k, (id, s)) in chain.iter().enumerate().rev() {
         let base = usize::try_from(s.messages.base).unwrap_or(usize::MAX);
@@ -94,6 +87,10 @@ fn history_with_owner_index(store: &Store, id: ObjectId) -> Result<Owned> {
         owned.truncate(base);
         owned.extend(s.messages.added.iter().map(|m| (*m, k)));
     }
+    // Read one by one (each kept as its source wrote it, when it was):
+    // where they live looked up first, for the lot.
+    let ids: Vec<ObjectId> = owned.iter().map(|(m, _)| *m).collect();
+    store.odb().backend().locate_ahead(&ids)?;
     let history = owned
         .into_iter()
         .map(|(m, k)| {

@@ -12,10 +12,11 @@ mod servers;
 use serde_json::{json, Value};
 use sessctl_store::fsck::FsckOptions;
 use sessctl_store::graph::{log_order, Follow};
+use sessctl_store::odb::ObjectBackend;
 use sessctl_store::odb::{RemoteBackend, S3Settings, REMOTE_SCHEMA_VERSION};
 use sessctl_store::{
     Durability, Error, ForkOptions, Messages, ObjectId, OpenOptions, RefName, RefTarget, Store,
-    Turn,
+    Turn, WriteBatch,
 };
 
 /// A fresh, initialised remote store; `None` when the developer opted out.
@@ -1592,6 +1593,163 @@ fn opening_and_listing_read_no_object_row() {
         "ALTER TABLE sessctl.objects_out_of_reach RENAME TO objects",
     );
     assert_eq!(contents(&fresh, &a0), ["first"]);
+}
+
+/// A backend handle of its own on the store (where a `Store` keeps its
+/// backend to itself), for the figures it counts.
+fn open_backend(r: &servers::Remote) -> RemoteBackend {
+    RemoteBackend::open_with(&r.url, &OpenOptions::default(), &r.s3_settings()).unwrap()
+}
+
+/// A fresh handle on a store of many objects looks up where the objects
+/// it reads live, a few rows for a few objects, never the whole table
+/// (objects-format.md, "Object rows"): one object read is one row, a batch
+/// read one statement for the batch, a prefix a range of the primary key;
+/// only the verbs that need every object (here `ids`) read every row.
+#[test]
+fn a_fresh_handle_reads_the_object_rows_of_what_it_reads_only() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    let mut batch = WriteBatch::new();
+    let blobs: Vec<ObjectId> = (0..3000)
+        .map(|i| {
+            batch
+                .blob(&json!({"role": "user", "content": format!("message {i}")}))
+                .unwrap()
+        })
+        .collect();
+    store.odb().write(&batch, Durability::Sync).unwrap();
+    let (_, head) = store
+        .create(Some("a"), turn(&["first", "ok"]), Durability::Sync)
+        .unwrap();
+    let total = 3000 + 3;
+
+    let fresh = open_backend(&r);
+    let rows = |b: &RemoteBackend| b.object_rows();
+    let queries = |b: &RemoteBackend| b.counts().0;
+    let obj = fresh.read(&blobs[1234]).unwrap().unwrap();
+    assert_eq!(obj.id(), blobs[1234]);
+    assert_eq!(rows(&fresh), 1);
+    // Kept: read again, asked nothing.
+    let asked = queries(&fresh);
+    fresh.read(&blobs[1234]).unwrap().unwrap();
+    assert!(fresh.contains(&blobs[1234]).unwrap());
+    assert_eq!((rows(&fresh), queries(&fresh)), (1, asked));
+    assert!(fresh.contains(&head).unwrap());
+    assert_eq!(rows(&fresh), 2);
+
+    // A batch: one statement, a row an object.
+    let many: Vec<ObjectId> = blobs[..100].to_vec();
+    let asked = queries(&fresh);
+    let mut seen = 0;
+    fresh
+        .read_many(&many, &mut |i, kind, payload| {
+            assert_eq!(kind, sessctl_store::ObjectKind::Blob);
+            assert!(String::from_utf8_lossy(payload).contains(&format!("message {i}")));
+            seen += 1;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(seen, 100);
+    assert_eq!((rows(&fresh), queries(&fresh)), (102, asked + 1));
+
+    // A prefix, even or odd in digits: the ids in its range.
+    let hex = blobs[2000].to_hex();
+    for digits in [6, 7, 64] {
+        let before = rows(&fresh);
+        let prefix = sessctl_store::Prefix::from_hex(&hex[..digits]).unwrap();
+        let found = fresh.ids_with_prefix(&prefix).unwrap();
+        assert!(found.contains(&blobs[2000]), "{digits} digits: {found:?}");
+        assert!(found
+            .iter()
+            .all(|id| id.to_hex().starts_with(&hex[..digits])));
+        assert!(rows(&fresh) - before <= 3, "{digits} digits");
+    }
+    // The store's figures are counted where they are: no row sent.
+    let before = rows(&fresh);
+    let stats = fresh.stats().unwrap();
+    assert_eq!((stats.packs, stats.pack_objects), (2, total));
+    assert_eq!(rows(&fresh), before);
+
+    // The whole set, read only when asked for it.
+    assert_eq!(fresh.ids().unwrap().len(), total);
+    assert!(rows(&fresh) >= before + total as u64);
+    assert_eq!(open(&r).odb().resolve(&hex[..7]).unwrap(), blobs[2000]);
+}
+
+/// A handle told an object is absent asks again the next time: an object
+/// another handle stores meanwhile is then found (read, `contains`, a
+/// prefix), and a write of it does not store it twice.
+#[test]
+fn an_object_stored_after_a_handle_was_told_it_is_absent_is_then_found() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    store
+        .create(Some("a"), turn(&["first"]), Durability::Sync)
+        .unwrap();
+    let value = json!({"role": "user", "content": "stored later"});
+    let mut batch = WriteBatch::new();
+    let id = batch.blob(&value).unwrap();
+    let prefix = sessctl_store::Prefix::from_hex(&id.to_hex()[..8]).unwrap();
+
+    let reader = open_backend(&r);
+    assert!(!reader.contains(&id).unwrap());
+    assert!(reader.read(&id).unwrap().is_none());
+    assert!(reader.ids_with_prefix(&prefix).unwrap().is_empty());
+    let fresh = open(&r);
+    assert!(matches!(fresh.odb().read(&id), Err(Error::NotFound { .. })));
+
+    store.odb().write(&batch, Durability::Sync).unwrap();
+    assert!(reader.contains(&id).unwrap());
+    assert_eq!(reader.read(&id).unwrap().unwrap().id(), id);
+    assert_eq!(reader.ids_with_prefix(&prefix).unwrap(), [id]);
+    assert_eq!(fresh.odb().blob(&id).unwrap(), value);
+    // The other store handle was told "absent" too; its write finds the
+    // object stored and stores nothing.
+    assert_eq!(fresh.odb().write(&batch, Durability::Sync).unwrap(), 0);
+}
+
+/// A batch read of objects kept in many inline packs (`inline=BYTES`,
+/// "Inline packs") looks their rows up in one query and reads the packs'
+/// bodies in one more, not one query a pack.
+#[test]
+fn a_batch_read_from_inline_packs_reads_their_bodies_in_one_query() {
+    let Some((r, _)) = remote_store() else {
+        return;
+    };
+    let url = format!("{}&inline=65536", r.url);
+    let uncached = S3Settings {
+        cache_dir: None,
+        ..r.s3_settings()
+    };
+    let store = Store::open_remote_with(&url, &OpenOptions::default(), &uncached).unwrap();
+    let (_, first) = store
+        .create(Some("a"), turn(&["turn 0"]), Durability::Sync)
+        .unwrap();
+    let mut sessions = vec![first];
+    for i in 1..40 {
+        let at = store
+            .commit("a", None, turn(&[&format!("turn {i}")]), Durability::Sync)
+            .unwrap();
+        sessions.push(at);
+    }
+    assert!(r.servers.list_keys(&r.name, "store/packs/").is_empty());
+
+    let fresh = RemoteBackend::open_with(&url, &OpenOptions::default(), &uncached).unwrap();
+    let asked = fresh.counts().0;
+    let mut seen = 0;
+    fresh
+        .read_many(&sessions, &mut |_, kind, _| {
+            assert_eq!(kind, sessctl_store::ObjectKind::Session);
+            seen += 1;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(seen, 40);
+    assert_eq!(fresh.counts().0 - asked, 2);
+    assert_eq!(fresh.object_rows(), 40);
 }
 
 /// Puts `body` at `key` in the test's bucket (as `delete_key`, by hand).

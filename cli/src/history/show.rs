@@ -114,17 +114,22 @@ fn abridged(v: &Value) -> String {
     format!("({what}, {} bytes of JSON; see --json)", text.len())
 }
 
-/// The messages at `from..` of a history, with their positions.
+/// The messages at `from..` of a history, with their positions: read as
+/// one batch (on a remote store, one lookup of where they live for the
+/// lot, not one a message).
 fn listed(
     store: &Store,
     history: &[ObjectId],
     from: usize,
 ) -> CmdResult<Vec<(usize, ObjectId, Value)>> {
-    history[from.min(history.len())..]
+    let shown = &history[from.min(history.len())..];
+    let values = store.odb().blobs(shown)?;
+    Ok(shown
         .iter()
+        .zip(values)
         .enumerate()
-        .map(|(k, m)| Ok((from + k, *m, store.odb().blob(m)?)))
-        .collect()
+        .map(|(k, (m, v))| (from + k, *m, v))
+        .collect())
 }
 
 pub fn show(ctx: &Ctx, args: ShowArgs) -> CmdResult {

@@ -341,6 +341,14 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
             visit(i, kind, start..out.len())
         })
     }
+    /// Told that the objects `ids` are about to be read, one by one (the
+    /// sessions a log shows, the messages their summaries read): a backend
+    /// that looks up where each object lives in a round trip (the remote
+    /// one) looks them all up in one. A hint only: nothing is read, and
+    /// what is not there is not remembered as absent.
+    fn locate_ahead(&self, _ids: &[ObjectId]) -> Result<()> {
+        Ok(())
+    }
     fn contains(&self, id: &ObjectId) -> Result<bool>;
     /// Ids that start with `prefix` (deduplicated, sorted).
     fn ids_with_prefix(&self, prefix: &Prefix) -> Result<Vec<ObjectId>>;
@@ -939,17 +947,66 @@ impl Odb {
         hint: &[ObjectId],
         delta: impl Fn(&Session) -> &crate::object::MessageDelta,
     ) -> Result<Vec<(ObjectId, crate::object::MessageDelta)>> {
+        let mut chain = Vec::new();
+        self.walk_first_parents(id, hint, &delta, |at, s| {
+            chain.push((at, delta(&s).clone()));
+        })?;
+        Ok(chain)
+    }
+
+    /// Hands `visit` the sessions from `id` back along first parents to
+    /// one that keeps nothing of its parent by `delta` (or has none),
+    /// newest first, each verified: the sessions a history is made of.
+    /// `hint` is what the caller believes the chain to be (`id` first), as
+    /// in [`Odb::history_along`]; once it is spent (or when there is none),
+    /// a backend that keeps lineage rows names the rest, a closure at a time
+    /// ([`Odb::lineage_stretch`]). Sessions the chain names are read a batch
+    /// at a time; the sessions, not the names, decide where it goes.
+    pub fn walk_first_parents(
+        &self,
+        id: &ObjectId,
+        hint: &[ObjectId],
+        delta: impl Fn(&Session) -> &crate::object::MessageDelta,
+        mut visit: impl FnMut(ObjectId, Session),
+    ) -> Result<()> {
         // Sessions read per batch: 1,024 at first (long enough for
         // `in_parts` to read and decode it on two threads), doubling, so
         // that a chain that stops early (a session that keeps nothing of its
         // parent) costs at most 1,024 sessions or its own length more.
         let mut batch = 1024;
-        let mut chain: Vec<(ObjectId, crate::object::MessageDelta)> = Vec::new();
         // The next session to read: always the true first parent of the
         // last one read, which `hint[from]` names while the hint agrees.
         let mut at = *id;
+        let mut hint = std::borrow::Cow::Borrowed(hint);
         let mut from = 0;
-        while hint.get(from) == Some(&at) {
+        // Whether the backend's lineage rows may name more of the chain:
+        // asked once the walk has left `id` (a session that keeps nothing
+        // of its parent needs no walk), and again only where the last
+        // stretch was cut short by the closure's size, not by its end.
+        let mut ask_lineage = true;
+        let mut left_id = false;
+        loop {
+            if hint.get(from) != Some(&at) && ask_lineage && left_id {
+                let (stretch, more) = self.lineage_stretch(&at)?;
+                ask_lineage = more;
+                if stretch.len() > 1 {
+                    hint = std::borrow::Cow::Owned(stretch);
+                    from = 0;
+                }
+            }
+            left_id = true;
+            if hint.get(from) != Some(&at) {
+                // One session, as the hint does not name it.
+                let s = self.session(&at)?;
+                let stop = delta(&s).base == 0;
+                let parent = s.first_parent();
+                visit(at, s);
+                match (stop, parent) {
+                    (true, _) | (_, None) => return Ok(()),
+                    (false, Some(p)) => at = p,
+                }
+                continue;
+            }
             let part = &hint[from..hint.len().min(from + batch)];
             batch = (batch * 2).min(1 << 14);
             let read = self.in_parts(part, |p| {
@@ -970,19 +1027,21 @@ impl Odb {
             });
             let Ok(parts) = read else {
                 // Something the hint names does not read as a session (it
-                // may not be on the chain at all): the walk below reads the
-                // chain itself and reports what is really wrong, if anything.
-                break;
+                // may not be on the chain at all): the walk reads the chain
+                // itself, one session at a time, and reports what is really
+                // wrong, if anything.
+                hint = std::borrow::Cow::Borrowed(&[]);
+                ask_lineage = false;
+                continue;
             };
             let sessions = parts.into_iter().flatten();
             for (i, s) in sessions.enumerate() {
                 let s = s.ok_or(Error::NotFound { id: part[i] })?;
-                let d = delta(&s).clone();
-                let stop = d.base == 0;
+                let stop = delta(&s).base == 0;
                 let parent = s.first_parent();
-                chain.push((part[i], d));
+                visit(part[i], s);
                 match (stop, parent) {
-                    (true, _) | (_, None) => return Ok(chain),
+                    (true, _) | (_, None) => return Ok(()),
                     (false, Some(p)) => at = p,
                 }
                 if hint.get(from + i + 1) != Some(&at) {
@@ -991,18 +1050,37 @@ impl Odb {
             }
             from += part.len();
         }
-        loop {
-            let s = self.session(&at)?;
-            let d = delta(&s).clone();
-            let stop = d.base == 0;
-            let parent = s.first_parent();
-            chain.push((at, d));
-            match (stop, parent) {
-                (true, _) | (_, None) => break,
-                (false, Some(p)) => at = p,
+    }
+
+    /// The first-parent chain from `id` (`id` first) as far as the lineage
+    /// rows the backend keeps name it, read in one round trip (a closure:
+    /// see [`ObjectBackend::lineage_closure`]), and whether they may name
+    /// more past its end (the closure was cut at its size). Empty where
+    /// the backend keeps no lineage or `id` has no row. Derived data: the
+    /// sessions, read next, decide.
+    fn lineage_stretch(&self, id: &ObjectId) -> Result<(Vec<ObjectId>, bool)> {
+        let limit = crate::store::CLOSURE_ROWS;
+        let Some(rows) = self.backend.lineage_closure(id, limit)? else {
+            return Ok((Vec::new(), false));
+        };
+        let first_parent: IdMap<Option<ObjectId>> = rows
+            .iter()
+            .map(|r| (r.id, r.parents.first().copied()))
+            .collect();
+        let mut chain = Vec::new();
+        let mut next = Some(*id);
+        while let Some(at) = next {
+            // Bounded by the rows: a cycle (damage) cannot loop.
+            if chain.len() >= rows.len() {
+                break;
             }
+            let Some(parent) = first_parent.get(&at) else {
+                break;
+            };
+            chain.push(at);
+            next = *parent;
         }
-        Ok(chain)
+        Ok((chain, rows.len() >= limit))
     }
 
     pub fn repack(&self, opts: &RepackOptions) -> Result<RepackStats> {

@@ -20,6 +20,12 @@ use crate::time::now_ms;
 use super::builder::Built;
 use super::{Run, Store, Transaction};
 
+/// The messages of each session whose places [`Store::read_ahead_sessions`]
+/// looks up ahead, newest first: a summary line reads back to the last
+/// prompt, which is nearly always among the last few (the rest, when it
+/// reads further, are looked up as it reads them).
+const SUMMARY_MESSAGES_AHEAD: usize = 8;
+
 /// How messages are given to a commit.
 #[derive(Debug, Clone)]
 pub enum Messages {
@@ -134,9 +140,39 @@ impl Store {
     /// Tells the store that `ids` are about to be shown (a log's next
     /// entries): on a remote store, their summaries and conversation names
     /// are read in two round trips for the lot rather than one or more
-    /// each. Nothing for a local store.
+    /// each, and where the objects their summary lines read live
+    /// ([`Store::summary_line`]: the session, unless the index has its
+    /// title, then the messages it added, newest first) in two more. The
+    /// sessions are read here for that (each pack fetched once, as the
+    /// entries would), so before the first of them is shown. Nothing for a
+    /// local store.
     pub fn read_ahead_sessions(&self, ids: &[ObjectId]) -> Result<()> {
-        self.index.read_ahead_sessions(ids)
+        self.index.read_ahead_sessions(ids)?;
+        if !self.index.is_kept() {
+            return Ok(());
+        }
+        let untitled: Vec<ObjectId> = ids
+            .iter()
+            .filter(|id| !matches!(self.index.session(id), Ok(Some(i)) if i.title.is_some()))
+            .copied()
+            .collect();
+        if untitled.is_empty() {
+            return Ok(());
+        }
+        // A hint: an absent or damaged session stops the reading here, and
+        // is met again, and reported, when its entry is shown.
+        let backend = self.odb.backend();
+        let mut added = Vec::new();
+        let _ = backend.read_many(&untitled, &mut |_, kind, payload| {
+            if kind == crate::object::ObjectKind::Session {
+                if let Ok(s) = crate::object::Session::decode(payload) {
+                    let newest = s.messages.added.iter().rev();
+                    added.extend(newest.take(SUMMARY_MESSAGES_AHEAD).copied());
+                }
+            }
+            Ok(())
+        });
+        backend.locate_ahead(&added)
     }
 
     /// What the index knows of a session; for one it has not seen (not yet

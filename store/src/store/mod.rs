@@ -39,6 +39,7 @@ use crate::refs::{Hash, Operation, RefName, RefTarget, ReflogEntry};
 
 pub use conversation::{Cut, ForkOptions, Messages, Turn};
 pub use hook::{AfterCommit, AfterCommitError};
+pub(crate) use kept_lineage::CLOSURE_ROWS;
 pub use put::{Expect, Put, PutConversation};
 pub use run::Run;
 pub use transaction::{Committed, Transaction};
@@ -448,6 +449,21 @@ impl Store {
     pub fn history(&self, id: &ObjectId) -> Result<Vec<ObjectId>> {
         let chain = self.first_parent_chain(id);
         self.odb.history_along(id, &chain)
+    }
+
+    /// The sessions a history is made of ([`Odb::walk_first_parents`] by
+    /// their messages): from `id` back along first parents to the first
+    /// that keeps nothing of its parent, newest first, read as
+    /// [`Store::history`] reads them.
+    pub(crate) fn history_sessions(
+        &self,
+        id: &ObjectId,
+    ) -> Result<Vec<(ObjectId, crate::object::Session)>> {
+        let chain = self.first_parent_chain(id);
+        let mut sessions = Vec::new();
+        self.odb
+            .walk_first_parents(id, &chain, |s| &s.messages, |at, s| sessions.push((at, s)))?;
+        Ok(sessions)
     }
 
     /// The messages of a session's full history, in order, as JSON values

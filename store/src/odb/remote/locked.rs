@@ -114,14 +114,15 @@ impl RemoteBackend {
             }
         }
         let Some(answers) = answers else {
-            // The lock is no longer held: the answer of any read.
-            let mut out = IdSet::default();
-            for id in ids {
-                if self.lookup(id)?.is_some() {
-                    out.insert(*id);
-                }
-            }
-            return Ok(out);
+            // The lock is no longer held: the answer of any read, asked in
+            // one query.
+            self.locate(ids)?;
+            let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+            return Ok(ids
+                .iter()
+                .filter(|id| known.objects.contains_key(*id))
+                .copied()
+                .collect());
         };
         let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
         let mut out = IdSet::default();

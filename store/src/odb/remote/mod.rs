@@ -27,6 +27,7 @@
 
 mod claims;
 mod lineage;
+mod locate;
 mod locked;
 mod pack;
 mod sweep;
@@ -357,13 +358,17 @@ struct PackRow {
     inline: bool,
 }
 
-/// What this handle has read of the `objects` and `packs` tables.
+/// What this handle has read of the `objects` and `packs` tables: the
+/// places of the objects it looked up (see `locate.rs`), never an absence,
+/// and the packs they name.
 #[derive(Debug, Default)]
 struct Known {
     objects: IdMap<Loc>,
     packs: HashMap<i64, PackRow>,
-    /// The highest pack row read: rows are numbered in commit order (see
-    /// the migration), so the next refresh reads those above it.
+    /// The highest pack row a read of the whole table has covered (0: none
+    /// yet): rows are numbered in commit order (see the migration), so the
+    /// next such read reads only those above it
+    /// ([`RemoteBackend::load_rows`]).
     seen: i64,
 }
 
@@ -398,9 +403,6 @@ pub struct RemoteBackend {
     rt: tokio::runtime::Runtime,
     s3: AmazonS3,
     known: RwLock<Known>,
-    /// Whether `known` holds the object rows (read on first need, see
-    /// [`RemoteBackend::load_rows`]).
-    loaded: AtomicBool,
     /// What this handle read under the write lock while it holds it (see
     /// [`UnderLock`]); `None` the rest of the time.
     under_lock: Mutex<Option<UnderLock>>,
@@ -431,17 +433,19 @@ pub struct RemoteBackend {
     /// The write's statement as prepared on the writer connection, and the
     /// count of connections it was prepared at (see `write.rs`).
     write_stmt: Mutex<Option<(u64, postgres::Statement)>>,
-    /// Test-only figures: statements run on the reader connection, and
-    /// operation rows read.
+    /// Test-only figures: statements run on the reader connection,
+    /// operation rows and object rows read.
     counts: Counts,
 }
 
 /// What a handle asked PostgreSQL, for tests that check that opening a
-/// store replays nothing ([`RemoteBackend::counts`]).
+/// store replays nothing ([`RemoteBackend::counts`]) and that a read looks
+/// up only the objects it needs ([`RemoteBackend::object_rows`]).
 #[derive(Debug, Default)]
 struct Counts {
     queries: std::sync::atomic::AtomicU64,
     op_rows: std::sync::atomic::AtomicU64,
+    object_rows: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for RemoteBackend {
@@ -591,6 +595,12 @@ impl RemoteBackend {
         )
     }
 
+    /// `sessctl.objects` rows this handle has read so far (for tests: a
+    /// read looks up the objects it needs, not the whole table).
+    pub fn object_rows(&self) -> u64 {
+        self.counts.object_rows.load(Ordering::Relaxed)
+    }
+
     /// Applies the migrations the schema lacks, in one transaction under
     /// the advisory lock that orders initialisers. Returns whether the
     /// schema was new.
@@ -699,7 +709,6 @@ impl RemoteBackend {
             rt,
             s3,
             known: RwLock::new(Known::default()),
-            loaded: AtomicBool::new(false),
             under_lock: Mutex::new(None),
             lock_epochs: Default::default(),
             sweeps_seen: std::sync::atomic::AtomicI64::new(-1),
@@ -846,8 +855,8 @@ impl RemoteBackend {
         }
     }
 
-    /// The objects among `objects` this handle does not know to be stored,
-    /// each once.
+    /// The objects among `objects` this handle does not know to be stored
+    /// (after [`RemoteBackend::locate`] asked about them), each once.
     fn unknown<'o>(&self, objects: &'o [EncodedObject]) -> Vec<&'o EncodedObject> {
         let known = self.known.read().unwrap_or_else(|p| p.into_inner());
         let mut seen = IdSet::default();
@@ -898,57 +907,21 @@ impl RemoteBackend {
         })
     }
 
-    /// Where `id` lives; reads the tables again when this handle does not
-    /// know it (unless nothing can have changed).
-    /// Reads the pack and object rows committed since this handle last
-    /// looked (one query): where each object lives. The first call reads
-    /// them all (O(objects), the price of a handle's first object read or
-    /// write); later ones only the packs committed since.
+    /// Reads every object row of the packs committed since the last such
+    /// read (one query): where each object lives. The first call reads
+    /// them all (O(objects)); later ones only the packs committed since.
+    /// For the verbs that need the whole set (gc's marking, fsck, a scan,
+    /// a reindex), and only those: a read looks up what it needs
+    /// ([`RemoteBackend::locate`]).
     fn load_rows(&self) -> Result<()> {
         let seen = self.known.read().unwrap_or_else(|p| p.into_inner()).seen;
-        let sql = format!(
-            "SELECT o.id, o.pack, o.kind, o.off, o.len, p.key, p.bytes, p.created_at, {}
-             FROM sessctl.objects o JOIN sessctl.packs p ON p.id = o.pack
-             WHERE o.pack > $1",
-            self.inline_column()
-        );
-        let rows = self.with_reader(|c| c.query(&sql, &[&seen]))?;
-        self.loaded.store(true, Ordering::Release);
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
-        for r in rows {
-            let id_bytes: Vec<u8> = r.get(0);
-            let pack: i64 = r.get(1);
-            let kind: i16 = r.get(2);
-            let bad = |reason: String| Error::Remote {
-                what: self.url.shown.clone(),
-                reason,
-            };
-            let id = ObjectId::from_slice(&id_bytes)
-                .ok_or_else(|| bad(format!("an object row has a {}-byte id", id_bytes.len())))?;
-            let kind = u8::try_from(kind)
-                .ok()
-                .and_then(ObjectKind::from_code)
-                .ok_or_else(|| bad(format!("object {id} has unknown kind {kind}")))?;
-            let (off, len): (i64, i64) = (r.get(3), r.get(4));
-            known.objects.insert(
-                id,
-                Loc {
-                    pack,
-                    kind,
-                    off: off.max(0) as u64,
-                    len: len.max(0) as u64,
-                },
-            );
-            known.packs.entry(pack).or_insert_with(|| PackRow {
-                key: r.get(5),
-                bytes: r.get::<_, i64>(6).max(0) as u64,
-                created_at: r.get(7),
-                inline: r.get(8),
-            });
-            known.seen = known.seen.max(pack);
+        let sql = format!("SELECT {} WHERE o.pack > $1", self.row_columns());
+        let rows = self.with_reader(|c| c.query_typed(&sql, &[(&seen, Type::INT8)]))?;
+        self.remember_rows(&rows)?;
+        let top = rows.iter().map(|r| r.get::<_, i64>(1)).max();
+        if let Some(top) = top {
+            let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+            known.seen = known.seen.max(top);
         }
         Ok(())
     }
@@ -963,6 +936,9 @@ impl RemoteBackend {
         }
     }
 
+    /// Where `id` lives: as this handle found it, else asked of
+    /// PostgreSQL (one row). An absence is not remembered: the next ask
+    /// asks again, and finds an object stored meanwhile.
     fn lookup(&self, id: &ObjectId) -> Result<Option<Loc>> {
         let hit = |s: &Self| {
             s.known
@@ -979,7 +955,7 @@ impl RemoteBackend {
             // Asked under the write lock already: not stored.
             return Ok(None);
         }
-        self.load_rows()?;
+        self.locate(std::slice::from_ref(id))?;
         Ok(hit(self))
     }
 
@@ -1483,8 +1459,10 @@ impl ObjectBackend for RemoteBackend {
         if self.read_only {
             return Ok(());
         }
-        // What is stored already is left out: the object rows first.
-        self.load_rows()?;
+        // What is stored already is left out: PostgreSQL asked, in one
+        // query, about the objects this handle does not know to be stored.
+        let ids: Vec<ObjectId> = objects.iter().map(EncodedObject::id).collect();
+        self.locate(&ids)?;
         let new = self.unknown(objects);
         if new.is_empty() {
             return Ok(());
@@ -1679,17 +1657,6 @@ impl ObjectBackend for RemoteBackend {
         Ok((new.len(), SyncTicket((0, seq as u64))))
     }
 
-    /// Catching up, for the store: the object rows are read once the
-    /// handle has needed them ([`RemoteBackend::load_rows`]), never at
-    /// open: listing and ref reads come from the index keys and need
-    /// none.
-    fn refresh(&self) -> Result<()> {
-        if self.loaded.load(Ordering::Acquire) {
-            self.load_rows()?;
-        }
-        Ok(())
-    }
-
     /// PostgreSQL's commit is the write's durability.
     fn sync(&self, _ticket: SyncTicket) -> Result<()> {
         Ok(())
@@ -1750,6 +1717,51 @@ impl ObjectBackend for RemoteBackend {
         }
     }
 
+    /// The places of the objects not known yet looked up first, in one
+    /// query, and the bodies of the inline packs they are in read in one
+    /// more; then each read pack by pack (each pack's body fetched once).
+    fn read_many(&self, ids: &[ObjectId], visit: &mut super::Visit<'_>) -> Result<()> {
+        self.locate(ids)?;
+        let inline: Vec<(i64, String)> = {
+            let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+            let packs: std::collections::BTreeSet<i64> = ids
+                .iter()
+                .filter_map(|id| known.objects.get(id).map(|l| l.pack))
+                .collect();
+            packs
+                .into_iter()
+                .filter_map(|p| {
+                    let row = known.packs.get(&p)?;
+                    row.inline.then(|| (p, row.key.clone()))
+                })
+                .collect()
+        };
+        self.prefetch_inline(&inline)?;
+        let order: Vec<usize> = {
+            let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+            let mut v: Vec<(i64, u64, usize)> = ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| match known.objects.get(id) {
+                    Some(l) => (l.pack, l.off, i),
+                    // Not stored: its read says so, in its turn.
+                    None => (i64::MAX, 0, i),
+                })
+                .collect();
+            v.sort_unstable();
+            v.into_iter().map(|(_, _, i)| i).collect()
+        };
+        for i in order {
+            let obj = self.read(&ids[i])?.ok_or(Error::NotFound { id: ids[i] })?;
+            visit(i, obj.kind(), obj.payload())?;
+        }
+        Ok(())
+    }
+
+    fn locate_ahead(&self, ids: &[ObjectId]) -> Result<()> {
+        self.locate(ids)
+    }
+
     fn contains(&self, id: &ObjectId) -> Result<bool> {
         if self.holds_lock() {
             return self.contains_locked(id);
@@ -1757,17 +1769,9 @@ impl ObjectBackend for RemoteBackend {
         Ok(self.lookup(id)?.is_some())
     }
 
+    /// A range scan of the primary key (see `locate.rs`).
     fn ids_with_prefix(&self, prefix: &Prefix) -> Result<Vec<ObjectId>> {
-        self.load_rows()?;
-        let known = self.known.read().unwrap_or_else(|p| p.into_inner());
-        let mut v: Vec<ObjectId> = known
-            .objects
-            .keys()
-            .filter(|id| prefix.matches(id))
-            .copied()
-            .collect();
-        v.sort_unstable();
-        Ok(v)
+        self.located_with_prefix(prefix)
     }
 
     fn ids(&self) -> Result<Vec<ObjectId>> {
@@ -1821,6 +1825,18 @@ impl ObjectBackend for RemoteBackend {
         Ok(self.prune_bucket(before_ms)?.deleted)
     }
 
+    fn stored_at_of(&self, ids: &[ObjectId]) -> Result<IdMap<i64>> {
+        self.locate(ids)?;
+        let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+        Ok(ids
+            .iter()
+            .filter_map(|id| {
+                let l = known.objects.get(id)?;
+                Some((*id, known.packs.get(&l.pack).map_or(0, |p| p.created_at)))
+            })
+            .collect())
+    }
+
     fn stored_at(&self) -> Result<HashMap<ObjectId, i64>> {
         self.load_rows()?;
         let known = self.known.read().unwrap_or_else(|p| p.into_inner());
@@ -1832,14 +1848,7 @@ impl ObjectBackend for RemoteBackend {
     }
 
     fn stats(&self) -> Result<OdbStats> {
-        self.load_rows()?;
-        let known = self.known.read().unwrap_or_else(|p| p.into_inner());
-        Ok(OdbStats {
-            packs: known.packs.len(),
-            pack_objects: known.objects.len(),
-            pack_bytes: known.packs.values().map(|p| p.bytes).sum(),
-            ..OdbStats::default()
-        })
+        self.counted_stats()
     }
 
     /// Fetches every pack and checks it against its name, and every
