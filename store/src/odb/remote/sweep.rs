@@ -16,6 +16,7 @@
 use std::collections::{HashMap, HashSet};
 
 use object_store::{ObjectStore, ObjectStoreExt};
+use postgres::types::Type;
 use postgres::Client;
 
 use super::{pack, pack_key, Loc, PackRow, RemoteBackend, Staged, INLINE_SCHEMA, SWEEPS_SCHEMA};
@@ -601,41 +602,17 @@ impl RemoteBackend {
     /// and deleted past the grace period): its row read again.
     /// Returns its pack row now (`None`: gc dropped it).
     pub(super) fn relocate(&self, id: &ObjectId) -> Result<Option<i64>> {
-        let sql = format!(
-            "SELECT o.pack, o.kind, o.off, o.len, p.key, p.bytes, p.created_at, {}
-             FROM sessctl.objects o JOIN sessctl.packs p ON p.id = o.pack WHERE o.id = $1",
-            self.inline_column()
-        );
-        let row = self.with_reader(|c| c.query_opt(&sql, &[&id.as_bytes().as_slice()]))?;
-        let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
-        let Some(r) = row else {
+        let sql = format!("SELECT {} WHERE o.id = $1", self.row_columns());
+        let rows = self.with_reader(|c| {
+            c.query_typed(&sql, &[(&id.as_bytes().as_slice(), Type::BYTEA)])
+        })?;
+        if rows.is_empty() {
+            let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
             known.objects.remove(id);
             return Ok(None);
-        };
-        let pack: i64 = r.get(0);
-        let kind: i16 = r.get(1);
-        let kind = u8::try_from(kind)
-            .ok()
-            .and_then(crate::object::ObjectKind::from_code)
-            .ok_or_else(|| Error::Remote {
-                what: self.url.shown.clone(),
-                reason: format!("object {id} has unknown kind {kind}"),
-            })?;
-        known.objects.insert(
-            *id,
-            Loc {
-                pack,
-                kind,
-                off: r.get::<_, i64>(2).max(0) as u64,
-                len: r.get::<_, i64>(3).max(0) as u64,
-            },
-        );
-        known.packs.entry(pack).or_insert_with(|| PackRow {
-            key: r.get(4),
-            bytes: r.get::<_, i64>(5).max(0) as u64,
-            created_at: r.get(6),
-            inline: r.get(7),
-        });
-        Ok(Some(pack))
+        }
+        self.remember_rows(&rows)?;
+        let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+        Ok(known.objects.get(id).map(|l| l.pack))
     }
 }
