@@ -44,6 +44,11 @@ pub use remote::{
     SEAL_BYTES as REMOTE_SEAL_BYTES,
 };
 
+/// How many lineage rows one closure fetches at most
+/// ([`ObjectBackend::lineage_closure`]): a walk of N sessions costs about N
+/// / this many queries (objects-format.md, "Lineage rows").
+pub const CLOSURE_ROWS: usize = 4096;
+
 /// How long a write waits for the write lock by default: far longer than
 /// any write holds it (a commit holds it for well under a millisecond; gc
 /// and repack for the rename and unlink of their files).
@@ -1059,7 +1064,7 @@ impl Odb {
     /// the backend keeps no lineage or `id` has no row. Derived data: the
     /// sessions, read next, decide.
     fn lineage_stretch(&self, id: &ObjectId) -> Result<(Vec<ObjectId>, bool)> {
-        let limit = crate::store::CLOSURE_ROWS;
+        let limit = CLOSURE_ROWS;
         let Some(rows) = self.backend.lineage_closure(id, limit)? else {
             return Ok((Vec::new(), false));
         };

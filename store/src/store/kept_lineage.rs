@@ -13,11 +13,7 @@ use std::sync::Mutex;
 use crate::error::Result;
 use crate::graph::Node;
 use crate::hash::{IdMap, IdSet, ObjectId};
-use crate::odb::ObjectBackend;
-
-/// How many rows one miss fetches at most: a walk of N sessions costs
-/// about N / this many queries (objects-format.md, "Lineage rows").
-pub const CLOSURE_ROWS: usize = 4096;
+use crate::odb::{ObjectBackend, CLOSURE_ROWS};
 
 #[derive(Debug, Default)]
 pub(super) struct KeptLineage {

@@ -39,7 +39,6 @@ use crate::refs::{Hash, Operation, RefName, RefTarget, ReflogEntry};
 
 pub use conversation::{Cut, ForkOptions, Messages, Turn};
 pub use hook::{AfterCommit, AfterCommitError};
-pub(crate) use kept_lineage::CLOSURE_ROWS;
 pub use put::{Expect, Put, PutConversation};
 pub use run::Run;
 pub use transaction::{Committed, Transaction};
