@@ -603,9 +603,8 @@ impl RemoteBackend {
     /// Returns its pack row now (`None`: gc dropped it).
     pub(super) fn relocate(&self, id: &ObjectId) -> Result<Option<i64>> {
         let sql = format!("SELECT {} WHERE o.id = $1", self.row_columns());
-        let rows = self.with_reader(|c| {
-            c.query_typed(&sql, &[(&id.as_bytes().as_slice(), Type::BYTEA)])
-        })?;
+        let rows =
+            self.with_reader(|c| c.query_typed(&sql, &[(&id.as_bytes().as_slice(), Type::BYTEA)]))?;
         if rows.is_empty() {
             let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
             known.objects.remove(id);

@@ -212,6 +212,13 @@ impl RemoteBackend {
             (seq, hash) = (op.seq as i64, Some(h.to_vec()));
             decoded.push(op);
         }
+        if pack.is_none() && ops.is_empty() {
+            // Everything was stored already, and nothing moves.
+            return Ok(Recorded {
+                pack_row: None,
+                seq,
+            });
+        }
         let mut refs = RefMoves::default();
         for u in decoded.iter().flat_map(|op| &op.refs) {
             refs.push(u);
