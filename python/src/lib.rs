@@ -405,12 +405,9 @@ impl Store {
         let p = path.clone();
         let inner = py
             .detach(move || -> Result<Inner, Error> {
-                let fresh = !p.exists()
-                    || (p.is_dir()
-                        && std::fs::read_dir(&p)
-                            .map(|mut d| d.next().is_none())
-                            .unwrap_or(false));
-                if create && fresh {
+                // Missing, empty, or being made a store by another process
+                // right now (which then wins: `AlreadyExists`).
+                if create && sessctl_store::odb::may_init(&p) {
                     match Inner::init(&p) {
                         Ok(_) => {}
                         // Another process created it first.

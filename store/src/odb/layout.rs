@@ -31,21 +31,67 @@ pub const FORMAT_PREFIX: &str = "sessctl store format ";
 
 /// Creates an empty store layout at `path`: `journal/`, `packs/` and, last,
 /// `FORMAT`, whose presence is what makes the directory a store.
+///
+/// Several processes may create one store at once (each agent worker
+/// opening it with `create`): `FORMAT` is written whole under a temporary
+/// name and linked to its name, which only the first of them gets; the
+/// others are told `AlreadyExists`, and never rewrite a `FORMAT` another
+/// process may since have raised. Until then the directory holds only
+/// what this makes ([`INIT_ENTRIES`]): an init under way, or one a crash
+/// stopped, which the next init finishes.
 pub fn init_layout(path: &Path) -> Result<()> {
     let format = path.join("FORMAT");
+    let exists = || Error::AlreadyExists {
+        path: path.to_path_buf(),
+    };
     if format.exists() {
-        return Err(Error::AlreadyExists {
-            path: path.to_path_buf(),
-        });
+        return Err(exists());
     }
     fs::create_dir_all(path.join("journal")).at(path)?;
     fs::create_dir_all(path.join("packs")).at(path)?;
     let text = format!("{FORMAT_PREFIX}{STORE_FORMAT_INITIAL}\n");
-    AtomicFile::replace(&format, text.as_bytes(), Durability::Sync)?;
+    // Its own name, for each thread of each process.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.join(format!(".tmp-FORMAT-{}-{n}", std::process::id()));
+    let linked = fs::write(&tmp, text.as_bytes())
+        .and_then(|()| fs::File::open(&tmp)?.sync_all())
+        .and_then(|()| fs::hard_link(&tmp, &format));
+    let _ = fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => journal::sync_dir(path)?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(exists()),
+        // A file system without hard links: renamed over, as before.
+        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+            AtomicFile::replace(&format, text.as_bytes(), Durability::Sync)?
+        }
+        Err(e) => return Err(Error::io(&format, e)),
+    }
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         journal::sync_dir(parent)?;
     }
     Ok(())
+}
+
+/// What a directory holds while [`init_layout`] makes a store of it, before
+/// `FORMAT` (and its temporary files, `.tmp-FORMAT-<pid>-<n>`).
+pub const INIT_ENTRIES: [&str; 2] = ["journal", "packs"];
+
+/// Whether `path` is free to become a store: it does not exist, or it is a
+/// directory without `FORMAT` that holds nothing but what an init makes
+/// (empty, or an init under way or stopped by a crash).
+pub fn may_init(path: &Path) -> bool {
+    if path.join("FORMAT").exists() {
+        return false;
+    }
+    match fs::read_dir(path) {
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        Ok(entries) => entries.flatten().all(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            INIT_ENTRIES.contains(&name.as_ref()) || name.starts_with(".tmp-FORMAT-")
+        }),
+    }
 }
 
 /// Checks that `path` is a store of a format this sessctl reads: its
@@ -97,5 +143,68 @@ fn format_version(path: &Path) -> Result<u32> {
             path: format,
             found: text.chars().take(64).collect(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+    use super::*;
+
+    /// Eight threads making one store at once: exactly one makes it, the
+    /// others are told it exists, and it reads as a new store.
+    #[test]
+    fn one_of_many_concurrent_inits_makes_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let go = std::sync::Barrier::new(8);
+        let outcomes: Vec<Result<()>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| {
+                        go.wait();
+                        init_layout(&path)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(outcomes.iter().filter(|o| o.is_ok()).count(), 1);
+        for o in outcomes.iter().filter(|o| o.is_err()) {
+            assert!(matches!(o, Err(Error::AlreadyExists { .. })), "{o:?}");
+        }
+        assert_eq!(format_version(&path).unwrap(), STORE_FORMAT_INITIAL);
+        let mut left: Vec<String> = fs::read_dir(&path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["FORMAT", "journal", "packs"]);
+    }
+
+    /// A directory may become a store while it is missing, empty, or holds
+    /// only what an init makes before `FORMAT`; never once it holds
+    /// anything else, nor a store.
+    #[test]
+    fn what_may_become_a_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        assert!(may_init(&path));
+        fs::create_dir(&path).unwrap();
+        assert!(may_init(&path));
+        for d in INIT_ENTRIES {
+            fs::create_dir(path.join(d)).unwrap();
+        }
+        fs::write(path.join(".tmp-FORMAT-1"), "").unwrap();
+        assert!(may_init(&path));
+        fs::write(path.join("notes.txt"), "mine").unwrap();
+        assert!(!may_init(&path));
+        fs::remove_file(path.join("notes.txt")).unwrap();
+        init_layout(&path).unwrap();
+        assert!(!may_init(&path));
+        assert!(matches!(
+            init_layout(&path),
+            Err(Error::AlreadyExists { .. })
+        ));
     }
 }

@@ -34,8 +34,8 @@ use crate::object::{blob, Blob, EncodedObject, Object, ObjectKind, Raw, Session}
 pub use disk::DiskBackend;
 pub(crate) use layout::raise_format;
 pub use layout::{
-    check_format, init_layout, FORMAT_PREFIX, STORE_FORMAT_EXPIRE, STORE_FORMAT_INITIAL,
-    STORE_FORMAT_RAW, STORE_FORMAT_VERSION,
+    check_format, init_layout, may_init, FORMAT_PREFIX, INIT_ENTRIES, STORE_FORMAT_EXPIRE,
+    STORE_FORMAT_INITIAL, STORE_FORMAT_RAW, STORE_FORMAT_VERSION,
 };
 pub use memory::MemoryBackend;
 #[cfg(feature = "remote")]
