@@ -61,11 +61,10 @@ pub fn init_layout(path: &Path) -> Result<()> {
     match linked {
         Ok(()) => journal::sync_dir(path)?,
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(exists()),
-        // A file system without hard links: renamed over, as before.
-        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
-            AtomicFile::replace(&format, text.as_bytes(), Durability::Sync)?
-        }
-        Err(e) => return Err(Error::io(&format, e)),
+        // A file system without hard links (some refuse them as a
+        // permission): renamed over, as before; a directory that takes no
+        // file at all fails there, naming it.
+        Err(_) => AtomicFile::replace(&format, text.as_bytes(), Durability::Sync)?,
     }
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         journal::sync_dir(parent)?;
