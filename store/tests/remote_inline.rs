@@ -308,10 +308,7 @@ fn the_example_objects_inline_rows_match_the_golden_fixture() {
         .join("../tests/fixtures/remote-inline-v6/rows.txt");
     let fixture = std::fs::read_to_string(fixture).unwrap();
     assert_eq!(rows, fixture);
-    let spec = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../objects-format.md"),
-    )
-    .unwrap();
+    let spec = support::spec();
     for line in fixture.lines() {
         assert!(spec.contains(line), "objects-format.md lacks {line}");
     }
