@@ -1601,6 +1601,71 @@ fn open_backend(r: &servers::Remote) -> RemoteBackend {
     RemoteBackend::open_with(&r.url, &OpenOptions::default(), &r.s3_settings()).unwrap()
 }
 
+/// What a writer says it will read under the lock comes back with the
+/// lock, in its round trip (objects-format.md, "Remote writes", step 2):
+/// under the lock, every key and object asked about is answered, present
+/// or absent, from that read, and as PostgreSQL holds it; and a lock taken
+/// without it (by another hold of the same handle) reads as before.
+#[test]
+fn the_reads_a_writer_announces_come_back_with_the_lock() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    let (_, root) = store
+        .create(Some("a"), turn(&["first", "ok"]), Durability::Sync)
+        .unwrap();
+    // Every key there is, as PostgreSQL holds it.
+    let rows: Vec<(Vec<u8>, Vec<u8>)> = index_keys(&r)
+        .lines()
+        .map(|l| {
+            let (k, v) = l.split_once(' ').unwrap();
+            (hex(k), hex(v))
+        })
+        .collect();
+    assert!(rows.len() > 4, "{rows:?}");
+    let absent_key = b"c:no-such-conversation".to_vec();
+    let absent_id = ObjectId::from_bytes([7; 32]);
+    let mut keys: Vec<Vec<u8>> = rows.iter().map(|(k, _)| k.clone()).collect();
+    keys.push(absent_key.clone());
+    let ids = vec![root, absent_id];
+
+    let backend = open_backend(&r);
+    let kept = backend.kept_index().unwrap();
+    kept.read_with_lock(&keys, &ids);
+    let lock = backend.write_lock().unwrap();
+    let asked = backend.counts().0;
+    for (k, v) in &rows {
+        assert_eq!(kept.index_get(k).unwrap().as_ref(), Some(v), "{k:?}");
+    }
+    assert_eq!(kept.index_get(&absent_key).unwrap(), None);
+    assert!(backend.contains(&root).unwrap());
+    assert!(!backend.contains(&absent_id).unwrap());
+    // All of it from the lock's read: nothing asked on the reader.
+    assert_eq!(backend.counts().0, asked);
+    drop(lock);
+
+    // The next hold was told nothing: it asks when asked.
+    let lock = backend.write_lock().unwrap();
+    let asked = backend.counts().0;
+    assert_eq!(
+        kept.index_get(&rows[0].0).unwrap().as_ref(),
+        Some(&rows[0].1)
+    );
+    assert_eq!(backend.counts().0, asked + 1);
+    drop(lock);
+    // And the store writes on through it all.
+    store
+        .commit("a", Some(root), turn(&["more"]), Durability::Sync)
+        .unwrap();
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
 /// A fresh handle on a store of many objects looks up where the objects
 /// it reads live, a few rows for a few objects, never the whole table
 /// (objects-format.md, "Object rows"): one object read is one row, a batch

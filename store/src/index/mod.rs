@@ -205,21 +205,17 @@ impl Index {
         Ok(ix)
     }
 
-    /// Tells a backend that keeps the keys, under the write lock, what a
-    /// write is about to read (see [`crate::odb::KeptIndex::read_ahead_locked`]):
-    /// the keys its checks and its effects read for `refs`,
-    /// `conversations` and `sessions` (decoded, new), and whether `ids` are
-    /// stored. Nothing for an index of its own.
-    pub(crate) fn read_ahead<'a>(
+    /// The keys a write's checks and its index effects read for `refs`,
+    /// `conversations` and `sessions` (decoded, new), for
+    /// [`Index::read_with_lock`] and [`Index::read_ahead`]. None for an
+    /// index of its own, which reads nothing from a backend.
+    pub(crate) fn ahead_keys<'a>(
         &self,
         refs: impl Iterator<Item = &'a crate::refs::RefName>,
         conversations: impl Iterator<Item = &'a str>,
         sessions: &[(crate::hash::ObjectId, crate::object::Session)],
-        ids: &[crate::hash::ObjectId],
-    ) -> Result<()> {
-        let Some(kept) = self.kept() else {
-            return Ok(());
-        };
+    ) -> Option<Vec<Vec<u8>>> {
+        self.kept()?;
         let mut keys = Vec::new();
         // HEAD's rule is kept under the lock by every write.
         let names = refs
@@ -245,7 +241,36 @@ impl Index {
         }
         keys.sort_unstable();
         keys.dedup();
-        kept.read_ahead_locked(&keys, ids)
+        Some(keys)
+    }
+
+    /// Tells a backend that keeps the keys, before the write lock is
+    /// taken, what the write will read under it ([`Index::ahead_keys`],
+    /// and whether `ids` are stored): it may read them in the round trip
+    /// that takes the lock (see [`crate::odb::KeptIndex::read_with_lock`]).
+    pub(crate) fn read_with_lock(
+        &self,
+        keys: &Option<Vec<Vec<u8>>>,
+        ids: &[crate::hash::ObjectId],
+    ) {
+        if let (Some(kept), Some(keys)) = (self.kept(), keys) {
+            kept.read_with_lock(keys, ids);
+        }
+    }
+
+    /// Tells a backend that keeps the keys, under the write lock, what a
+    /// write is about to read (see [`crate::odb::KeptIndex::read_ahead_locked`]):
+    /// `keys` from [`Index::ahead_keys`], and whether `ids` are stored.
+    /// Nothing for an index of its own.
+    pub(crate) fn read_ahead(
+        &self,
+        keys: &Option<Vec<Vec<u8>>>,
+        ids: &[crate::hash::ObjectId],
+    ) -> Result<()> {
+        match (self.kept(), keys) {
+            (Some(kept), Some(keys)) => kept.read_ahead_locked(keys, ids),
+            _ => Ok(()),
+        }
     }
 
     /// Reads ahead, where the backend keeps the keys (a round trip each),

@@ -191,6 +191,12 @@ pub trait KeptIndex: Send + Sync {
     fn read_ahead_locked(&self, _keys: &[Vec<u8>], _ids: &[ObjectId]) -> Result<()> {
         Ok(())
     }
+    /// Told, by a writer about to take the write lock, what it will read
+    /// ahead under it ([`KeptIndex::read_ahead_locked`]): a backend may
+    /// read them in the round trip that takes the lock, and answer from
+    /// that as from a read ahead. A hint only, for the next lock this
+    /// handle takes.
+    fn read_with_lock(&self, _keys: &[Vec<u8>], _ids: &[ObjectId]) {}
     /// Up to `n` keys starting with `prefix` past `cursor` (exclusive),
     /// descending with `reverse`.
     fn index_scan(

@@ -142,11 +142,9 @@ impl Store {
         // refs and run claims go (the rest is applied after the lock), so
         // the checks below see the current state. gc replaces files under
         // this lock too, and rescues what a write made use of before it.
-        let lock = self.odb.backend().write_lock()?;
-        self.index.catch_up_refs(&self.odb)?;
-        // What the checks below and the index's effects will read, in one
-        // round trip where every read is one (a remote store).
-        self.index.read_ahead(
+        // What the checks below and the index's effects will read: a
+        // remote store reads it in the round trip that takes the lock.
+        let ahead = self.index.ahead_keys(
             tx.edits.iter().map(|e| &e.name),
             tx.conversations
                 .iter()
@@ -156,7 +154,9 @@ impl Store {
                 .chain(tx.expect_records.iter().map(|(c, _)| c.as_str()))
                 .chain(tx.runs.iter().map(|r| r.conversation.as_str())),
             decoded,
-            &tx.objects
+        );
+        let ahead_ids: Vec<ObjectId> = if ahead.is_some() {
+            tx.objects
                 .iter()
                 .map(|o| o.id())
                 .chain(
@@ -164,8 +164,15 @@ impl Store {
                         .iter()
                         .flat_map(|(_, s)| s.blobs().chain(s.sessions())),
                 )
-                .collect::<Vec<_>>(),
-        )?;
+                .collect()
+        } else {
+            Vec::new()
+        };
+        self.index.read_with_lock(&ahead, &ahead_ids);
+        let lock = self.odb.backend().write_lock()?;
+        self.index.catch_up_refs(&self.odb)?;
+        // Whatever the lock's round trip did not read, in one more.
+        self.index.read_ahead(&ahead, &ahead_ids)?;
         if let Some((seq, hash)) = self.index.head() {
             st.seq = seq;
             st.hash = Some(hash);

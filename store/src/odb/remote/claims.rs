@@ -13,7 +13,7 @@
 
 use std::collections::BTreeSet;
 
-use postgres::Client;
+use super::conn::Conn;
 
 use super::RemoteBackend;
 use crate::error::Result;
@@ -21,7 +21,7 @@ use crate::error::Result;
 /// The connection that holds this handle's claims, and the runs it holds.
 #[derive(Default)]
 pub(super) struct Claims {
-    conn: Option<Client>,
+    conn: Option<Conn>,
     held: BTreeSet<u64>,
 }
 

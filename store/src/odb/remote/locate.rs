@@ -38,8 +38,9 @@ impl RemoteBackend {
     }
 
     /// Looks up where those of `ids` this handle does not know live: one
-    /// query (`id = ANY(...)`, on the primary key) for up to
-    /// [`LOCATE_BATCH`] of them. What is found is kept; what is not is
+    /// query (`id = ANY(...)`, on the primary key, prepared once per
+    /// connection: every commit asks it) for up to [`LOCATE_BATCH`] of
+    /// them. What is found is kept; what is not is
     /// not remembered.
     pub(super) fn locate(&self, ids: &[ObjectId]) -> Result<()> {
         let missing: Vec<&[u8]> = {
@@ -52,7 +53,10 @@ impl RemoteBackend {
         };
         let sql = format!("SELECT {} WHERE o.id = ANY($1)", self.row_columns());
         for batch in missing.chunks(LOCATE_BATCH) {
-            let rows = self.with_reader(|c| c.query_typed(&sql, &[(&batch, Type::BYTEA_ARRAY)]))?;
+            let rows = self.with_reader(|c| {
+                let st = c.prepared(&sql, &[Type::BYTEA_ARRAY])?;
+                c.query(&st, &[&batch])
+            })?;
             self.remember_rows(&rows)?;
         }
         Ok(())

@@ -1,13 +1,16 @@
 //! What a writer reads while it holds the write lock ([`UnderLock`]): the
 //! chain head that came with the lock, index keys, and whether objects are
-//! stored, each asked of PostgreSQL once per write, most of them ahead in
-//! one round trip ([`RemoteBackend::read_ahead`]). Nothing committed can
+//! stored, each asked of PostgreSQL once per write, most of them ahead:
+//! in the round trip that takes the lock when the writer said beforehand
+//! what it will read ([`super::KeptIndex::read_with_lock`]), else in one
+//! of their own ([`RemoteBackend::read_ahead`]). Nothing committed can
 //! change while the lock is held, so an answer read under it holds until
 //! the lock's transaction ends, when it is forgotten
 //! ([`super::RemoteLock::forget_reads`]).
 
 use postgres::types::Type;
 
+use super::conn::Conn;
 use super::{RemoteBackend, UnderLock};
 use crate::error::Result;
 use crate::hash::{IdSet, ObjectId};
@@ -51,41 +54,39 @@ impl RemoteBackend {
             return Ok(());
         }
         let rows = self.with_reader(|c| {
-            c.query_typed(
+            let st = c.prepared(
                 "SELECT key, value FROM sessctl.index_keys WHERE key = ANY($1)
                  UNION ALL
                  SELECT id, NULL FROM sessctl.objects WHERE id = ANY($2)",
-                &[(&keys, Type::BYTEA_ARRAY), (&ids, Type::BYTEA_ARRAY)],
-            )
+                &[Type::BYTEA_ARRAY, Type::BYTEA_ARRAY],
+            )?;
+            c.query(&st, &[&keys, &ids])
         })?;
         self.under_lock(|u| {
-            if u.epoch != epoch {
-                return;
-            }
-            for k in &keys {
-                u.keys.entry(k.to_vec()).or_insert(None);
-            }
-            for id in &ids {
-                if let Some(id) = ObjectId::from_slice(id) {
-                    u.stored.insert(id, false);
-                }
-            }
-            for r in rows {
-                let (k, v): (Vec<u8>, Option<Vec<u8>>) = (r.get(0), r.get(1));
-                match v {
-                    Some(v) => {
-                        u.keys.insert(k, Some(v));
-                    }
-                    // An object row (a key's value is never NULL).
-                    None => {
-                        if let Some(id) = ObjectId::from_slice(&k) {
-                            u.stored.insert(id, true);
-                        }
-                    }
-                }
+            if u.epoch == epoch {
+                u.absorb(
+                    keys.iter().copied(),
+                    ids.iter().copied(),
+                    rows.iter().map(|r| (r.get(0), r.get(1))),
+                );
             }
         });
         Ok(())
+    }
+
+    /// [`READ_AHEAD`], prepared on the writer connection `c` (an SQL
+    /// `PREPARE`, which the lock's simple query can `EXECUTE`), once for as
+    /// long as it lasts.
+    pub(super) fn read_ahead_prepared(&self, c: &mut Conn) -> Result<()> {
+        c.prepare_sql(
+            READ_AHEAD,
+            "(bytea[], bytea[]) AS
+             SELECT encode(key, 'hex'), encode(value, 'hex') FROM sessctl.index_keys
+             WHERE key = ANY($1)
+             UNION ALL
+             SELECT encode(id, 'hex'), NULL FROM sessctl.objects WHERE id = ANY($2)",
+        )
+        .map_err(|e| self.pg_error(e))
     }
 
     /// Which of `ids` an `objects` row names, under the write lock:
@@ -155,5 +156,95 @@ impl RemoteBackend {
                 u.keys.insert(key.to_vec(), value.clone());
             }
         });
+    }
+}
+
+/// The name of the writer connection's prepared read ahead (see
+/// [`RemoteBackend::read_ahead_prepared`]).
+pub(super) const READ_AHEAD: &str = "sessctl_read_ahead";
+
+impl UnderLock {
+    /// Keeps the answers of a read ahead of `keys` and of whether `ids`
+    /// are stored: `rows` holds a key and its value for each key that is
+    /// there, an id and `None` for each object that is stored; what is
+    /// asked and not among them is not there.
+    pub(super) fn absorb<'k>(
+        &mut self,
+        keys: impl Iterator<Item = &'k [u8]>,
+        ids: impl Iterator<Item = &'k [u8]>,
+        rows: impl IntoIterator<Item = (Vec<u8>, Option<Vec<u8>>)>,
+    ) {
+        for k in keys {
+            self.keys.entry(k.to_vec()).or_insert(None);
+        }
+        for id in ids {
+            if let Some(id) = ObjectId::from_slice(id) {
+                self.stored.insert(id, false);
+            }
+        }
+        for (k, v) in rows {
+            match v {
+                Some(v) => {
+                    self.keys.insert(k, Some(v));
+                }
+                // An object row (a key's value is never NULL).
+                None => {
+                    if let Some(id) = ObjectId::from_slice(&k) {
+                        self.stored.insert(id, true);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `bytes` as an SQL `bytea[]` literal, for a simple query (which has no
+/// parameters): each element hex-decoded by the server, so any byte is
+/// safe in it.
+pub(super) fn bytea_array<'b>(bytes: impl Iterator<Item = &'b [u8]>) -> String {
+    use std::fmt::Write;
+    let mut out = String::from("ARRAY[");
+    for (i, b) in bytes.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str("decode('");
+        for x in b {
+            let _ = write!(out, "{x:02x}");
+        }
+        out.push_str("','hex')");
+    }
+    out.push_str("]::bytea[]");
+    out
+}
+
+/// The bytes that `hex` (as `encode(..., 'hex')` writes it) spells, or
+/// `None`.
+pub(super) fn hex_bytes(hex: &str) -> Option<Vec<u8>> {
+    if !hex.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{bytea_array, hex_bytes};
+
+    #[test]
+    fn a_bytea_literal_spells_every_byte_in_hex() {
+        let all: Vec<u8> = (0..=255).collect();
+        let lit = bytea_array([b"".as_slice(), b"'\\".as_slice(), &all].into_iter());
+        assert!(lit.starts_with("ARRAY[decode('','hex'),decode('275c','hex'),decode('0001"));
+        assert!(lit.ends_with("feff','hex')]::bytea[]"));
+        assert_eq!(bytea_array(std::iter::empty()), "ARRAY[]::bytea[]");
+        assert_eq!(hex_bytes("00ff7f"), Some(vec![0, 255, 127]));
+        assert_eq!(hex_bytes(""), Some(vec![]));
+        assert_eq!(hex_bytes("0"), None);
+        assert_eq!(hex_bytes("zz"), None);
+        assert_eq!(hex_bytes("é0"), None);
     }
 }

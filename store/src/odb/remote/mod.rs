@@ -26,6 +26,7 @@
 //! (immutable, so never stale), and every object read re-hashes to its id.
 
 mod claims;
+mod conn;
 mod lineage;
 mod locate;
 mod locked;
@@ -47,7 +48,10 @@ use object_store::{
 };
 use postgres::error::SqlState;
 use postgres::types::Type;
-use postgres::{Client, NoTls};
+use postgres::NoTls;
+
+use conn::Conn;
+use locked::{bytea_array, hex_bytes, READ_AHEAD};
 
 use super::{
     Held, KeptIndex, KeyWrite, LineageRow, ObjectBackend, OdbStats, OpenOptions, RawOp,
@@ -389,15 +393,23 @@ struct Staged {
     inline: Option<Vec<u8>>,
 }
 
+/// Index keys, and ids whether stored, to read with the write lock.
+type LockReads = (Vec<Vec<u8>>, Vec<ObjectId>);
+
+/// Keys and ids read with the write lock at most (see
+/// [`RemoteBackend::lock_chain`]): spelled out in the lock's query, a
+/// commit's few dozen are a few KiB of text.
+const LOCK_READS_MAX: usize = 1024;
+
 /// The remote backend (see the module's documentation).
 pub struct RemoteBackend {
     url: StoreUrl,
     read_only: bool,
     wait: Option<Duration>,
     /// Reads (`ops`, `objects`), never inside a write's transaction.
-    reader: Mutex<Option<Client>>,
+    reader: Mutex<Option<Conn>>,
     /// Writes: held, with its transaction open, by a [`RemoteLock`].
-    writer: Mutex<Option<Client>>,
+    writer: Mutex<Option<Conn>>,
     /// object_store's client is async: one small runtime per backend,
     /// driven by `block_on` in the trait's synchronous methods.
     rt: tokio::runtime::Runtime,
@@ -427,12 +439,8 @@ pub struct RemoteBackend {
     /// A write of this handle brought the inline packs to [`SEAL_BYTES`]:
     /// its upkeep seals them ([`ObjectBackend::maintain`]).
     seal_due: AtomicBool,
-    /// Connections made so far, reader's and writer's: a statement prepared
-    /// on the writer connection is good while this count stays the same.
-    connects: std::sync::atomic::AtomicU64,
-    /// The write's statement as prepared on the writer connection, and the
-    /// count of connections it was prepared at (see `write.rs`).
-    write_stmt: Mutex<Option<(u64, postgres::Statement)>>,
+    /// What the next write reads with its lock ([`KeptIndex::read_with_lock`]).
+    lock_reads: Mutex<Option<LockReads>>,
     /// Test-only figures: statements run on the reader connection,
     /// operation rows and object rows read.
     counts: Counts,
@@ -483,7 +491,7 @@ struct UnderLock {
 /// transaction that holds the chain-head row. Dropped without a commit, it
 /// rolls back.
 pub(crate) struct RemoteLock<'a> {
-    conn: RefCell<MutexGuard<'a, Option<Client>>>,
+    conn: RefCell<MutexGuard<'a, Option<Conn>>>,
     open: Cell<bool>,
     head_seq: i64,
     head_hash: Option<Vec<u8>>,
@@ -498,7 +506,7 @@ impl RemoteLock<'_> {
     }
 
     /// Commits the lock's transaction, which lets go of the lock.
-    fn commit(&self, c: &mut Client) -> std::result::Result<(), postgres::Error> {
+    fn commit(&self, c: &mut postgres::Client) -> std::result::Result<(), postgres::Error> {
         self.forget_reads();
         c.batch_execute("COMMIT")?;
         self.open.set(false);
@@ -719,9 +727,8 @@ impl RemoteBackend {
             schema: SCHEMA_VERSION,
             staged_keys: Mutex::new(None),
             seal_due: AtomicBool::new(false),
-            connects: Default::default(),
-            write_stmt: Mutex::new(None),
             counts: Counts::default(),
+            lock_reads: Mutex::new(None),
         };
         // Connect now: an unreachable server is one clear error at open.
         backend.with_reader(|_| Ok(()))?;
@@ -757,7 +764,7 @@ impl RemoteBackend {
     /// restart) is run once more on a new one (reads only).
     fn with_reader<T>(
         &self,
-        f: impl Fn(&mut Client) -> std::result::Result<T, postgres::Error>,
+        f: impl Fn(&mut Conn) -> std::result::Result<T, postgres::Error>,
     ) -> Result<T> {
         let mut slot = self.reader.lock().unwrap_or_else(|p| p.into_inner());
         self.counts.queries.fetch_add(1, Ordering::Relaxed);
@@ -782,18 +789,17 @@ impl RemoteBackend {
     /// Runs `f` on the writer connection (outside the write lock: init).
     fn with_writer_conn<T>(
         &self,
-        f: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
+        f: impl FnOnce(&mut Conn) -> std::result::Result<T, postgres::Error>,
     ) -> Result<T> {
         let mut slot = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         let client = self.client(&mut slot)?;
         f(client).map_err(|e| self.pg_error(e))
     }
 
-    fn client<'c>(&self, slot: &'c mut Option<Client>) -> Result<&'c mut Client> {
+    fn client<'c>(&self, slot: &'c mut Option<Conn>) -> Result<&'c mut Conn> {
         if slot.as_ref().is_none_or(|c| c.is_closed()) {
-            *slot = Some(self.url.pg.connect(NoTls).map_err(|e| self.pg_error(e))?);
-            // What was prepared on the connection this one replaces is gone.
-            self.connects.fetch_add(1, Ordering::AcqRel);
+            let client = self.url.pg.connect(NoTls).map_err(|e| self.pg_error(e))?;
+            *slot = Some(Conn::new(client));
         }
         Ok(slot.as_mut().expect("connected just now"))
     }
@@ -893,10 +899,13 @@ impl RemoteBackend {
             self.schema >= INLINE_SCHEMA && built.bytes.len() as u64 <= self.url.inline_max;
         if !inline {
             self.put_pack(&built)?;
+            // As a fetched pack: another process of this machine reading
+            // it (the next command, a reader) finds it in the cache, not
+            // in the bucket. An inline pack is not kept: a reader finds it
+            // in its row, and creating a file a commit took a third of a
+            // busy writer's time (the file system's inode allocation).
+            self.keep(&built.name, &built.bytes);
         }
-        // As a fetched pack: another process of this machine reading it
-        // (the next command, a reader) finds it in the cache.
-        self.keep(&built.name, &built.bytes);
         Ok(Staged {
             bytes: built.bytes.len() as u64,
             entries: built.entries.iter().map(|e| (e.id, *e)).collect(),
@@ -1277,7 +1286,10 @@ impl KeptIndex for RemoteBackend {
                 } else {
                     "SELECT seq, hash, index_seq, NULL::int8 FROM sessctl.chain_head"
                 };
-                let row = self.with_reader(|c| c.query_typed_one(sql, &[]))?;
+                let row = self.with_reader(|c| {
+                    let st = c.prepared(sql, &[])?;
+                    c.query_one(&st, &[])
+                })?;
                 if let Some(v) = row.get::<_, Option<i64>>(3) {
                     self.sweeps_seen.fetch_max(v, Ordering::AcqRel);
                 }
@@ -1303,10 +1315,11 @@ impl KeptIndex for RemoteBackend {
             return Ok(v);
         }
         let row = self.with_reader(|c| {
-            c.query_typed_opt(
+            let st = c.prepared(
                 "SELECT value FROM sessctl.index_keys WHERE key = $1",
-                &[(&key, Type::BYTEA)],
-            )
+                &[Type::BYTEA],
+            )?;
+            c.query_opt(&st, &[&key])
         })?;
         let v = row.map(|r| r.get(0));
         if let Some(epoch) = epoch {
@@ -1317,16 +1330,22 @@ impl KeptIndex for RemoteBackend {
 
     fn index_get_many(&self, keys: &[Vec<u8>]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let rows = self.with_reader(|c| {
-            c.query_typed(
+            let st = c.prepared(
                 "SELECT key, value FROM sessctl.index_keys WHERE key = ANY($1)",
-                &[(&keys, Type::BYTEA_ARRAY)],
-            )
+                &[Type::BYTEA_ARRAY],
+            )?;
+            c.query(&st, &[&keys])
         })?;
         Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
     fn read_ahead_locked(&self, keys: &[Vec<u8>], ids: &[ObjectId]) -> Result<()> {
         self.read_ahead(keys, ids)
+    }
+
+    fn read_with_lock(&self, keys: &[Vec<u8>], ids: &[ObjectId]) {
+        *self.lock_reads.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((keys.to_vec(), ids.to_vec()));
     }
 
     fn index_scan(
@@ -1441,38 +1460,33 @@ fn pack_key(name: &str) -> String {
     format!("packs/{name}.srpk")
 }
 
-impl ObjectBackend for RemoteBackend {
-    fn kept_index(&self) -> Option<&dyn KeptIndex> {
-        (self.schema >= 2).then_some(self as &dyn KeptIndex)
-    }
+/// How a write transaction's statements are planned: see
+/// [`RemoteBackend::lock_chain`].
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Plans {
+    /// Once per prepared statement and connection (a commit's few, small
+    /// statements).
+    Generic,
+    /// As the planner chooses for the values given (gc's and repack's
+    /// large arrays).
+    Chosen,
+}
 
-    /// One recursive query on `sessctl.lineage` (see `lineage.rs`).
-    fn lineage_closure(&self, id: &ObjectId, n: usize) -> Result<Option<Vec<LineageRow>>> {
-        self.closure(id, n)
-    }
-
-    fn lineage_rebuild(&self) -> Result<Option<usize>> {
-        self.rebuild_lineage()
-    }
-
-    fn stage(&self, objects: &[EncodedObject]) -> Result<()> {
-        if self.read_only {
-            return Ok(());
-        }
-        // What is stored already is left out: PostgreSQL asked, in one
-        // query, about the objects this handle does not know to be stored.
-        let ids: Vec<ObjectId> = objects.iter().map(EncodedObject::id).collect();
-        self.locate(&ids)?;
-        let new = self.unknown(objects);
-        if new.is_empty() {
-            return Ok(());
-        }
-        let staged = self.upload(&new)?;
-        *self.staged.lock().unwrap_or_else(|p| p.into_inner()) = Some(staged);
-        Ok(())
-    }
-
-    fn write_lock(&self) -> Result<WriteLock<'_>> {
+impl RemoteBackend {
+    /// Opens the write transaction and locks the chain head (see the
+    /// module's documentation, step 2), waiting as the store was opened to.
+    ///
+    /// With [`Plans::Generic`] (a commit), the transaction's prepared
+    /// statements run on their generic plans: the server plans the
+    /// write's statement once per connection instead of on every commit,
+    /// under the lock (it judged the plan for the arrays it was given
+    /// cheaper each time, and planning it took half of its time there).
+    /// gc and repack keep the planner's choice for their large arrays.
+    ///
+    /// What the writer said it will read under the lock
+    /// ([`KeptIndex::read_with_lock`]) is read in the same round trip, by
+    /// [`READ_AHEAD`] prepared on the connection beforehand.
+    pub(super) fn lock_chain(&self, plans: Plans) -> Result<WriteLock<'_>> {
         if self.read_only {
             return Err(Error::ReadOnly);
         }
@@ -1488,15 +1502,42 @@ impl ObjectBackend for RemoteBackend {
         } else {
             "NULL"
         };
+        let generic = match plans {
+            Plans::Generic => "SET LOCAL plan_cache_mode = force_generic_plan;",
+            Plans::Chosen => "",
+        };
+        let reads = self
+            .lock_reads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .filter(|(k, i)| !k.is_empty() || !i.is_empty())
+            // A large write (an import) reads them after the lock, bound
+            // as parameters rather than spelled out in the query's text.
+            .filter(|(k, i)| k.len() + i.len() <= LOCK_READS_MAX);
+        // The write's reads ahead, after the lock in the same round trip.
+        let ahead = match &reads {
+            Some((keys, ids)) => format!(
+                "; EXECUTE {READ_AHEAD}({}, {})",
+                bytea_array(keys.iter().map(Vec::as_slice)),
+                bytea_array(ids.iter().map(|id| id.as_bytes().as_slice()))
+            ),
+            None => String::new(),
+        };
         let begin = format!(
-            "BEGIN; SET LOCAL lock_timeout = {ms};
-             SELECT seq, encode(hash, 'hex'), index_seq, {sweeps} FROM sessctl.chain_head FOR UPDATE"
+            "BEGIN; SET LOCAL lock_timeout = {ms}; {generic}
+             SELECT seq, encode(hash, 'hex'), index_seq, {sweeps} FROM sessctl.chain_head FOR UPDATE{ahead}"
         );
         let mut head = None;
+        let mut read = Vec::new();
         for attempt in 0..2 {
             let client = self.client(&mut slot)?;
             // Parsed before the lock, not under it.
-            if let Err(e) = self.write_statement(client) {
+            let prepared = self.write_statement(client).and_then(|_| match &reads {
+                Some(_) => self.read_ahead_prepared(client),
+                None => Ok(()),
+            });
+            if let Err(e) = prepared {
                 if attempt == 0 && client.is_closed() {
                     // Dropped by the server (a restart): a new one.
                     *slot = None;
@@ -1506,10 +1547,13 @@ impl ObjectBackend for RemoteBackend {
             }
             match client.simple_query(&begin) {
                 Ok(msgs) => {
-                    head = msgs.into_iter().find_map(|m| match m {
+                    // The head's row, then the reads' rows.
+                    let mut rows = msgs.into_iter().filter_map(|m| match m {
                         postgres::SimpleQueryMessage::Row(r) => Some(r),
                         _ => None,
                     });
+                    head = rows.next();
+                    read.extend(rows);
                     break;
                 }
                 // A connection the server dropped (a restart): nothing was
@@ -1568,13 +1612,70 @@ impl ObjectBackend for RemoteBackend {
         }
         lock.head_seq = seq;
         lock.head_hash = hash.clone();
-        *self.under_lock.lock().unwrap_or_else(|p| p.into_inner()) = Some(UnderLock {
+        let mut under = UnderLock {
             epoch: self.lock_epochs.fetch_add(1, Ordering::Relaxed) + 1,
             head: (seq, hash, index_seq),
             sweeps,
             ..UnderLock::default()
-        });
+        };
+        if let Some((keys, ids)) = reads {
+            let rows = read
+                .iter()
+                .map(|r| {
+                    let key = r.get(0).and_then(hex_bytes);
+                    let value = r.get(1).map(hex_bytes);
+                    match (key, value) {
+                        (Some(k), None) => Ok((k, None)),
+                        (Some(k), Some(Some(v))) => Ok((k, Some(v))),
+                        _ => Err(bad("a read ahead's row is not hex".into())),
+                    }
+                })
+                .collect::<Result<Vec<_>>>()?;
+            under.absorb(
+                keys.iter().map(Vec::as_slice),
+                ids.iter().map(|id| id.as_bytes().as_slice()),
+                rows,
+            );
+        }
+        *self.under_lock.lock().unwrap_or_else(|p| p.into_inner()) = Some(under);
         Ok(WriteLock(Held::Remote(lock)))
+    }
+}
+
+impl ObjectBackend for RemoteBackend {
+    fn kept_index(&self) -> Option<&dyn KeptIndex> {
+        (self.schema >= 2).then_some(self as &dyn KeptIndex)
+    }
+
+    /// One recursive query on `sessctl.lineage` (see `lineage.rs`).
+    fn lineage_closure(&self, id: &ObjectId, n: usize) -> Result<Option<Vec<LineageRow>>> {
+        self.closure(id, n)
+    }
+
+    fn lineage_rebuild(&self) -> Result<Option<usize>> {
+        self.rebuild_lineage()
+    }
+
+    fn stage(&self, objects: &[EncodedObject]) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        // What is stored already is left out: PostgreSQL asked, in one
+        // query, about the objects this handle does not know to be stored.
+        let ids: Vec<ObjectId> = objects.iter().map(EncodedObject::id).collect();
+        self.locate(&ids)?;
+        let new = self.unknown(objects);
+        if new.is_empty() {
+            return Ok(());
+        }
+        let staged = self.upload(&new)?;
+        *self.staged.lock().unwrap_or_else(|p| p.into_inner()) = Some(staged);
+        Ok(())
+    }
+
+    /// The write lock, for a commit: see [`RemoteBackend::lock_chain`].
+    fn write_lock(&self) -> Result<WriteLock<'_>> {
+        self.lock_chain(Plans::Generic)
     }
 
     fn append_locked(

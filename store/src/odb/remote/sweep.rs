@@ -19,11 +19,13 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use postgres::types::Type;
 use postgres::Client;
 
-use super::{pack, pack_key, Loc, PackRow, RemoteBackend, Staged, INLINE_SCHEMA, SWEEPS_SCHEMA};
+use super::{
+    pack, pack_key, Loc, PackRow, Plans, RemoteBackend, Staged, INLINE_SCHEMA, SWEEPS_SCHEMA,
+};
 use crate::error::{Error, Result};
 use crate::hash::{IdSet, ObjectId};
 use crate::object::EncodedObject;
-use crate::odb::{Held, ObjectBackend, RepackStats, Rescue};
+use crate::odb::{Held, RepackStats, Rescue};
 
 /// Packs smaller than this are merged by gc and repack: one pack per write
 /// leaves many tiny S3 objects, each a request to fetch.
@@ -303,7 +305,7 @@ impl RemoteBackend {
             Some(built)
         };
 
-        let lock = self.write_lock()?;
+        let lock = self.lock_chain(Plans::Chosen)?;
         let Held::Remote(held) = &lock.0 else {
             unreachable!("the remote backend's own lock");
         };
@@ -496,7 +498,7 @@ impl RemoteBackend {
     /// Commits an odd `chain_head.sweeps`, above every value before it:
     /// a sweep is under way.
     fn begin_sweep(&self) -> Result<()> {
-        let lock = self.write_lock()?;
+        let lock = self.lock_chain(Plans::Chosen)?;
         let Held::Remote(held) = &lock.0 else {
             unreachable!("the remote backend's own lock");
         };
@@ -514,7 +516,7 @@ impl RemoteBackend {
             .rt
             .block_on(self.s3.list_with_delimiter(Some(&prefix)))
             .map_err(|e| self.s3_error(e))?;
-        let lock = self.write_lock()?;
+        let lock = self.lock_chain(Plans::Chosen)?;
         let Held::Remote(held) = &lock.0 else {
             unreachable!("the remote backend's own lock");
         };

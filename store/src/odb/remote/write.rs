@@ -11,7 +11,11 @@
 //! it asked for is `RefOutOfDate` and rolls everything back.
 
 use postgres::types::{ToSql, Type};
+use std::sync::OnceLock;
+
 use postgres::{Client, Statement};
+
+use super::conn::Conn;
 
 use super::lineage::{rows_of_columns, Columns};
 use super::{RemoteBackend, RemoteLock, Staged, SEAL_BYTES};
@@ -160,23 +164,15 @@ const TYPES: [Type; 28] = [
 impl RemoteBackend {
     /// [`statement`], prepared on the writer connection `c` once for as
     /// long as that connection lasts: the lock's holder sends only its
-    /// parameters, and the server neither parses nor (after a few uses)
-    /// plans it again under the lock. Called before the lock is taken
+    /// parameters, and the server neither parses nor plans it again under
+    /// the lock (a commit's transaction runs on generic plans, see
+    /// [`RemoteBackend::lock_chain`]). Called before the lock is taken
     /// ([`super::ObjectBackend::write_lock`]), so that even a handle's first
     /// write parses it outside.
-    pub(super) fn write_statement(&self, c: &mut Client) -> Result<Statement> {
-        let epoch = self.connects.load(std::sync::atomic::Ordering::Acquire);
-        let mut cached = self.write_stmt.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((e, stmt)) = cached.as_ref() {
-            if *e == epoch {
-                return Ok(stmt.clone());
-            }
-        }
-        let stmt = c
-            .prepare_typed(&statement(), &TYPES)
-            .map_err(|e| self.pg_error(e))?;
-        *cached = Some((epoch, stmt.clone()));
-        Ok(stmt)
+    pub(super) fn write_statement(&self, c: &mut Conn) -> Result<Statement> {
+        static SQL: OnceLock<String> = OnceLock::new();
+        let sql = SQL.get_or_init(statement);
+        c.prepared(sql, &TYPES).map_err(|e| self.pg_error(e))
     }
 
     /// The rows of one write, in the lock's open transaction: see the
@@ -185,7 +181,7 @@ impl RemoteBackend {
     /// chain the lock holds).
     pub(super) fn record(
         &self,
-        c: &mut Client,
+        c: &mut Conn,
         lock: &RemoteLock<'_>,
         pack: Option<(&Staged, &[&EncodedObject])>,
         ops: &[RawOp],
