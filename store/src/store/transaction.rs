@@ -137,11 +137,6 @@ impl Store {
         // content-addressed pack, harmless should the write then fail).
         self.odb.backend().stage(&tx.objects)?;
         let mut st = self.state.lock().expect("state lock");
-        // The store's write lock, for the few syscalls from here to the
-        // append: what other processes appended is read, only as far as
-        // refs and run claims go (the rest is applied after the lock), so
-        // the checks below see the current state. gc replaces files under
-        // this lock too, and rescues what a write made use of before it.
         // What the checks below and the index's effects will read: a
         // remote store reads it in the round trip that takes the lock.
         let ahead = self.index.ahead_keys(
@@ -169,6 +164,11 @@ impl Store {
             Vec::new()
         };
         self.index.read_with_lock(&ahead, &ahead_ids);
+        // The store's write lock, for the few syscalls from here to the
+        // append: what other processes appended is read, only as far as
+        // refs and run claims go (the rest is applied after the lock), so
+        // the checks below see the current state. gc replaces files under
+        // this lock too, and rescues what a write made use of before it.
         let lock = self.odb.backend().write_lock()?;
         self.index.catch_up_refs(&self.odb)?;
         // Whatever the lock's round trip did not read, in one more.
