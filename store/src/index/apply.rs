@@ -110,11 +110,14 @@ impl Index {
         if let Some(kept) = self.kept() {
             // Read ahead with the write's checks: the parents' summaries.
             // Their previews' origins are a second read ahead.
+            // Read with the lock's round trip when a summary this handle
+            // wrote or read names it (see `Index::ahead_keys`).
             let mut origins = Vec::new();
             for p in fresh.iter().flat_map(|(_, s)| &s.parents) {
                 let Some(v) = self.get(&key("s:", p.as_bytes()))? else {
                     continue;
                 };
+                self.note_origin(*p, &v);
                 if let Some((_, PreviewAt::In(o))) = SessionInfo::from_index_value(*p, &v) {
                     origins.push(key("s:", o.as_bytes()));
                 }
@@ -123,11 +126,18 @@ impl Index {
                 kept.read_ahead_locked(&origins, &[])?;
             }
         }
-        Ok(self
-            .overlay_of(op, odb, fresh, pending)?
-            .writes
-            .into_iter()
-            .collect())
+        let writes = self.overlay_of(op, odb, fresh, pending)?.writes;
+        if self.kept().is_some() {
+            for (k, v) in &writes {
+                let (Some(id), Some(v)) = (k.strip_prefix(b"s:"), v) else {
+                    continue;
+                };
+                if let Some(id) = ObjectId::from_slice(id) {
+                    self.note_origin(id, v);
+                }
+            }
+        }
+        Ok(writes.into_iter().collect())
     }
 
     fn overlay_of(

@@ -125,6 +125,9 @@ pub struct Index {
     /// Keys a backend that keeps them read ahead for a walk (see
     /// [`Index::read_ahead_sessions`]), as of the head they were read at.
     ahead_reads: std::sync::Mutex<AheadReads>,
+    /// Where the previews of sessions this handle wrote or read under the
+    /// write lock come from (see [`Index::ahead_keys`]).
+    origins: std::sync::Mutex<Origins>,
 }
 
 /// Keys read ahead, valid while this handle's view stays at `head`.
@@ -136,6 +139,31 @@ struct AheadReads {
 
 /// Keys kept read ahead at most: a longer walk reads ahead again.
 const AHEAD_READS: usize = 65_536;
+
+/// Sessions whose preview another session's summary holds (`s:` values
+/// with [`encoding::PreviewAt::In`]), by session: what a write that
+/// continues one of them reads second, under the lock, for its own
+/// summary. A session's summary never changes once written, so this is
+/// only ever a hint of which keys to read ahead; the values are still read
+/// under the lock. Forgotten whole past [`ORIGINS`] entries.
+#[derive(Debug, Default)]
+struct Origins(std::collections::HashMap<crate::hash::ObjectId, crate::hash::ObjectId>);
+
+/// Sessions [`Origins`] keeps at most.
+const ORIGINS: usize = 65_536;
+
+impl Origins {
+    /// Notes where `summary`, the `s:` value of `id`, takes its preview
+    /// from, when that is another session.
+    fn note(&mut self, id: crate::hash::ObjectId, summary: &[u8]) {
+        if let Some((_, encoding::PreviewAt::In(o))) = SessionInfo::from_index_value(id, summary) {
+            if self.0.len() >= ORIGINS {
+                self.0.clear();
+            }
+            self.0.insert(id, o);
+        }
+    }
+}
 
 /// An operation this handle appended, waiting to be applied.
 #[derive(Debug)]
@@ -194,6 +222,7 @@ impl Index {
             appended: Default::default(),
             kept: None,
             ahead_reads: Default::default(),
+            origins: Default::default(),
         })
     }
 
@@ -229,11 +258,17 @@ impl Index {
             keys.push(key("c:", c.as_bytes()));
             keys.push(key("u:", c.as_bytes()));
         }
+        let origins = self.origins.lock().unwrap_or_else(|p| p.into_inner());
         for (id, s) in sessions {
             keys.push(key("s:", id.as_bytes()));
             keys.push(key("i:", id.as_bytes()));
             for p in &s.parents {
                 keys.push(key("s:", p.as_bytes()));
+                // Its preview's origin, which the new summary reads next:
+                // known when this handle wrote or read the parent's.
+                if let Some(o) = origins.0.get(p) {
+                    keys.push(key("s:", o.as_bytes()));
+                }
             }
             if let Some(c) = s.conversation {
                 keys.push(key("i:", c.as_bytes()));
@@ -326,6 +361,15 @@ impl Index {
         Ok(())
     }
 
+    /// Notes where the summary `summary` of session `id` takes its
+    /// preview from (see [`Origins`]).
+    fn note_origin(&self, id: crate::hash::ObjectId, summary: &[u8]) {
+        self.origins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .note(id, summary);
+    }
+
     /// The backend's keys, when it keeps them.
     fn kept(&self) -> Option<&dyn crate::odb::KeptIndex> {
         self.kept.as_ref().and_then(|b| b.kept_index())
@@ -357,6 +401,7 @@ impl Index {
             appended: Default::default(),
             kept: None,
             ahead_reads: Default::default(),
+            origins: Default::default(),
         })
     }
 
@@ -1043,6 +1088,7 @@ impl Index {
             appended: Default::default(),
             kept: None,
             ahead_reads: Default::default(),
+            origins: Default::default(),
         };
         // Only tables that describe the operations as stored.
         match odb.backend().op_at(theirs.0)? {
