@@ -1926,3 +1926,125 @@ fn a_version_3_store_from_the_golden_fixture_opens_and_upgrades() {
     expect(&open(&r));
     all_reads_and_verifies(&r);
 }
+
+/// A continuing commit holds the write lock for two round trips
+/// (objects-format.md, "Remote writes"): the one that takes it, which also
+/// reads what the write announced, its parents' previews' origins
+/// included once the handle has seen them; and the one that writes the
+/// rows and commits. Nothing else runs while it is held.
+#[test]
+fn a_commit_holds_the_write_lock_for_two_round_trips() {
+    let Some(r) = servers::remote_private() else {
+        return;
+    };
+    r.servers.psql(
+        "postgres",
+        &format!("ALTER DATABASE {} SET log_statement = 'all'", r.name),
+    );
+    assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
+    let store = open(&r);
+    let (_, mut head) = store
+        .create(Some("a"), turn(&["first", "ok"]), Durability::Sync)
+        .unwrap();
+    for t in 0..2 {
+        head = store
+            .commit(
+                "a",
+                Some(head),
+                turn(&[&format!("turn {t}")]),
+                Durability::Sync,
+            )
+            .unwrap();
+    }
+    let log = r.servers.dir().join("postgres.log");
+    // Each statement logged, its continuation lines (a tab first) joined.
+    let statements = || -> Vec<String> {
+        let mut records: Vec<String> = Vec::new();
+        for l in std::fs::read_to_string(&log).unwrap().lines() {
+            match (l.strip_prefix('\t'), records.last_mut()) {
+                (Some(more), Some(last)) => {
+                    last.push(' ');
+                    last.push_str(more.trim());
+                }
+                _ => records.push(l.to_string()),
+            }
+        }
+        records
+            .into_iter()
+            .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
+            .map(|l| l.split_once("LOG:  ").unwrap().1.to_string())
+            .collect()
+    };
+    let before = statements().len();
+    let last = store
+        .commit("a", Some(head), turn(&["the last"]), Durability::Sync)
+        .unwrap();
+    let commit = statements()[before..].to_vec();
+    let lock = commit
+        .iter()
+        .position(|s| s.contains("FOR UPDATE"))
+        .unwrap_or_else(|| panic!("no lock taken: {commit:#?}"));
+    assert!(commit[lock].starts_with("statement: BEGIN;"), "{commit:#?}");
+    assert!(
+        commit[lock].contains("EXECUTE sessctl_read_ahead("),
+        "{commit:#?}"
+    );
+    assert_eq!(commit.len(), lock + 2, "{commit:#?}");
+    let write = &commit[lock + 1];
+    assert!(
+        write.starts_with("statement: EXECUTE sessctl_write(") && write.ends_with("; COMMIT"),
+        "{commit:#?}"
+    );
+    // And it landed.
+    assert_eq!(store.resolve_rev("a").unwrap(), last);
+    let fsck = store.fsck(&FsckOptions { full: true }, &mut |_, _| {});
+    assert!(fsck.unwrap().is_clean());
+}
+
+/// A write whose compare-and-swap loses commits nothing, though its rows
+/// and its commit travel together: the ref, the chain and the index are
+/// as the winner left them, and the loser is told (exit 1's error).
+#[test]
+fn a_lost_compare_and_swap_commits_nothing_of_its_write() {
+    let Some((r, store)) = remote_store() else {
+        return;
+    };
+    let (_, root) = store
+        .create(Some("a"), turn(&["first", "ok"]), Durability::Sync)
+        .unwrap();
+    let other = open(&r);
+    let won = other
+        .commit("a", Some(root), turn(&["the winner"]), Durability::Sync)
+        .unwrap();
+    let ops_before = psql_count(&r, "SELECT count(*) FROM sessctl.ops");
+    let objects_before = psql_count(&r, "SELECT count(*) FROM sessctl.objects");
+    let err = store
+        .commit(
+            "a",
+            Some(root),
+            turn(&["the loser, never stored"]),
+            Durability::Sync,
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::RefOutOfDate { .. }), "{err}");
+    assert_eq!(
+        psql_count(&r, "SELECT count(*) FROM sessctl.ops"),
+        ops_before
+    );
+    assert_eq!(
+        psql_count(&r, "SELECT count(*) FROM sessctl.objects"),
+        objects_before
+    );
+    let fresh = open(&r);
+    assert_eq!(fresh.resolve_rev("a").unwrap(), won);
+    let fsck = fresh.fsck(&FsckOptions { full: true }, &mut |_, _| {});
+    assert!(fsck.unwrap().is_clean());
+    // The loser's handle writes on from where the ref is.
+    store
+        .commit("a", Some(won), turn(&["after"]), Durability::Sync)
+        .unwrap();
+}
+
+fn psql_count(r: &servers::Remote, sql: &str) -> i64 {
+    r.servers.psql(&r.name, sql).trim().parse().unwrap()
+}

@@ -28,6 +28,7 @@
 mod claims;
 mod conn;
 mod lineage;
+mod literal;
 mod locate;
 mod locked;
 mod pack;
@@ -51,7 +52,8 @@ use postgres::types::Type;
 use postgres::NoTls;
 
 use conn::Conn;
-use locked::{bytea_array, hex_bytes, READ_AHEAD};
+use literal::{bytea_array, hex_bytes};
+use locked::READ_AHEAD;
 
 use super::{
     Held, KeptIndex, KeyWrite, LineageRow, ObjectBackend, OdbStats, OpenOptions, RawOp,
@@ -1533,7 +1535,7 @@ impl RemoteBackend {
         for attempt in 0..2 {
             let client = self.client(&mut slot)?;
             // Parsed before the lock, not under it.
-            let prepared = self.write_statement(client).and_then(|_| match &reads {
+            let prepared = self.write_prepared(client).and_then(|_| match &reads {
                 Some(_) => self.read_ahead_prepared(client),
                 None => Ok(()),
             });
@@ -1710,10 +1712,6 @@ impl ObjectBackend for RemoteBackend {
             // Under the lock: a gc may have deleted the staged pack.
             Some(self.staged_still_there(self.pack_for(&new)?, &new)?)
         };
-        let mut conn = lock.conn.borrow_mut();
-        let c = conn.as_mut().expect("a held lock has its connection");
-        let write::Recorded { pack_row, seq } =
-            self.record(c, lock, pack.as_ref().map(|p| (p, &new[..])), ops)?;
         if std::env::var_os(CRASH_BEFORE_COMMIT_VAR).is_some() {
             // Test-only: wait here to be killed, between the upload and
             // the commit.
@@ -1722,13 +1720,11 @@ impl ObjectBackend for RemoteBackend {
                 std::thread::sleep(Duration::from_secs(3600));
             }
         }
-        lock.commit(c).map_err(|e| match self.pg_error(e) {
-            Error::Remote { what, reason } => Error::Remote {
-                what,
-                reason: format!("committing (the write may or may not have landed): {reason}"),
-            },
-            e => e,
-        })?;
+        let mut conn = lock.conn.borrow_mut();
+        let c = conn.as_mut().expect("a held lock has its connection");
+        // The rows and the commit, which lets go of the lock.
+        let write::Recorded { pack_row, seq } =
+            self.record(c, lock, pack.as_ref().map(|p| (p, &new[..])), ops)?;
         drop(conn);
         if let (Some(p), Some((row, inline))) = (pack, pack_row) {
             self.remember_body(row, &p.body);

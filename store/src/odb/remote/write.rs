@@ -3,12 +3,13 @@
 //! compare-and-swap, inserts the pack row (with its bytes when it is
 //! inline) and the new objects' rows, the new sessions' lineage rows, the
 //! operation rows and the index keys they change, and advances the chain
-//! head. One round trip under the lock where there were one per part: the
-//! lock is what every writer on every machine queues on.
+//! head; the same round trip commits. One round trip under the lock where
+//! there were one per part and one for the commit: the lock is what every
+//! writer on every machine queues on.
 //!
 //! It must never commit a ref move that lost its compare-and-swap: the
-//! statement returns the refs it moved, and a write that moved fewer than
-//! it asked for is `RefOutOfDate` and rolls everything back.
+//! statement checks them all first and writes nothing unless all hold,
+//! and a write that lost one is `RefOutOfDate`.
 
 use postgres::types::{ToSql, Type};
 use std::sync::OnceLock;
@@ -16,6 +17,7 @@ use std::sync::OnceLock;
 use postgres::{Client, Statement};
 
 use super::conn::Conn;
+use super::literal::Literal;
 
 use super::lineage::{rows_of_columns, Columns};
 use super::{RemoteBackend, RemoteLock, Staged, SEAL_BYTES};
@@ -24,8 +26,58 @@ use crate::object::EncodedObject;
 use crate::odb::{KeyWrite, RawOp};
 use crate::refs::{Operation, RefUpdate};
 
-/// What [`RemoteBackend::record`] wrote: the pack row named (and whether
-/// it is inline), and the chain head's `seq` after the write.
+/// The name of the write's statement prepared with SQL `PREPARE` on the
+/// writer connection (see [`RemoteBackend::write_prepared`]).
+const WRITE: &str = "sessctl_write";
+
+/// The most bytes of SQL text a write's rows go as ([`RemoteBackend::record`]):
+/// a commit's are a few KiB, an inline pack's up to its limit twice over
+/// in hex. Above, an import's write binds them as parameters instead.
+const FUSED_MAX: usize = 4 << 20;
+
+/// What the write's statement answered: the pack row and whether it is
+/// inline, the inline bytes after the write, and whether every
+/// compare-and-swap held.
+struct Answer {
+    pack_row: Option<(i64, bool)>,
+    inline_bytes: Option<i64>,
+    ok: bool,
+}
+
+impl Answer {
+    /// The answer of `EXECUTE` in a simple query, as text.
+    fn of_text(msgs: Vec<postgres::SimpleQueryMessage>) -> Option<Answer> {
+        let row = msgs.into_iter().find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        })?;
+        let int = |i: usize| row.get(i).and_then(|v| v.parse::<i64>().ok());
+        let flag = |i: usize| row.get(i) == Some("t");
+        Some(Answer {
+            pack_row: int(0).map(|id| (id, flag(1))),
+            inline_bytes: int(2),
+            ok: flag(3),
+        })
+    }
+}
+
+/// The error of a write's round trip that failed. An error the server
+/// answered means nothing was committed (the statement failed, or the
+/// commit did and rolled back); a connection lost on the way leaves it
+/// unknown, which the error says.
+fn landed_or_not(b: &RemoteBackend, e: postgres::Error) -> Error {
+    let answered = e.as_db_error().is_some();
+    match b.pg_error(e) {
+        Error::Remote { what, reason } if !answered => Error::Remote {
+            what,
+            reason: format!("committing (the write may or may not have landed): {reason}"),
+        },
+        e => e,
+    }
+}
+
+/// What [`RemoteBackend::record`] wrote and committed: the pack row named
+/// (and whether it is inline), and the chain head's `seq` after the write.
 pub(super) struct Recorded {
     pub pack_row: Option<(i64, bool)>,
     pub seq: i64,
@@ -79,41 +131,62 @@ impl<'u> RefMoves<'u> {
 /// run once whether or not the final `SELECT` reads it, over the same
 /// snapshot: none sees another's rows, and none needs to (the write's
 /// objects are new under the lock, its refs distinct).
+///
+/// `chk` first checks every compare-and-swap (each ref to move holds what
+/// it is expected to hold, no ref to create exists, each ref to delete
+/// holds what it is expected to), and every part writes only when all
+/// hold: a write that lost one writes nothing, so it may be committed in
+/// the same round trip whatever the answer (see [`RemoteBackend::record`]).
+/// Nothing else moves a ref while the lock is held, so the check and the
+/// moves see the same refs. The final `SELECT` returns the pack row, its
+/// inline flag, the inline bytes after the write and whether the checks
+/// held.
 fn statement() -> String {
     format!(
         "WITH
+           chk AS (
+             SELECT (SELECT count(*) FROM sessctl.refs r
+                     JOIN unnest($1::text[], $2::text[]) AS t(name, o)
+                       ON r.name = t.name AND r.target = t.o) = cardinality($1::text[])
+                AND NOT EXISTS (SELECT 1 FROM sessctl.refs r WHERE r.name = ANY($4::text[]))
+                AND (SELECT count(*) FROM sessctl.refs r
+                     JOIN unnest($6::text[], $7::text[]) AS t(name, o)
+                       ON r.name = t.name AND r.target = t.o) = cardinality($6::text[])
+                AS ok),
            moved AS (
              UPDATE sessctl.refs r SET target = t.n
              FROM unnest($1::text[], $2::text[], $3::text[]) AS t(name, o, n)
-             WHERE r.name = t.name AND r.target = t.o RETURNING r.name),
+             WHERE (SELECT ok FROM chk) AND r.name = t.name AND r.target = t.o),
            created AS (
              INSERT INTO sessctl.refs (name, target)
-             SELECT * FROM unnest($4::text[], $5::text[])
-             ON CONFLICT (name) DO NOTHING RETURNING name),
+             SELECT * FROM unnest($4::text[], $5::text[]) WHERE (SELECT ok FROM chk)),
            deleted AS (
              DELETE FROM sessctl.refs r USING unnest($6::text[], $7::text[]) AS t(name, o)
-             WHERE r.name = t.name AND r.target = t.o RETURNING r.name),
+             WHERE (SELECT ok FROM chk) AND r.name = t.name AND r.target = t.o),
            p AS (
              INSERT INTO sessctl.packs (key, bytes, created_at, body)
-             SELECT $8, $9, $10, $11 WHERE $8::text IS NOT NULL
+             SELECT $8, $9, $10, $11 WHERE $8::text IS NOT NULL AND (SELECT ok FROM chk)
              ON CONFLICT (key) DO UPDATE SET key = EXCLUDED.key
              RETURNING id, body IS NOT NULL AS inline),
            o AS (
              INSERT INTO sessctl.objects (id, pack, kind, off, len)
              SELECT i, (SELECT id FROM p), k, f, l
              FROM unnest($12::bytea[], $13::int2[], $14::int8[], $15::int8[]) AS t(i, k, f, l)
+             WHERE (SELECT ok FROM chk)
              ON CONFLICT (id) DO NOTHING),
            l AS (
              INSERT INTO sessctl.lineage (id, parents, created_at) {lineage}
+             WHERE (SELECT ok FROM chk)
              ON CONFLICT (id) DO NOTHING),
            op AS (
              INSERT INTO sessctl.ops (seq, hash, body)
-             SELECT * FROM unnest($19::int8[], $20::bytea[], $21::bytea[])),
+             SELECT * FROM unnest($19::int8[], $20::bytea[], $21::bytea[])
+             WHERE (SELECT ok FROM chk)),
            d AS (
-             DELETE FROM sessctl.index_keys WHERE key = ANY($22)),
+             DELETE FROM sessctl.index_keys WHERE key = ANY($22) AND (SELECT ok FROM chk)),
            u AS (
              INSERT INTO sessctl.index_keys (key, value)
-             SELECT * FROM unnest($23::bytea[], $24::bytea[])
+             SELECT * FROM unnest($23::bytea[], $24::bytea[]) WHERE (SELECT ok FROM chk)
              ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value),
            h AS (
              UPDATE sessctl.chain_head SET
@@ -121,10 +194,10 @@ fn statement() -> String {
                hash = CASE WHEN $25::int8 IS NULL THEN hash ELSE $26 END,
                index_seq = CASE WHEN $25::int8 IS NULL THEN index_seq ELSE $27 END,
                inline_bytes = inline_bytes + $28
+             WHERE (SELECT ok FROM chk)
              RETURNING inline_bytes)
          SELECT (SELECT id FROM p), (SELECT inline FROM p), (SELECT inline_bytes FROM h),
-                ARRAY(SELECT name FROM moved UNION ALL SELECT name FROM created
-                      UNION ALL SELECT name FROM deleted)",
+                (SELECT ok FROM chk)",
         lineage = rows_of_columns(16, 17, 18)
     )
 }
@@ -163,22 +236,25 @@ const TYPES: [Type; 28] = [
 
 impl RemoteBackend {
     /// [`statement`], prepared on the writer connection `c` once for as
-    /// long as that connection lasts: the lock's holder sends only its
-    /// parameters, and the server neither parses nor plans it again under
-    /// the lock (a commit's transaction runs on generic plans, see
-    /// [`RemoteBackend::lock_chain`]). Called before the lock is taken
-    /// ([`super::ObjectBackend::write_lock`]), so that even a handle's first
-    /// write parses it outside.
+    /// long as that connection lasts, for a write whose rows are bound as
+    /// parameters (see [`RemoteBackend::record`]).
     pub(super) fn write_statement(&self, c: &mut Conn) -> Result<Statement> {
         static SQL: OnceLock<String> = OnceLock::new();
         let sql = SQL.get_or_init(statement);
         c.prepared(sql, &TYPES).map_err(|e| self.pg_error(e))
     }
 
-    /// The rows of one write, in the lock's open transaction: see the
-    /// module's documentation. `pack` is the write's new objects and the
-    /// pack that holds them, `ops` its operations (each must continue the
-    /// chain the lock holds).
+    /// The rows of one write, in the lock's open transaction, and its
+    /// commit, which lets go of the lock: see the module's documentation.
+    /// `pack` is the write's new objects and the pack that holds them,
+    /// `ops` its operations (each must continue the chain the lock holds).
+    ///
+    /// A commit's rows go as literals in one simple query with the
+    /// `COMMIT` (`EXECUTE sessctl_write(...); COMMIT`): the lock is held
+    /// for one round trip less. The statement writes nothing unless every
+    /// compare-and-swap holds, so committing it blind is safe; a write
+    /// that lost one commits nothing and is `RefOutOfDate`. Larger writes
+    /// (an import) bind their rows as parameters and commit after.
     pub(super) fn record(
         &self,
         c: &mut Conn,
@@ -210,6 +286,7 @@ impl RemoteBackend {
         }
         if pack.is_none() && ops.is_empty() {
             // Everything was stored already, and nothing moves.
+            lock.commit(c).map_err(|e| landed_or_not(self, e))?;
             return Ok(Recorded {
                 pack_row: None,
                 seq,
@@ -307,29 +384,138 @@ impl RemoteBackend {
             &index_seq,
             &inline_bytes,
         ];
-        let stmt = self.write_statement(c)?;
-        let row = c.query_one(&stmt, &params).map_err(pg)?;
-        let moved: Vec<String> = row.get(3);
-        if moved.len() != refs.order.len() {
-            // Lost: the first move in order that did not happen, and what
-            // the ref says (nothing moves it while the lock is held; the
-            // lock's drop rolls back the rest).
-            let lost = refs
-                .order
-                .iter()
-                .find(|u| !moved.contains(&u.name.to_string()))
-                .expect("a move that did not happen");
-            return Err(self.out_of_date(c, lost));
+        let literals: [&dyn Literal; 28] = [
+            &refs.moved.0,
+            &refs.moved.1,
+            &refs.moved.2,
+            &refs.created.0,
+            &refs.created.1,
+            &refs.deleted.0,
+            &refs.deleted.1,
+            &key,
+            &size,
+            &now,
+            &inline,
+            &ids,
+            &kinds,
+            &offs,
+            &lens,
+            &lineage.ids,
+            &lineage.parents,
+            &lineage.created,
+            &seqs,
+            &hashes,
+            &bodies,
+            &keys.removed,
+            &keys.put,
+            &keys.values,
+            &head,
+            &hash,
+            &index_seq,
+            &inline_bytes,
+        ];
+        let text_bytes: usize = literals.iter().map(|l| l.size_hint()).sum();
+        let (answer, committed) = if text_bytes <= FUSED_MAX {
+            // The rows and the commit in one round trip.
+            let mut sql = format!("EXECUTE {WRITE}(");
+            sql.reserve(text_bytes + 16);
+            for (i, l) in literals.iter().enumerate() {
+                if i > 0 {
+                    sql.push(',');
+                }
+                l.write_to(&mut sql);
+            }
+            sql.push_str("); COMMIT");
+            let answer = match c.simple_query(&sql) {
+                Ok(msgs) => Answer::of_text(msgs).ok_or_else(|| Error::Remote {
+                    what: self.url.shown.clone(),
+                    reason: "the write's statement answered no row".into(),
+                })?,
+                Err(e) => return Err(landed_or_not(self, e)),
+            };
+            lock.forget_reads();
+            lock.open.set(false);
+            (answer, true)
+        } else {
+            // An import's write: parameters bound in binary, then the
+            // commit.
+            let stmt = self.write_statement(c)?;
+            let row = c.query_one(&stmt, &params).map_err(pg)?;
+            let answer = Answer {
+                pack_row: row
+                    .get::<_, Option<i64>>(0)
+                    .map(|id| (id, row.get::<_, Option<bool>>(1).unwrap_or(false))),
+                inline_bytes: row.get::<_, Option<i64>>(2),
+                ok: row.get::<_, Option<bool>>(3).unwrap_or(false),
+            };
+            (answer, false)
+        };
+        if !answer.ok {
+            // Lost: nothing was written (committed as nothing, or rolled
+            // back when the lock is dropped). The first move in order that
+            // could not happen, and what its ref says.
+            return Err(self.first_lost(c, &refs.order));
         }
-        let pack_row = row
-            .get::<_, Option<i64>>(0)
-            .map(|id| (id, row.get::<_, Option<bool>>(1).unwrap_or(false)));
-        if row.get::<_, Option<i64>>(2).unwrap_or(0) >= SEAL_BYTES as i64 && inline_bytes > 0 {
-            // Once committed: the upkeep after this write seals them.
+        if !committed {
+            lock.commit(c).map_err(|e| landed_or_not(self, e))?;
+        }
+        if answer.inline_bytes.unwrap_or(0) >= SEAL_BYTES as i64 && inline_bytes > 0 {
+            // Committed: the upkeep after this write seals them.
             self.seal_due
                 .store(true, std::sync::atomic::Ordering::Release);
         }
-        Ok(Recorded { pack_row, seq })
+        Ok(Recorded {
+            pack_row: answer.pack_row,
+            seq,
+        })
+    }
+
+    /// [`statement`] prepared on the writer connection `c` with SQL
+    /// `PREPARE` as [`WRITE`], for a simple query's `EXECUTE` (see
+    /// [`RemoteBackend::record`]), once for as long as it lasts.
+    pub(super) fn write_prepared(&self, c: &mut Conn) -> Result<()> {
+        static DECL: OnceLock<String> = OnceLock::new();
+        let decl = DECL.get_or_init(|| {
+            let types: Vec<&str> = TYPES.iter().map(Type::name).collect();
+            format!("({}) AS {}", types.join(", "), statement())
+        });
+        c.prepare_sql(WRITE, decl).map_err(|e| self.pg_error(e))
+    }
+
+    /// The error of a write whose compare-and-swaps did not all hold: the
+    /// first of `order` whose ref does not hold what it expected, with
+    /// what the ref says.
+    fn first_lost(&self, c: &mut Client, order: &[&RefUpdate]) -> Error {
+        let names: Vec<String> = order.iter().map(|u| u.name.to_string()).collect();
+        let rows = match c.query_typed(
+            "SELECT name, target FROM sessctl.refs WHERE name = ANY($1)",
+            &[(&names, Type::TEXT_ARRAY)],
+        ) {
+            Ok(rows) => rows,
+            Err(e) => return self.pg_error(e),
+        };
+        let now: std::collections::HashMap<String, String> = rows
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
+            .collect();
+        let lost = order
+            .iter()
+            .find(|u| {
+                now.get(&u.name.to_string()).map(String::as_str)
+                    != u.old.as_ref().map(|t| t.to_string()).as_deref()
+            })
+            .or(order.first());
+        match lost {
+            Some(u) => Error::RefOutOfDate {
+                name: u.name.clone(),
+                expected: u.old.as_ref().map(|t| t.to_string()),
+                actual: now.get(&u.name.to_string()).cloned(),
+            },
+            None => Error::Invalid(format!(
+                "{}: a write without ref moves was refused",
+                self.url.shown
+            )),
+        }
     }
 
     /// Moves one ref by compare-and-swap in the open transaction.
