@@ -23,9 +23,11 @@ pub(super) trait Literal {
 }
 
 fn hex_into(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     out.reserve(bytes.len() * 2);
     for b in bytes {
-        let _ = write!(out, "{b:02x}");
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
     }
 }
 
