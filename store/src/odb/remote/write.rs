@@ -354,66 +354,45 @@ impl RemoteBackend {
         let head = (!ops.is_empty()).then_some(seq);
         let index_seq = head.filter(|_| self.schema >= 2);
         let now = crate::time::now_ms();
-        let params: [&(dyn ToSql + Sync); 28] = [
-            &refs.moved.0,
-            &refs.moved.1,
-            &refs.moved.2,
-            &refs.created.0,
-            &refs.created.1,
-            &refs.deleted.0,
-            &refs.deleted.1,
-            &key,
-            &size,
-            &now,
-            &inline,
-            &ids,
-            &kinds,
-            &offs,
-            &lens,
-            &lineage.ids,
-            &lineage.parents,
-            &lineage.created,
-            &seqs,
-            &hashes,
-            &bodies,
-            &keys.removed,
-            &keys.put,
-            &keys.values,
-            &head,
-            &hash,
-            &index_seq,
-            &inline_bytes,
-        ];
-        let literals: [&dyn Literal; 28] = [
-            &refs.moved.0,
-            &refs.moved.1,
-            &refs.moved.2,
-            &refs.created.0,
-            &refs.created.1,
-            &refs.deleted.0,
-            &refs.deleted.1,
-            &key,
-            &size,
-            &now,
-            &inline,
-            &ids,
-            &kinds,
-            &offs,
-            &lens,
-            &lineage.ids,
-            &lineage.parents,
-            &lineage.created,
-            &seqs,
-            &hashes,
-            &bodies,
-            &keys.removed,
-            &keys.put,
-            &keys.values,
-            &head,
-            &hash,
-            &index_seq,
-            &inline_bytes,
-        ];
+        // The statement's arguments, in order, once as parameters (bound
+        // in binary) and once as literals (spelled in a simple query).
+        macro_rules! arguments {
+            ($($a:expr),* $(,)?) => {{
+                let params: [&(dyn ToSql + Sync); 28] = [$(&$a),*];
+                let literals: [&dyn Literal; 28] = [$(&$a),*];
+                (params, literals)
+            }};
+        }
+        let (params, literals) = arguments!(
+            refs.moved.0,
+            refs.moved.1,
+            refs.moved.2,
+            refs.created.0,
+            refs.created.1,
+            refs.deleted.0,
+            refs.deleted.1,
+            key,
+            size,
+            now,
+            inline,
+            ids,
+            kinds,
+            offs,
+            lens,
+            lineage.ids,
+            lineage.parents,
+            lineage.created,
+            seqs,
+            hashes,
+            bodies,
+            keys.removed,
+            keys.put,
+            keys.values,
+            head,
+            hash,
+            index_seq,
+            inline_bytes,
+        );
         let text_bytes: usize = literals.iter().map(|l| l.size_hint()).sum();
         let (answer, committed) = if text_bytes <= FUSED_MAX {
             // The rows and the commit in one round trip.
