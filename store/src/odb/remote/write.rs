@@ -61,12 +61,15 @@ impl Answer {
     }
 }
 
-/// The error of a write's round trip that failed. An error the server
+/// The error of a write's round trip that failed. An `ERROR` the server
 /// answered means nothing was committed (the statement failed, or the
-/// commit did and rolled back); a connection lost on the way leaves it
-/// unknown, which the error says.
+/// commit did and rolled back). A connection lost on the way leaves it
+/// unknown, which the error says; so does a `FATAL` (a server shutting
+/// down may send one after the commit's own answer).
 fn landed_or_not(b: &RemoteBackend, e: postgres::Error) -> Error {
-    let answered = e.as_db_error().is_some();
+    let answered = e
+        .as_db_error()
+        .is_some_and(|d| d.parsed_severity() == Some(postgres::error::Severity::Error));
     match b.pg_error(e) {
         Error::Remote { what, reason } if !answered => Error::Remote {
             what,
