@@ -383,9 +383,9 @@ fn spawn_writer(
         .unwrap()
 }
 
-/// Starts a writer child that uploads its pack and runs its statements,
-/// then, when it says it is before PostgreSQL's commit, kills it with
-/// SIGKILL; returns what it left.
+/// Starts a writer child that uploads its pack and takes the write lock,
+/// then, when it says it is before sending its rows and PostgreSQL's
+/// commit, kills it with SIGKILL; returns what it left.
 fn writer_killed_before_commit(r: &servers::Remote) -> std::process::Output {
     let mut child = spawn_writer(
         r,
@@ -2047,4 +2047,74 @@ fn a_lost_compare_and_swap_commits_nothing_of_its_write() {
 
 fn psql_count(r: &servers::Remote, sql: &str) -> i64 {
     r.servers.psql(&r.name, sql).trim().parse().unwrap()
+}
+
+/// The write's own statement checks its compare-and-swaps and writes
+/// nothing when one does not hold, whether its rows travel with the
+/// `COMMIT` (a commit's) or are bound as parameters (a write of more than
+/// 1 MiB of them, here an inline pack of about 1.5 MiB): a ref moved in
+/// PostgreSQL behind the index's back (which the store's own checks, made
+/// against the index, cannot see) makes the commit `RefOutOfDate`, naming
+/// what the ref holds, and leaves every row as it was.
+#[test]
+fn a_compare_and_swap_only_the_statement_sees_commits_nothing() {
+    for big in [false, true] {
+        let Some(r) = servers::remote() else {
+            return;
+        };
+        assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
+        let url = if big {
+            format!("{}&inline=4194304", r.url)
+        } else {
+            r.url.clone()
+        };
+        let store =
+            Store::open_remote_with(&url, &OpenOptions::default(), &r.s3_settings()).unwrap();
+        let (_, root) = store
+            .create(Some("a"), turn(&["first", "ok"]), Durability::Sync)
+            .unwrap();
+        let (_, other) = store
+            .create(Some("b"), turn(&["another"]), Durability::Sync)
+            .unwrap();
+        r.servers.psql(
+            &r.name,
+            &format!("UPDATE sessctl.refs SET target = '{other}' WHERE name = 'refs/heads/a'"),
+        );
+        let rows = || {
+            r.servers.psql(
+                &r.name,
+                "SELECT (SELECT count(*) FROM sessctl.ops), (SELECT count(*) FROM sessctl.objects),
+                        (SELECT count(*) FROM sessctl.packs), (SELECT count(*) FROM sessctl.lineage),
+                        (SELECT md5(string_agg(encode(key, 'hex') || encode(value, 'hex'), ',' ORDER BY key))
+                         FROM sessctl.index_keys),
+                        (SELECT seq || ' ' || encode(hash, 'hex') || ' ' || inline_bytes FROM sessctl.chain_head),
+                        (SELECT string_agg(name || '=' || target, ',' ORDER BY name) FROM sessctl.refs)",
+            )
+        };
+        let before = rows();
+        let text = if big {
+            // About 1.5 MiB that zstd cannot shrink much (random hex).
+            let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+            (0..1_500_000)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    char::from(b"0123456789abcdef"[(x % 16) as usize])
+                })
+                .collect::<String>()
+        } else {
+            "the loser".to_string()
+        };
+        let err = store
+            .commit("a", Some(root), turn(&[&text]), Durability::Sync)
+            .unwrap_err();
+        match &err {
+            Error::RefOutOfDate { actual, .. } => {
+                assert_eq!(actual.as_deref(), Some(other.to_hex().as_str()), "{err}")
+            }
+            _ => panic!("big {big}: {err}"),
+        }
+        assert_eq!(rows(), before, "big {big}");
+    }
 }

@@ -177,7 +177,7 @@ impl<E: Element> Literal for Vec<E> {
         out.push_str(E::ARRAY);
     }
     fn size_hint(&self) -> usize {
-        16 + self.iter().map(Element::element_size).sum::<usize>()
+        16 + self.iter().map(|e| e.element_size() + 1).sum::<usize>()
     }
 }
 
@@ -249,6 +249,12 @@ mod tests {
         assert_eq!(lit(&None::<i64>), "NULL::int8");
         assert_eq!(lit(&vec![1i16, -2]), "ARRAY[1,-2]::int2[]");
         assert_eq!(lit(&Vec::<i64>::new()), "ARRAY[]::int8[]");
+        assert_eq!(
+            lit(&vec![i64::MIN, 0]),
+            format!("ARRAY[{},0]::int8[]", i64::MIN)
+        );
+        let ids = vec![vec![0xabu8; 32], vec![0u8; 32], vec![]];
+        assert!(lit(&ids).starts_with("ARRAY[decode('abab"));
         assert_eq!(lit(&Some(vec![0u8, 255])), "decode('00ff','hex')");
         assert_eq!(lit(&None::<Vec<u8>>), "NULL::bytea");
     }

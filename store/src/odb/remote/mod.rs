@@ -17,9 +17,10 @@
 //! 3. The store checks its compare-and-swaps against its index, caught up
 //!    from the `ops` table under that lock.
 //! 4. [`ObjectBackend::append_locked`] records the pack and where each new
-//!    object lives, moves each ref with `UPDATE ... WHERE target = $old`
-//!    (no row: `RefOutOfDate`), appends the operation rows, advances the
-//!    chain head, and commits: all of it or none.
+//!    object lives, moves each ref with `UPDATE ... WHERE target = $old`,
+//!    appends the operation rows, advances the chain head, and commits, in
+//!    one round trip: all of it or none (a compare-and-swap that does not
+//!    hold writes nothing: `RefOutOfDate`).
 //!
 //! A crash between 1 and 4 leaves an unreferenced pack in the bucket and
 //! nothing in PostgreSQL. Reads take no lock: a pack fetched once is kept
@@ -104,8 +105,9 @@ const INLINE_SCHEMA: i32 = 6;
 /// objects-format.md, "Inline packs".
 pub const SEAL_BYTES: u64 = 2 << 20;
 
-/// Test-only: a write that finds this variable set stops after uploading
-/// its pack and running its statements, before PostgreSQL commits: it says
+/// Test-only: a write that finds this variable set stops under the write
+/// lock, after uploading its pack and before sending its rows and their
+/// `COMMIT` (one round trip for a commit's write): it says
 /// [`STOPPED_BEFORE_COMMIT`] on stderr and sleeps, for a test to `kill -9`
 /// it there (the crash the protocol must survive).
 pub const CRASH_BEFORE_COMMIT_VAR: &str = "SESSCTL_TEST_STOP_BEFORE_DB_COMMIT";
@@ -501,8 +503,9 @@ pub(crate) struct RemoteLock<'a> {
 }
 
 impl RemoteLock<'_> {
-    /// Forgets what was read under the lock: called before its
-    /// transaction ends, so no answer outlives it.
+    /// Forgets what was read under the lock: called when its transaction
+    /// ends (a write that commits with its rows calls it on the answer),
+    /// so no answer outlives it.
     fn forget_reads(&self) {
         *self.under_lock.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }

@@ -32,8 +32,10 @@ const WRITE: &str = "sessctl_write";
 
 /// The most bytes of SQL text a write's rows go as ([`RemoteBackend::record`]):
 /// a commit's are a few KiB, an inline pack's up to its limit twice over
-/// in hex. Above, an import's write binds them as parameters instead.
-const FUSED_MAX: usize = 4 << 20;
+/// in hex. Above, an import's write binds them as parameters instead. Kept
+/// small because a server logs the text of a statement that fails
+/// (`log_min_error_statement`), where bound parameters are not logged.
+const FUSED_MAX: usize = 1 << 20;
 
 /// What the write's statement answered: the pack row and whether it is
 /// inline, the inline bytes after the write, and whether every
@@ -408,15 +410,14 @@ impl RemoteBackend {
                 l.write_to(&mut sql);
             }
             sql.push_str("); COMMIT");
-            let answer = match c.simple_query(&sql) {
-                Ok(msgs) => Answer::of_text(msgs).ok_or_else(|| Error::Remote {
-                    what: self.url.shown.clone(),
-                    reason: "the write's statement answered no row".into(),
-                })?,
-                Err(e) => return Err(landed_or_not(self, e)),
-            };
+            let msgs = c.simple_query(&sql).map_err(|e| landed_or_not(self, e))?;
+            // Committed, whatever the answer says.
             lock.forget_reads();
             lock.open.set(false);
+            let answer = Answer::of_text(msgs).ok_or_else(|| Error::Remote {
+                what: self.url.shown.clone(),
+                reason: "the write committed, but its statement answered no row".into(),
+            })?;
             (answer, true)
         } else {
             // An import's write: parameters bound in binary, then the
@@ -435,7 +436,8 @@ impl RemoteBackend {
         if !answer.ok {
             // Lost: nothing was written (committed as nothing, or rolled
             // back when the lock is dropped). The first move in order that
-            // could not happen, and what its ref says.
+            // could not happen, and what its ref says now (after the lock,
+            // when the write committed as nothing: maybe a later writer's).
             return Err(self.first_lost(c, &refs.order));
         }
         if !committed {
