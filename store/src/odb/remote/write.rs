@@ -526,23 +526,7 @@ impl RemoteBackend {
         if moved == 1 {
             return Ok(());
         }
-        Err(self.out_of_date(c, u))
-    }
-
-    /// The error of a lost compare-and-swap of `u`, with what the ref says.
-    fn out_of_date(&self, c: &mut Client, u: &RefUpdate) -> Error {
-        let actual = c.query_typed_opt(
-            "SELECT target FROM sessctl.refs WHERE name = $1",
-            &[(&u.name.to_string(), Type::TEXT)],
-        );
-        match actual {
-            Ok(actual) => Error::RefOutOfDate {
-                name: u.name.clone(),
-                expected: u.old.as_ref().map(|t| t.to_string()),
-                actual: actual.map(|r| r.get::<_, String>(0)),
-            },
-            Err(e) => self.pg_error(e),
-        }
+        Err(self.first_lost(c, &[u]))
     }
 }
 
