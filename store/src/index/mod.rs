@@ -655,6 +655,24 @@ impl Index {
         self.catch_up_to(odb, u64::MAX)
     }
 
+    /// [`Index::catch_up`] by a reader about to read `keys` (from
+    /// [`Index::conversation_keys`]): where the backend keeps the keys, they
+    /// are read with its head, in the same round trip, and answered from
+    /// there while this handle's view stays at that head.
+    pub fn catch_up_reading(&self, odb: &Odb, keys: &[Vec<u8>]) -> Result<CatchUp> {
+        if self.kept().is_none() || keys.is_empty() {
+            return self.catch_up(odb);
+        }
+        self.catch_up_kept_reading(keys)?;
+        Ok(CatchUp::Applied(0))
+    }
+
+    /// The keys [`Index::conversation`] reads of conversation `name`: its
+    /// record and its run claim.
+    pub fn conversation_keys(name: &str) -> Vec<Vec<u8>> {
+        vec![key("c:", name.as_bytes()), key("u:", name.as_bytes())]
+    }
+
     /// [`Index::catch_up`], applying no operation past `last`.
     pub fn catch_up_to(&self, odb: &Odb, last: u64) -> Result<CatchUp> {
         if self.kept().is_some() {
@@ -720,14 +738,35 @@ impl Index {
     /// Catching up, for keys the backend keeps: reading the operation they
     /// describe (one query; no operation is read).
     fn catch_up_kept(&self) -> Result<()> {
+        self.catch_up_kept_reading(&[])
+    }
+
+    /// [`Index::catch_up_kept`], reading `keys` with the head (one query):
+    /// kept with the reads ahead, as of that head.
+    fn catch_up_kept_reading(&self, keys: &[Vec<u8>]) -> Result<()> {
         let kept = self.kept().expect("called for kept keys");
-        let (head, built) = kept.index_head()?;
+        let (head, built, found) = kept.index_head_reading(keys)?;
         if !built {
             return Err(IndexError::KeptNotBuilt.into());
         }
-        let mut v = self.view_mut();
-        if head.map_or(0, |h| h.0) >= v.applied.map_or(0, |a| a.0) {
-            v.applied = head;
+        {
+            let mut v = self.view_mut();
+            if head.map_or(0, |h| h.0) >= v.applied.map_or(0, |a| a.0) {
+                v.applied = head;
+            }
+        }
+        if !keys.is_empty() {
+            let mut ahead = self.ahead_reads.lock().unwrap_or_else(|p| p.into_inner());
+            if ahead.head != head || ahead.keys.len() > AHEAD_READS {
+                ahead.keys.clear();
+                ahead.head = head;
+            }
+            let mut found: std::collections::HashMap<Vec<u8>, Vec<u8>> =
+                found.into_iter().collect();
+            for k in keys {
+                let v = found.remove(k);
+                ahead.keys.insert(k.clone(), v);
+            }
         }
         Ok(())
     }

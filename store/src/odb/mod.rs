@@ -160,6 +160,14 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// What [`KeptIndex::index_head_reading`] read: the head, whether the keys
+/// are built, and the keys asked for that are there, with their values.
+pub type HeadReading = (
+    Option<(u64, crate::refs::Hash)>,
+    bool,
+    Vec<(Vec<u8>, Vec<u8>)>,
+);
+
 /// The derived index's keys as a backend that keeps them itself holds them
 /// (the remote one, in PostgreSQL: objects-format.md, "Remote store"):
 /// written in the same transaction as the operation that changes them, so
@@ -170,6 +178,10 @@ pub trait KeptIndex: Send + Sync {
     /// they describe the head of the chain; keys not built yet (a store
     /// upgraded from an older schema) do not.
     fn index_head(&self) -> Result<(Option<(u64, crate::refs::Hash)>, bool)>;
+    /// [`KeptIndex::index_head`] and the values of those of `keys` that
+    /// are there, read together: one round trip, and the values are those
+    /// of that head (a reader about to read them asks with its catch-up).
+    fn index_head_reading(&self, keys: &[Vec<u8>]) -> Result<HeadReading>;
     /// One key's value.
     fn index_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// The values of those of `keys` that are there (one round trip where

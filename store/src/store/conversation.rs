@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::hash::ObjectId;
-use crate::index::{ConversationInfo, SessionInfo};
+use crate::index::{ConversationInfo, Index, SessionInfo};
 use crate::object::{Compaction, RunSummary, SessionMetadata, SessionStatus, SessionType};
 use crate::odb::Durability;
 use crate::refs::{
@@ -85,7 +85,7 @@ impl Store {
     /// A conversation's summary; its `running` claim only while the
     /// process that made it is alive.
     pub fn conversation(&self, name: &str) -> Result<Option<ConversationInfo>> {
-        self.catch_up()?;
+        self.catch_up_reading(&Index::conversation_keys(name))?;
         self.index
             .conversation(name)?
             .map(|i| self.live(i))

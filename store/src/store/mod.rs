@@ -226,9 +226,16 @@ impl Store {
     /// Every read of refs and summaries starts here; it costs a `stat` or
     /// two when nothing is new.
     pub fn catch_up(&self) -> Result<()> {
+        self.catch_up_reading(&[])
+    }
+
+    /// [`Store::catch_up`] by a reader about to read `keys` of the index: a
+    /// backend that keeps the keys (a remote store) reads them with its
+    /// head, in one round trip.
+    pub(crate) fn catch_up_reading(&self, keys: &[Vec<u8>]) -> Result<()> {
         self.odb.backend().refresh()?;
         self.absorb_notes();
-        match self.index.catch_up(&self.odb) {
+        match self.index.catch_up_reading(&self.odb, keys) {
             Ok(CatchUp::Rebuilt(n)) => self.note(format!(
                 "the index tables did not continue the operations; applied all {n} of them in memory (sessctl reindex replaces the tables)"
             )),

@@ -57,8 +57,8 @@ use literal::{bytea_array, hex_bytes};
 use locked::READ_AHEAD;
 
 use super::{
-    Held, KeptIndex, KeyWrite, LineageRow, ObjectBackend, OdbStats, OpenOptions, RawOp,
-    RepackOptions, RepackStats, SyncTicket, WriteLock,
+    HeadReading, Held, KeptIndex, KeyWrite, LineageRow, ObjectBackend, OdbStats, OpenOptions,
+    RawOp, RepackOptions, RepackStats, SyncTicket, WriteLock,
 };
 use crate::error::{Error, Result};
 use crate::hash::{IdMap, IdSet, ObjectId, Prefix};
@@ -1280,27 +1280,13 @@ impl RemoteBackend {
     }
 }
 
-impl KeptIndex for RemoteBackend {
-    fn index_head(&self) -> Result<(Option<(u64, crate::refs::Hash)>, bool)> {
-        let (seq, hash, index_seq) = match self.under_lock(|u| u.head.clone()) {
-            // Read with the lock, and it cannot move while held.
-            Some(head) => head,
-            None => {
-                let sql = if self.schema >= SWEEPS_SCHEMA {
-                    "SELECT seq, hash, index_seq, sweeps FROM sessctl.chain_head"
-                } else {
-                    "SELECT seq, hash, index_seq, NULL::int8 FROM sessctl.chain_head"
-                };
-                let row = self.with_reader(|c| {
-                    let st = c.prepared(sql, &[])?;
-                    c.query_one(&st, &[])
-                })?;
-                if let Some(v) = row.get::<_, Option<i64>>(3) {
-                    self.sweeps_seen.fetch_max(v, Ordering::AcqRel);
-                }
-                (row.get(0), row.get(1), row.get(2))
-            }
-        };
+impl RemoteBackend {
+    /// The head and whether the keys describe it, from `chain_head`'s
+    /// `seq`, `hash` and `index_seq`.
+    fn head_from(
+        &self,
+        (seq, hash, index_seq): (i64, Option<Vec<u8>>, Option<i64>),
+    ) -> Result<(Option<(u64, crate::refs::Hash)>, bool)> {
         let head = match hash {
             Some(h) => Some((
                 seq.max(0) as u64,
@@ -1312,6 +1298,62 @@ impl KeptIndex for RemoteBackend {
             None => None,
         };
         Ok((head, index_seq == Some(seq)))
+    }
+}
+
+impl KeptIndex for RemoteBackend {
+    fn index_head(&self) -> Result<(Option<(u64, crate::refs::Hash)>, bool)> {
+        let (head, built, _) = self.index_head_reading(&[])?;
+        Ok((head, built))
+    }
+
+    /// One statement, so one snapshot: the head's row and the keys' rows,
+    /// told apart by the key, which the head's row lacks.
+    fn index_head_reading(&self, keys: &[Vec<u8>]) -> Result<HeadReading> {
+        if let Some(head) = self.under_lock(|u| u.head.clone()) {
+            // Read with the lock: neither it nor the keys move while it
+            // is held.
+            let found = if keys.is_empty() {
+                Vec::new()
+            } else {
+                self.index_get_many(keys)?
+            };
+            let (head, built) = self.head_from(head)?;
+            return Ok((head, built, found));
+        }
+        let sweeps = if self.schema >= SWEEPS_SCHEMA {
+            "sweeps"
+        } else {
+            "NULL::int8"
+        };
+        let sql = format!(
+            "SELECT seq, hash, index_seq, {sweeps}, NULL::bytea, NULL::bytea FROM sessctl.chain_head
+             UNION ALL
+             SELECT NULL, NULL, NULL, NULL, key, value FROM sessctl.index_keys WHERE key = ANY($1)"
+        );
+        let rows = self.with_reader(|c| {
+            let st = c.prepared(&sql, &[Type::BYTEA_ARRAY])?;
+            c.query(&st, &[&keys])
+        })?;
+        let mut head = None;
+        let mut found = Vec::with_capacity(keys.len());
+        for row in rows {
+            match row.get::<_, Option<Vec<u8>>>(4) {
+                Some(key) => found.push((key, row.get(5))),
+                None => {
+                    if let Some(v) = row.get::<_, Option<i64>>(3) {
+                        self.sweeps_seen.fetch_max(v, Ordering::AcqRel);
+                    }
+                    head = Some((row.get(0), row.get(1), row.get(2)));
+                }
+            }
+        }
+        let head = head.ok_or_else(|| Error::Remote {
+            what: self.url.shown.clone(),
+            reason: "the chain_head row is missing".into(),
+        })?;
+        let (head, built) = self.head_from(head)?;
+        Ok((head, built, found))
     }
 
     fn index_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
