@@ -670,6 +670,42 @@ fn postgres_refuses_a_ref_move_from_a_stale_target() {
     assert_eq!(open(&r).resolve_ref(&name).unwrap(), Some(s2));
 }
 
+/// A commit lets the write lock go before the WAL holding it is flushed,
+/// and waits for the flush after: once acknowledged, it survives the
+/// server's crash at once after (an immediate stop, which loses the WAL
+/// not yet written). The WAL writer is slowed so that it never flushes
+/// for the commit in the meantime: only the commit's own wait can.
+#[test]
+fn an_acknowledged_commit_survives_a_crash_right_after() {
+    let Some(r) = servers::remote_private() else {
+        return;
+    };
+    r.servers
+        .psql("postgres", "ALTER SYSTEM SET wal_writer_delay = '10s'");
+    r.servers.psql("postgres", "SELECT pg_reload_conf()");
+    assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
+    let (_, mut head) = open(&r)
+        .create(Some("a"), turn(&["start"]), Durability::Sync)
+        .unwrap();
+    for t in 0..4 {
+        let store = open(&r);
+        head = store
+            .commit(
+                "a",
+                Some(head),
+                turn(&[&format!("turn {t}")]),
+                Durability::Sync,
+            )
+            .unwrap();
+        r.servers.stop_postgres();
+        r.servers.start_postgres();
+        let after = open(&r);
+        assert_eq!(after.resolve_rev("a").unwrap(), head, "turn {t}");
+    }
+    let fsck = open(&r).fsck(&FsckOptions { full: true }, &mut |_, _| {});
+    assert!(fsck.unwrap().is_clean());
+}
+
 /// PostgreSQL stopped and started again under an open handle: the write
 /// meanwhile is one clear error that changes nothing; the handle connects
 /// again and the next write and reads work.
@@ -1989,12 +2025,22 @@ fn a_commit_holds_the_write_lock_for_two_round_trips() {
         commit[lock].contains("EXECUTE sessctl_read_ahead("),
         "{commit:#?}"
     );
-    assert_eq!(commit.len(), lock + 2, "{commit:#?}");
+    assert_eq!(commit.len(), lock + 3, "{commit:#?}");
     let write = &commit[lock + 1];
     assert!(
-        write.starts_with("statement: EXECUTE sessctl_write(") && write.ends_with("; COMMIT"),
+        write.starts_with("statement: SET LOCAL synchronous_commit = off; EXECUTE sessctl_write(")
+            && write.ends_with("; COMMIT"),
         "{commit:#?}"
     );
+    // The flush, waited for after the lock.
+    assert_eq!(
+        commit[lock + 2],
+        "statement: SELECT pg_logical_emit_message(true, 'sessctl', '')",
+        "{commit:#?}"
+    );
+    // Before the lock: the head with the conversation's keys, and which
+    // of the new objects are stored.
+    assert_eq!(lock, 2, "{commit:#?}");
     // And it landed.
     assert_eq!(store.resolve_rev("a").unwrap(), last);
     let fsck = store.fsck(&FsckOptions { full: true }, &mut |_, _| {});

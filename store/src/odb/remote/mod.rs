@@ -20,7 +20,11 @@
 //!    object lives, moves each ref with `UPDATE ... WHERE target = $old`,
 //!    appends the operation rows, advances the chain head, and commits, in
 //!    one round trip: all of it or none (a compare-and-swap that does not
-//!    hold writes nothing: `RefOutOfDate`).
+//!    hold writes nothing: `RefOutOfDate`). The commit lets the lock go
+//!    without waiting for the WAL's flush.
+//! 5. [`ObjectBackend::sync`], lock released, waits for that flush (one
+//!    round trip whose own commit needs it: `write.rs`, [`write::FLUSH`]);
+//!    only then is the write acknowledged.
 //!
 //! A crash between 1 and 4 leaves an unreferenced pack in the bucket and
 //! nothing in PostgreSQL. Reads take no lock: a pack fetched once is kept
@@ -445,9 +449,26 @@ pub struct RemoteBackend {
     seal_due: AtomicBool,
     /// What the next write reads with its lock ([`KeptIndex::read_with_lock`]).
     lock_reads: Mutex<Option<LockReads>>,
+    /// This handle's writes committed without waiting for the WAL's flush,
+    /// and how many of them are known flushed (see `write.rs`, "the
+    /// flush after the lock"): a write's [`SyncTicket`] is its number.
+    flushes: Flushes,
     /// Test-only figures: statements run on the reader connection,
     /// operation rows and object rows read.
     counts: Counts,
+}
+
+/// Writes committed by a handle before the WAL that holds them reached the
+/// disk, and how many of them are known to have reached it since.
+#[derive(Debug, Default)]
+pub(super) struct Flushes {
+    /// Writes committed so far without waiting for their flush.
+    committed: std::sync::atomic::AtomicU64,
+    /// Of those, how many are known flushed.
+    flushed: std::sync::atomic::AtomicU64,
+    /// Of those, how many were committed on a writer connection since
+    /// lost: whether each not known flushed landed is not known.
+    lost: std::sync::atomic::AtomicU64,
 }
 
 /// What a handle asked PostgreSQL, for tests that check that opening a
@@ -732,6 +753,7 @@ impl RemoteBackend {
             schema: SCHEMA_VERSION,
             staged_keys: Mutex::new(None),
             seal_due: AtomicBool::new(false),
+            flushes: Flushes::default(),
             counts: Counts::default(),
             lock_reads: Mutex::new(None),
         };
@@ -774,7 +796,7 @@ impl RemoteBackend {
         let mut slot = self.reader.lock().unwrap_or_else(|p| p.into_inner());
         self.counts.queries.fetch_add(1, Ordering::Relaxed);
         for attempt in 0..2 {
-            let client = self.client(&mut slot)?;
+            let client = self.writer_client(&mut slot)?;
             match f(client) {
                 Ok(v) => return Ok(v),
                 Err(e) if attempt == 0 && (e.is_closed() || client.is_closed()) => {
@@ -797,8 +819,19 @@ impl RemoteBackend {
         f: impl FnOnce(&mut Conn) -> std::result::Result<T, postgres::Error>,
     ) -> Result<T> {
         let mut slot = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        let client = self.client(&mut slot)?;
+        let client = self.writer_client(&mut slot)?;
         f(client).map_err(|e| self.pg_error(e))
+    }
+
+    /// [`RemoteBackend::client`] for the writer connection: a new one
+    /// cannot see the flush of what an earlier one committed without
+    /// waiting for it (the server may have restarted in between).
+    fn writer_client<'c>(&self, slot: &'c mut Option<Conn>) -> Result<&'c mut Conn> {
+        if slot.as_ref().is_none_or(|c| c.is_closed()) {
+            let committed = self.flushes.committed.load(Ordering::Acquire);
+            self.flushes.lost.fetch_max(committed, Ordering::AcqRel);
+        }
+        self.client(slot)
     }
 
     fn client<'c>(&self, slot: &'c mut Option<Conn>) -> Result<&'c mut Conn> {
@@ -1768,8 +1801,10 @@ impl ObjectBackend for RemoteBackend {
         let mut conn = lock.conn.borrow_mut();
         let c = conn.as_mut().expect("a held lock has its connection");
         // The rows and the commit, which lets go of the lock.
-        let write::Recorded { pack_row, seq } =
-            self.record(c, lock, pack.as_ref().map(|p| (p, &new[..])), ops)?;
+        let write::Recorded {
+            pack_row,
+            flush_after,
+        } = self.record(c, lock, pack.as_ref().map(|p| (p, &new[..])), ops)?;
         drop(conn);
         if let (Some(p), Some((row, inline))) = (pack, pack_row) {
             self.remember_body(row, &p.body);
@@ -1796,11 +1831,50 @@ impl ObjectBackend for RemoteBackend {
                 },
             );
         }
-        Ok((new.len(), SyncTicket((0, seq as u64))))
+        // Its number among this handle's writes committed before their
+        // flush (0: it waited for its own), what `sync` waits for.
+        let ticket = if flush_after {
+            self.flushes.committed.fetch_add(1, Ordering::AcqRel) + 1
+        } else {
+            0
+        };
+        Ok((new.len(), SyncTicket((0, ticket))))
     }
 
-    /// PostgreSQL's commit is the write's durability.
-    fn sync(&self, _ticket: SyncTicket) -> Result<()> {
+    /// A write committed under the lock without waiting for its flush
+    /// (see `write.rs`): waits for it now, lock released, in one round
+    /// trip that needs the WAL flushed past its own commit, and so past
+    /// every commit before it. Writers of other handles wait at the same
+    /// time, and PostgreSQL flushes for them together.
+    fn sync(&self, ticket: SyncTicket) -> Result<()> {
+        let n = ticket.0 .1;
+        if n == 0 || self.flushes.flushed.load(Ordering::Acquire) >= n {
+            return Ok(());
+        }
+        // Holding the writer connection: no write of this handle is
+        // committing meanwhile, so all it committed so far is before the
+        // flush asked for here.
+        let mut slot = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        if self.flushes.flushed.load(Ordering::Acquire) >= n {
+            return Ok(());
+        }
+        let unknown = || Error::Remote {
+            what: self.url.shown.clone(),
+            reason: "the write committed, and the connection was lost before its flush: \
+                     it may or may not have landed"
+                .into(),
+        };
+        if self.flushes.lost.load(Ordering::Acquire) >= n {
+            return Err(unknown());
+        }
+        let upto = self.flushes.committed.load(Ordering::Acquire);
+        let Some(client) = slot.as_mut().filter(|c| !c.is_closed()) else {
+            return Err(unknown());
+        };
+        client
+            .batch_execute(write::FLUSH)
+            .map_err(|e| write::unflushed(self, e))?;
+        self.flushes.flushed.fetch_max(upto, Ordering::AcqRel);
         Ok(())
     }
 

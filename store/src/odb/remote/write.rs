@@ -7,6 +7,15 @@
 //! there were one per part and one for the commit: the lock is what every
 //! writer on every machine queues on.
 //!
+//! The flush after the lock: that commit does not wait for the WAL to
+//! reach the disk (`synchronous_commit = off` for its transaction), so the
+//! next writer takes the lock while it is flushed; the writer waits for
+//! the flush after ([`FLUSH`], from `sync`), and only then acknowledges
+//! the write. This is early lock release (Johnson et al., "Aether",
+//! VLDB 2010). What another handle reads in between may be lost by a
+//! server crash in the same moment, exactly with the write, never without
+//! it: the WAL is replayed in order, and a later write's flush covers it.
+//!
 //! It must never commit a ref move that lost its compare-and-swap: the
 //! statement checks them all first and writes nothing unless all hold,
 //! and a write that lost one is `RefOutOfDate`.
@@ -82,10 +91,38 @@ fn landed_or_not(b: &RemoteBackend, e: postgres::Error) -> Error {
 }
 
 /// What [`RemoteBackend::record`] wrote and committed: the pack row named
-/// (and whether it is inline), and the chain head's `seq` after the write.
+/// (and whether it is inline), and whether its commit left the WAL's flush
+/// to [`FLUSH`], after the lock.
 pub(super) struct Recorded {
     pub pack_row: Option<(i64, bool)>,
-    pub seq: i64,
+    pub flush_after: bool,
+}
+
+/// What a commit sets before its `COMMIT` so that the write lock (the
+/// chain head's row) is let go without waiting for the WAL's flush: the
+/// flush is waited for after, by [`FLUSH`], where writers share it.
+const NO_FLUSH_UNDER_LOCK: &str = "SET LOCAL synchronous_commit = off; ";
+
+/// Returns once the WAL is flushed past everything this connection
+/// committed: a transaction that writes a WAL record (an empty logical
+/// decoding message, which changes no table) and so, committing, waits
+/// for the flush of its own commit record, which follows theirs. (A
+/// transaction that writes no WAL, `SELECT txid_current()` say, commits
+/// without waiting for any flush.)
+pub(super) const FLUSH: &str = "SELECT pg_logical_emit_message(true, 'sessctl', '')";
+
+/// The error of a [`FLUSH`] that failed: the write committed, and whether
+/// it reached the disk is not known.
+pub(super) fn unflushed(b: &RemoteBackend, e: postgres::Error) -> Error {
+    match b.pg_error(e) {
+        Error::Remote { what, reason } => Error::Remote {
+            what,
+            reason: format!(
+                "waiting for a committed write's flush (it may or may not have landed): {reason}"
+            ),
+        },
+        e => e,
+    }
 }
 
 /// The ref moves of a write as one statement takes them: compare-and-swaps
@@ -294,7 +331,7 @@ impl RemoteBackend {
             lock.commit(c).map_err(|e| landed_or_not(self, e))?;
             return Ok(Recorded {
                 pack_row: None,
-                seq,
+                flush_after: false,
             });
         }
         let mut refs = RefMoves::default();
@@ -400,8 +437,9 @@ impl RemoteBackend {
         );
         let text_bytes: usize = literals.iter().map(|l| l.size_hint()).sum();
         let (answer, committed) = if text_bytes <= FUSED_MAX {
-            // The rows and the commit in one round trip.
-            let mut sql = format!("EXECUTE {WRITE}(");
+            // The rows and the commit in one round trip; the flush after
+            // the lock.
+            let mut sql = format!("{NO_FLUSH_UNDER_LOCK}EXECUTE {WRITE}(");
             sql.reserve(text_bytes + 16);
             for (i, l) in literals.iter().enumerate() {
                 if i > 0 {
@@ -450,7 +488,8 @@ impl RemoteBackend {
         }
         Ok(Recorded {
             pack_row: answer.pack_row,
-            seq,
+            // An import's commit waits for its own flush.
+            flush_after: committed,
         })
     }
 
