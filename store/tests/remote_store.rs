@@ -2047,6 +2047,72 @@ fn a_commit_holds_the_write_lock_for_two_round_trips() {
     assert!(fsck.unwrap().is_clean());
 }
 
+/// `show` and `log -n` decorate what they print with the refs at those
+/// sessions (`refs_to`): on a remote store that is three statements however
+/// many sessions (the chain head, the reverse keys of all of them, the refs
+/// those name), where it was one or two a session.
+#[test]
+fn the_refs_at_many_sessions_are_three_statements() {
+    let Some(r) = servers::remote_private() else {
+        return;
+    };
+    assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
+    let store = open(&r);
+    let (_, mut head) = store
+        .create(Some("a"), turn(&["first", "ok"]), Durability::Sync)
+        .unwrap();
+    let mut ids = vec![head];
+    for t in 0..24 {
+        head = store
+            .commit(
+                "a",
+                Some(head),
+                turn(&[&format!("turn {t}")]),
+                Durability::Sync,
+            )
+            .unwrap();
+        ids.push(head);
+    }
+    store.tag("early", ids[3], false, Durability::Sync).unwrap();
+    store
+        .tag("also-early", ids[3], false, Durability::Sync)
+        .unwrap();
+    store
+        .tag("middle", ids[12], false, Durability::Sync)
+        .unwrap();
+    r.servers.psql(
+        "postgres",
+        &format!("ALTER DATABASE {} SET log_statement = 'all'", r.name),
+    );
+    let fresh = open(&r);
+    fresh.catch_up().unwrap();
+    let log = r.servers.dir().join("postgres.log");
+    let executed = || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
+            .count()
+    };
+    let before = executed();
+    let refs = fresh.refs_to(&ids).unwrap();
+    assert_eq!(executed() - before, 3);
+    let names: Vec<(String, ObjectId)> = refs.iter().map(|(n, id)| (n.to_string(), *id)).collect();
+    assert_eq!(
+        names,
+        vec![
+            ("refs/heads/a".to_string(), head),
+            ("refs/tags/also-early".to_string(), ids[3]),
+            ("refs/tags/early".to_string(), ids[3]),
+            ("refs/tags/middle".to_string(), ids[12]),
+        ]
+    );
+    // Sessions no ref names: the head and the reverse keys, none found.
+    let before = executed();
+    assert!(fresh.refs_to(&ids[4..12]).unwrap().is_empty());
+    assert_eq!(executed() - before, 2);
+}
+
 /// A write whose compare-and-swap loses commits nothing, though its rows
 /// and its commit travel together: the ref, the chain and the index are
 /// as the winner left them, and the loser is told (exit 1's error).

@@ -81,9 +81,21 @@ impl Index {
         } else {
             self.scanned_candidates(ids)?
         };
+        // Where the backend keeps the keys, every candidate in one read.
+        let kept: Option<std::collections::HashMap<Vec<u8>, Vec<u8>>> = match self.kept() {
+            Some(kept) if !candidates.is_empty() => {
+                let keys: Vec<Vec<u8>> = candidates.iter().cloned().collect();
+                Some(kept.index_get_many(&keys)?.into_iter().collect())
+            }
+            _ => None,
+        };
         let mut out = Vec::new();
         for k in candidates {
-            let Some(v) = self.get(&k)? else { continue };
+            let v = match &kept {
+                Some(values) => values.get(&k).cloned(),
+                None => self.get(&k)?,
+            };
+            let Some(v) = v else { continue };
             let name = std::str::from_utf8(&k[2..])
                 .ok()
                 .and_then(|n| RefName::parse(n).ok());
@@ -102,6 +114,16 @@ impl Index {
     /// a ref moved since, is weeded out by the caller's check).
     fn reverse_candidates(&self, ids: &[ObjectId]) -> Result<std::collections::BTreeSet<Vec<u8>>> {
         let mut candidates = std::collections::BTreeSet::new();
+        if let Some(kept) = self.kept() {
+            // Every id's prefix in one read.
+            let prefixes: Vec<Vec<u8>> = ids.iter().map(|id| reverse_key(id, b"")).collect();
+            for (k, _) in kept.index_scan_prefixes(&prefixes)? {
+                // t:<32-byte id><ref>
+                if let Some(name) = k.get(2 + crate::hash::ID_LEN..) {
+                    candidates.insert([&b"r:"[..], name].concat());
+                }
+            }
+        }
         let view = self.view();
         for id in ids {
             let prefix = reverse_key(id, b"");
@@ -114,11 +136,6 @@ impl Index {
                     if v.is_some() {
                         take(k);
                     }
-                }
-            }
-            if let Some(kept) = self.kept() {
-                for (k, _) in kept.index_scan(&prefix, None, false, usize::MAX)? {
-                    take(&k);
                 }
             }
             for t in view.stack.tables() {

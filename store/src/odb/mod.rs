@@ -218,6 +218,16 @@ pub trait KeptIndex: Send + Sync {
         reverse: bool,
         n: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    /// Every key under each of `prefixes` (none of them empty), with its
+    /// value, ascending within each prefix: one round trip where each
+    /// [`KeptIndex::index_scan`] is one.
+    fn index_scan_prefixes(&self, prefixes: &[Vec<u8>]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for p in prefixes {
+            out.extend(self.index_scan(p, None, false, usize::MAX)?);
+        }
+        Ok(out)
+    }
     /// The key changes of the operations the next
     /// [`ObjectBackend::append_locked`] appends, written in its
     /// transaction: all of it or none.

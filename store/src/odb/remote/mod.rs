@@ -1454,6 +1454,33 @@ impl KeptIndex for RemoteBackend {
         Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
+    /// One query: a range scan of the primary key per prefix, side by
+    /// side (`LATERAL`), whatever the number of prefixes.
+    fn index_scan_prefixes(&self, prefixes: &[Vec<u8>]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        if prefixes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ends = prefixes
+            .iter()
+            .map(|p| {
+                super::prefix_end(p).ok_or_else(|| {
+                    Error::Invalid("a prefix scan of every key, in a batch of prefixes".into())
+                })
+            })
+            .collect::<Result<Vec<Vec<u8>>>>()?;
+        let rows = self.with_reader(|c| {
+            let st = c.prepared(
+                "SELECT k.key, k.value FROM unnest($1::bytea[], $2::bytea[]) WITH ORDINALITY AS p(lo, hi, n)
+                 CROSS JOIN LATERAL (SELECT key, value FROM sessctl.index_keys
+                                     WHERE key >= p.lo AND key < p.hi) AS k
+                 ORDER BY p.n, k.key",
+                &[Type::BYTEA_ARRAY, Type::BYTEA_ARRAY],
+            )?;
+            c.query(&st, &[&prefixes, &ends])
+        })?;
+        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
     fn index_stage(&self, writes: Vec<KeyWrite>) {
         *self.staged_keys.lock().unwrap_or_else(|p| p.into_inner()) = Some(writes);
     }
