@@ -113,7 +113,9 @@ fn write_log(
     };
     // A limited log (`-n 20`) takes its sessions first and decorates only
     // those: decorating every ref would cost a store of a million
-    // conversations more than the walk. A whole log reads every ref anyway.
+    // conversations more than the walk. A whole log decorates each step of
+    // its read ahead as it goes, likewise.
+    let lazy = limit.is_none();
     let (walk, decorations): (Walk<'_>, Decorations) = match limit {
         Some(n) => {
             let mut shown = Vec::new();
@@ -134,9 +136,10 @@ fn write_log(
             let decorations = Decorations::for_ids(store, &ids)?;
             (Box::new(shown.into_iter().map(Ok)), decorations)
         }
-        None => (walk, Decorations::load(store)?),
+        None => (walk, Decorations::default()),
     };
-    let walk = ReadAhead::new(store, walk);
+    let decorations = std::cell::RefCell::new(decorations);
+    let walk = ReadAhead::new(store, walk, lazy.then_some(&decorations));
     let mut out = Out::new();
     let mut lanes = Lanes::new();
     let mut first = true;
@@ -155,10 +158,10 @@ fn write_log(
         }
         left -= 1;
         let text = if format.json {
-            let v = entry_json(store, &decorations, &id)?;
+            let v = entry_json(store, &decorations.borrow(), &id)?;
             format!("{}{v}", if first { "" } else { "," })
         } else if format.oneline {
-            let line = oneline(store, &decorations, &id)?;
+            let line = oneline(store, &decorations.borrow(), &id)?;
             if format.graph {
                 let rows = lanes.next(id, &parents);
                 let mut t = String::new();
@@ -174,7 +177,7 @@ fn write_log(
                 format!("{line}\n")
             }
         } else {
-            let lines = entry_lines(store, &decorations, &id)?;
+            let lines = entry_lines(store, &decorations.borrow(), &id)?;
             let mut t = String::new();
             if format.graph {
                 let sep = lanes.passing();
@@ -223,24 +226,34 @@ const READ_AHEAD: usize = 256;
 
 /// A log's walk, taken [`READ_AHEAD`] sessions at a time, whose summaries
 /// the store reads ahead before they are shown: on a remote store, two
-/// round trips a step instead of one or more an entry.
-struct ReadAhead<'s, I> {
+/// round trips a step instead of one or more an entry. With `decorate`,
+/// each step's decorations are read too (the refs at those sessions: a
+/// few round trips a step, never a read of every ref).
+struct ReadAhead<'s, 'd, I> {
     store: &'s Store,
     inner: I,
     step: std::collections::VecDeque<Result<(ObjectId, Vec<ObjectId>), Error>>,
+    decorate: Option<&'d std::cell::RefCell<Decorations>>,
 }
 
-impl<'s, I> ReadAhead<'s, I> {
-    fn new(store: &'s Store, inner: I) -> Self {
+impl<'s, 'd, I> ReadAhead<'s, 'd, I> {
+    fn new(
+        store: &'s Store,
+        inner: I,
+        decorate: Option<&'d std::cell::RefCell<Decorations>>,
+    ) -> Self {
         ReadAhead {
             store,
             inner,
             step: Default::default(),
+            decorate,
         }
     }
 }
 
-impl<I: Iterator<Item = Result<(ObjectId, Vec<ObjectId>), Error>>> Iterator for ReadAhead<'_, I> {
+impl<I: Iterator<Item = Result<(ObjectId, Vec<ObjectId>), Error>>> Iterator
+    for ReadAhead<'_, '_, I>
+{
     type Item = Result<(ObjectId, Vec<ObjectId>), Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -253,6 +266,12 @@ impl<I: Iterator<Item = Result<(ObjectId, Vec<ObjectId>), Error>>> Iterator for 
                 .collect();
             if let Err(e) = self.store.read_ahead_sessions(&ids) {
                 return Some(Err(e));
+            }
+            if let (Some(deco), false) = (self.decorate, ids.is_empty()) {
+                match Decorations::for_ids(self.store, &ids) {
+                    Ok(d) => deco.borrow_mut().extend(d),
+                    Err(e) => return Some(Err(e)),
+                }
             }
         }
         self.step.pop_front()

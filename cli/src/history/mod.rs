@@ -121,6 +121,7 @@ struct Decoration {
 }
 
 /// The refs that name each session, for `(HEAD -> fix, tag: golden)`.
+#[derive(Default)]
 struct Decorations {
     by_id: HashMap<ObjectId, Vec<Decoration>>,
 }
@@ -138,7 +139,7 @@ impl Decorations {
 
     /// The decorations of `ids` only: what a `show` or a `log -n` prints,
     /// without building one for every ref of a store of many.
-    fn for_ids(store: &Store, ids: &[ObjectId]) -> CmdResult<Decorations> {
+    fn for_ids(store: &Store, ids: &[ObjectId]) -> Result<Decorations, sessctl_store::Error> {
         let head = store.get_ref(&RefName::Head)?;
         let refs: Vec<(RefName, RefTarget)> = store
             .refs_to(ids)?
@@ -194,6 +195,12 @@ impl Decorations {
             list.sort();
         }
         Decorations { by_id }
+    }
+
+    /// Adds the decorations of `more`, whose sessions' replace any this
+    /// held (a later read of the same session).
+    fn extend(&mut self, more: Decorations) {
+        self.by_id.extend(more.by_id);
     }
 
     fn of(&self, id: &ObjectId) -> &[Decoration] {
