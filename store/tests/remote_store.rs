@@ -706,6 +706,52 @@ fn an_acknowledged_commit_survives_a_crash_right_after() {
     assert!(fsck.unwrap().is_clean());
 }
 
+/// A crash of the server that loses a commit another handle had already
+/// seen (one made without waiting for its flush): the handle that saw it
+/// writes on, its next operation continuing the server's chain.
+#[test]
+fn a_handle_that_saw_a_commit_the_crash_lost_writes_on() {
+    let Some(r) = servers::remote_private() else {
+        return;
+    };
+    r.servers
+        .psql("postgres", "ALTER SYSTEM SET wal_writer_delay = '10s'");
+    r.servers.psql("postgres", "SELECT pg_reload_conf()");
+    assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
+    let seer = open(&r);
+    let (_, root) = seer
+        .create(Some("a"), turn(&["start"]), Durability::Sync)
+        .unwrap();
+    let lost = open(&r)
+        .commit(
+            "a",
+            Some(root),
+            turn(&["never flushed"]),
+            Durability::NoSync,
+        )
+        .unwrap();
+    assert_eq!(seer.resolve_rev("a").unwrap(), lost);
+    r.servers.stop_postgres();
+    r.servers.start_postgres();
+    assert_eq!(
+        open(&r).resolve_rev("a").unwrap(),
+        root,
+        "the commit made without its flush was lost by the crash"
+    );
+    let on = seer
+        .commit(
+            "a",
+            Some(root),
+            turn(&["after the crash"]),
+            Durability::Sync,
+        )
+        .unwrap();
+    assert_eq!(seer.resolve_rev("a").unwrap(), on);
+    assert_eq!(open(&r).resolve_rev("a").unwrap(), on);
+    let fsck = open(&r).fsck(&FsckOptions { full: true }, &mut |_, _| {});
+    assert!(fsck.unwrap().is_clean());
+}
+
 /// PostgreSQL stopped and started again under an open handle: the write
 /// meanwhile is one clear error that changes nothing; the handle connects
 /// again and the next write and reads work.

@@ -556,8 +556,9 @@ impl Index {
     /// lock is released). Lookups of those keys see them at once.
     pub fn catch_up_refs(&self, odb: &Odb) -> Result<()> {
         if self.kept().is_some() {
-            // The backend's keys are current under its write lock.
-            return self.catch_up_kept();
+            // The backend's keys are current under its write lock, and
+            // its head is the store's.
+            return self.catch_up_kept_reading(&[], true);
         }
         let guard = self.applying();
         let from = self.head();
@@ -663,8 +664,17 @@ impl Index {
         if self.kept().is_none() || keys.is_empty() {
             return self.catch_up(odb);
         }
-        self.catch_up_kept_reading(keys)?;
+        self.catch_up_kept_reading(keys, false)?;
         Ok(CatchUp::Applied(0))
+    }
+
+    /// Forgets the keys read ahead (see [`Index::read_ahead_sessions`]):
+    /// for keys changed without a new operation (gc's, a rebuild's), or
+    /// read at a head a crash of the server lost.
+    pub(crate) fn forget_reads_ahead(&self) {
+        let mut ahead = self.ahead_reads.lock().unwrap_or_else(|p| p.into_inner());
+        ahead.keys.clear();
+        ahead.head = None;
     }
 
     /// The keys [`Index::conversation`] reads of conversation `name`: its
@@ -738,12 +748,12 @@ impl Index {
     /// Catching up, for keys the backend keeps: reading the operation they
     /// describe (one query; no operation is read).
     fn catch_up_kept(&self) -> Result<()> {
-        self.catch_up_kept_reading(&[])
+        self.catch_up_kept_reading(&[], false)
     }
 
     /// [`Index::catch_up_kept`], reading `keys` with the head (one query):
     /// kept with the reads ahead, as of that head.
-    fn catch_up_kept_reading(&self, keys: &[Vec<u8>]) -> Result<()> {
+    fn catch_up_kept_reading(&self, keys: &[Vec<u8>], locked: bool) -> Result<()> {
         let kept = self.kept().expect("called for kept keys");
         let (head, built, found) = kept.index_head_reading(keys)?;
         if !built {
@@ -751,7 +761,19 @@ impl Index {
         }
         {
             let mut v = self.view_mut();
-            if head.map_or(0, |h| h.0) >= v.applied.map_or(0, |a| a.0) {
+            let forward = head.map_or(0, |h| h.0) > v.applied.map_or(0, |a| a.0);
+            if forward {
+                v.applied = head;
+            } else if locked && v.applied != head {
+                // Under the write lock the head read is the store's. Behind
+                // what this handle saw (or the same operation with another
+                // hash) only when a crash of the server lost commits not
+                // yet flushed (a writer lets the lock go before its flush:
+                // "Remote writes", step 5): the next operation continues
+                // the server's chain, and what was read at the lost head
+                // goes. Outside the lock, another thread's older read may
+                // come back after this handle moved on: only forward then.
+                self.forget_reads_ahead();
                 v.applied = head;
             }
         }
@@ -785,6 +807,7 @@ impl Index {
             .filter_map(|(k, v)| v.map(|v| (k, v)))
             .collect();
         kept.index_replace(lock, keys)?;
+        self.forget_reads_ahead();
         self.view_mut().applied = fresh.applied;
         Ok(n)
     }
@@ -948,7 +971,9 @@ impl Index {
             if gone.is_empty() {
                 return Ok(0);
             }
-            return kept.index_forget(odb.backend().write_lock()?, gone);
+            let forgot = kept.index_forget(odb.backend().write_lock()?, gone);
+            self.forget_reads_ahead();
+            return forgot;
         }
         let (Some(dir), Some(lock)) = (&self.dir, &self.lock) else {
             return Ok(0);

@@ -173,10 +173,14 @@ impl Store {
         self.index.catch_up_refs(&self.odb)?;
         // Whatever the lock's round trip did not read, in one more.
         self.index.read_ahead(&ahead, &ahead_ids)?;
-        if let Some((seq, hash)) = self.index.head() {
-            st.seq = seq;
-            st.hash = Some(hash);
-        }
+        // The chain's head as the lock found it (a remote store's may be
+        // behind what this handle saw, after a crash of its server lost
+        // commits not yet flushed).
+        (st.seq, st.hash) = match self.index.head() {
+            Some((seq, hash)) => (seq, Some(hash)),
+            None if self.index.is_kept() => (0, None),
+            None => (st.seq, st.hash),
+        };
         for (session, s) in decoded {
             for named in s.blobs().chain(s.sessions()) {
                 if !tx.objects.iter().any(|o| o.id() == named) && !self.odb.contains(&named)? {

@@ -450,25 +450,57 @@ pub struct RemoteBackend {
     /// What the next write reads with its lock ([`KeptIndex::read_with_lock`]).
     lock_reads: Mutex<Option<LockReads>>,
     /// This handle's writes committed without waiting for the WAL's flush,
-    /// and how many of them are known flushed (see `write.rs`, "the
-    /// flush after the lock"): a write's [`SyncTicket`] is its number.
-    flushes: Flushes,
+    /// and which of them are known flushed (see `write.rs`, "the flush
+    /// after the lock").
+    flushes: Mutex<Flushes>,
     /// Test-only figures: statements run on the reader connection,
     /// operation rows and object rows read.
     counts: Counts,
 }
 
-/// Writes committed by a handle before the WAL that holds them reached the
-/// disk, and how many of them are known to have reached it since.
+/// A handle's writes committed before the WAL that holds them reached the
+/// disk, counted per writer connection: a write's [`SyncTicket`] is
+/// (connection, its number on it). Whether one landed can be learnt only
+/// on the connection that committed it: a new one may follow a restart of
+/// the server that lost it.
 #[derive(Debug, Default)]
 pub(super) struct Flushes {
-    /// Writes committed so far without waiting for their flush.
-    committed: std::sync::atomic::AtomicU64,
-    /// Of those, how many are known flushed.
-    flushed: std::sync::atomic::AtomicU64,
-    /// Of those, how many were committed on a writer connection since
-    /// lost: whether each not known flushed landed is not known.
-    lost: std::sync::atomic::AtomicU64,
+    /// The writer connection: counts the connections made so far.
+    conn: u64,
+    /// Writes committed on it without waiting for their flush.
+    committed: u64,
+    /// Of those, how many are known flushed (the first ones).
+    flushed: u64,
+    /// The connection before, and how many of its writes were known
+    /// flushed when it went.
+    before: (u64, u64),
+}
+
+impl Flushes {
+    /// A new writer connection: what the last one committed and did not
+    /// see flushed stays unknown.
+    fn reconnected(&mut self) {
+        self.before = (self.conn, self.flushed);
+        self.conn += 1;
+        self.committed = 0;
+        self.flushed = 0;
+    }
+
+    /// A write committed without its flush: its ticket.
+    fn committed(&mut self) -> SyncTicket {
+        self.committed += 1;
+        SyncTicket((self.conn, self.committed))
+    }
+
+    /// Whether the write of `ticket` is known flushed (`Some(true)`), is
+    /// still to flush on the current connection (`Some(false)`), or was
+    /// committed on a connection since lost and not seen flushed (`None`).
+    fn state(&self, SyncTicket((conn, n)): SyncTicket) -> Option<bool> {
+        if n == 0 || (conn == self.before.0 && n <= self.before.1) {
+            return Some(true);
+        }
+        (conn == self.conn).then_some(self.flushed >= n)
+    }
 }
 
 /// What a handle asked PostgreSQL, for tests that check that opening a
@@ -753,7 +785,7 @@ impl RemoteBackend {
             schema: SCHEMA_VERSION,
             staged_keys: Mutex::new(None),
             seal_due: AtomicBool::new(false),
-            flushes: Flushes::default(),
+            flushes: Mutex::default(),
             counts: Counts::default(),
             lock_reads: Mutex::new(None),
         };
@@ -796,7 +828,7 @@ impl RemoteBackend {
         let mut slot = self.reader.lock().unwrap_or_else(|p| p.into_inner());
         self.counts.queries.fetch_add(1, Ordering::Relaxed);
         for attempt in 0..2 {
-            let client = self.writer_client(&mut slot)?;
+            let client = self.client(&mut slot)?;
             match f(client) {
                 Ok(v) => return Ok(v),
                 Err(e) if attempt == 0 && (e.is_closed() || client.is_closed()) => {
@@ -828,10 +860,16 @@ impl RemoteBackend {
     /// waiting for it (the server may have restarted in between).
     fn writer_client<'c>(&self, slot: &'c mut Option<Conn>) -> Result<&'c mut Conn> {
         if slot.as_ref().is_none_or(|c| c.is_closed()) {
-            let committed = self.flushes.committed.load(Ordering::Acquire);
-            self.flushes.lost.fetch_max(committed, Ordering::AcqRel);
+            *slot = None;
+            self.flushes().reconnected();
         }
         self.client(slot)
+    }
+
+    /// The writers' flush state (see [`Flushes`]); taken after the writer
+    /// connection's lock when both are.
+    fn flushes(&self) -> MutexGuard<'_, Flushes> {
+        self.flushes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn client<'c>(&self, slot: &'c mut Option<Conn>) -> Result<&'c mut Conn> {
@@ -1314,6 +1352,27 @@ impl RemoteBackend {
 }
 
 impl RemoteBackend {
+    /// Waits for the WAL's flush past everything committed so far, on the
+    /// writer connection in `slot`, the one that committed this handle's
+    /// first `upto` writes not known flushed (never on a new one: see
+    /// [`Flushes`]).
+    fn flush_on(&self, slot: &mut Option<Conn>, upto: u64) -> Result<()> {
+        let Some(client) = slot.as_mut().filter(|c| !c.is_closed()) else {
+            return Err(Error::Remote {
+                what: self.url.shown.clone(),
+                reason: "the write committed, and the connection was lost before its flush: \
+                         it may or may not have landed"
+                    .into(),
+            });
+        };
+        client
+            .batch_execute(write::FLUSH)
+            .map_err(|e| write::unflushed(self, e))?;
+        let mut f = self.flushes();
+        f.flushed = f.flushed.max(upto);
+        Ok(())
+    }
+
     /// The head and whether the keys describe it, from `chain_head`'s
     /// `seq`, `hash` and `index_seq`.
     fn head_from(
@@ -1638,7 +1697,7 @@ impl RemoteBackend {
         let mut head = None;
         let mut read = Vec::new();
         for attempt in 0..2 {
-            let client = self.client(&mut slot)?;
+            let client = self.writer_client(&mut slot)?;
             // Parsed before the lock, not under it.
             let prepared = self.write_prepared(client).and_then(|_| match &reads {
                 Some(_) => self.read_ahead_prepared(client),
@@ -1858,14 +1917,14 @@ impl ObjectBackend for RemoteBackend {
                 },
             );
         }
-        // Its number among this handle's writes committed before their
-        // flush (0: it waited for its own), what `sync` waits for.
+        // What `sync` waits for; nothing when the commit waited for its
+        // own flush. Counted while the writer connection is this lock's.
         let ticket = if flush_after {
-            self.flushes.committed.fetch_add(1, Ordering::AcqRel) + 1
+            self.flushes().committed()
         } else {
-            0
+            SyncTicket((0, 0))
         };
-        Ok((new.len(), SyncTicket((0, ticket))))
+        Ok((new.len(), ticket))
     }
 
     /// A write committed under the lock without waiting for its flush
@@ -1874,35 +1933,33 @@ impl ObjectBackend for RemoteBackend {
     /// every commit before it. Writers of other handles wait at the same
     /// time, and PostgreSQL flushes for them together.
     fn sync(&self, ticket: SyncTicket) -> Result<()> {
-        let n = ticket.0 .1;
-        if n == 0 || self.flushes.flushed.load(Ordering::Acquire) >= n {
+        if self.flushes().state(ticket) == Some(true) {
             return Ok(());
         }
-        // Holding the writer connection: no write of this handle is
-        // committing meanwhile, so all it committed so far is before the
+        // Holding the writer connection: no write of this handle commits
+        // meanwhile, so everything it committed on it so far is before the
         // flush asked for here.
         let mut slot = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        if self.flushes.flushed.load(Ordering::Acquire) >= n {
-            return Ok(());
-        }
-        let unknown = || Error::Remote {
-            what: self.url.shown.clone(),
-            reason: "the write committed, and the connection was lost before its flush: \
-                     it may or may not have landed"
-                .into(),
+        let upto = {
+            let f = self.flushes();
+            match f.state(ticket) {
+                Some(true) => return Ok(()),
+                Some(false) => f.committed,
+                // Committed on a connection since lost: `flush_on` with
+                // none says so.
+                None => return self.flush_on(&mut None, 0),
+            }
         };
-        if self.flushes.lost.load(Ordering::Acquire) >= n {
-            return Err(unknown());
-        }
-        let upto = self.flushes.committed.load(Ordering::Acquire);
-        let Some(client) = slot.as_mut().filter(|c| !c.is_closed()) else {
-            return Err(unknown());
-        };
-        client
-            .batch_execute(write::FLUSH)
-            .map_err(|e| write::unflushed(self, e))?;
-        self.flushes.flushed.fetch_max(upto, Ordering::AcqRel);
-        Ok(())
+        self.flush_on(&mut slot, upto)
+    }
+
+    /// The WAL flushed past everything committed so far, by anyone: one
+    /// [`write::FLUSH`].
+    fn sync_all(&self) -> Result<()> {
+        let mut slot = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        self.writer_client(&mut slot)?;
+        let upto = self.flushes().committed;
+        self.flush_on(&mut slot, upto)
     }
 
     /// After a write that brought the inline packs to [`SEAL_BYTES`]: seals
@@ -2150,6 +2207,33 @@ impl ObjectBackend for RemoteBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A write is known flushed only by a flush on the connection that
+    /// committed it; once that connection is replaced, whether a write not
+    /// seen flushed landed is unknown, however far later writes got.
+    #[test]
+    fn a_write_is_flushed_only_on_its_own_connection() {
+        let mut f = Flushes::default();
+        f.reconnected();
+        let a = f.committed();
+        let b = f.committed();
+        assert_eq!(f.state(a), Some(false));
+        // A flush that covered the first write only.
+        f.flushed = 1;
+        assert_eq!(f.state(a), Some(true));
+        assert_eq!(f.state(b), Some(false));
+        // The connection is lost: `b` was not seen flushed, `a` was.
+        f.reconnected();
+        assert_eq!(f.state(b), None);
+        assert_eq!(f.state(a), Some(true));
+        // A later write on the new connection, flushed, says nothing of it.
+        let c = f.committed();
+        f.flushed = f.committed;
+        assert_eq!(f.state(c), Some(true));
+        assert_eq!(f.state(b), None);
+        // A write that waited for its own flush needs nothing.
+        assert_eq!(f.state(SyncTicket((0, 0))), Some(true));
+    }
 
     #[test]
     fn a_password_never_shows() {
