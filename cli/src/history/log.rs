@@ -115,7 +115,8 @@ fn write_log(
     // those: decorating every ref would cost a store of a million
     // conversations more than the walk. A whole log decorates each step of
     // its read ahead as it goes, likewise.
-    let lazy = limit.is_none();
+    // (Unless the store's refs_to reads every ref: then once.)
+    let lazy = limit.is_none() && !store.refs_to_reads_every_ref();
     let (walk, decorations): (Walk<'_>, Decorations) = match limit {
         Some(n) => {
             let mut shown = Vec::new();
@@ -136,7 +137,8 @@ fn write_log(
             let decorations = Decorations::for_ids(store, &ids)?;
             (Box::new(shown.into_iter().map(Ok)), decorations)
         }
-        None => (walk, Decorations::default()),
+        None if lazy => (walk, Decorations::at_head(store.get_ref(&RefName::Head)?)),
+        None => (walk, Decorations::load(store)?),
     };
     let decorations = std::cell::RefCell::new(decorations);
     let walk = ReadAhead::new(store, walk, lazy.then_some(&decorations));
@@ -268,9 +270,9 @@ impl<I: Iterator<Item = Result<(ObjectId, Vec<ObjectId>), Error>>> Iterator
                 return Some(Err(e));
             }
             if let (Some(deco), false) = (self.decorate, ids.is_empty()) {
-                match Decorations::for_ids(self.store, &ids) {
-                    Ok(d) => deco.borrow_mut().extend(d),
-                    Err(e) => return Some(Err(e)),
+                let mut deco = deco.borrow_mut();
+                if let Err(e) = deco.add(self.store, &ids) {
+                    return Some(Err(e));
                 }
             }
         }

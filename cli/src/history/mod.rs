@@ -124,6 +124,8 @@ struct Decoration {
 #[derive(Default)]
 struct Decorations {
     by_id: HashMap<ObjectId, Vec<Decoration>>,
+    /// Where `HEAD` was, for the decorations [`Decorations::add`] adds.
+    head: Option<RefTarget>,
 }
 
 impl Decorations {
@@ -194,13 +196,29 @@ impl Decorations {
         for list in by_id.values_mut() {
             list.sort();
         }
-        Decorations { by_id }
+        Decorations { by_id, head }
     }
 
-    /// Adds the decorations of `more`, whose sessions' replace any this
-    /// held (a later read of the same session).
-    fn extend(&mut self, more: Decorations) {
+    /// None yet, with `HEAD` where it is: a whole log's, which
+    /// [`Decorations::add`]s each step's as it reads them.
+    fn at_head(head: Option<RefTarget>) -> Decorations {
+        Decorations {
+            by_id: HashMap::new(),
+            head,
+        }
+    }
+
+    /// Adds the decorations of `ids` (the refs at them now, `HEAD` where
+    /// it was when this began), replacing any this held of them.
+    fn add(&mut self, store: &Store, ids: &[ObjectId]) -> Result<(), sessctl_store::Error> {
+        let refs: Vec<(RefName, RefTarget)> = store
+            .refs_to(ids)?
+            .into_iter()
+            .map(|(n, id)| (n, RefTarget::Session(id)))
+            .collect();
+        let more = Decorations::of_refs(self.head.clone(), &refs);
         self.by_id.extend(more.by_id);
+        Ok(())
     }
 
     fn of(&self, id: &ObjectId) -> &[Decoration] {

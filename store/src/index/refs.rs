@@ -76,7 +76,7 @@ impl Index {
     /// `r:` entry of its name; with a version-1 table in the stack, whose
     /// `t:` keys are missing, from one pass over every ref's entry instead.
     pub fn refs_to(&self, ids: &[ObjectId]) -> Result<Vec<(RefName, ObjectId)>> {
-        let candidates = if self.view().stack.reverse_refs_complete() {
+        let candidates = if !self.refs_to_reads_every_ref() {
             self.reverse_candidates(ids)?
         } else {
             self.scanned_candidates(ids)?
@@ -107,6 +107,12 @@ impl Index {
         }
         out.sort_by_key(|a| a.0.to_string());
         Ok(out)
+    }
+
+    /// Whether [`Index::refs_to`] reads every ref's entry (a version-1
+    /// table, without reverse keys, in the stack).
+    pub fn refs_to_reads_every_ref(&self) -> bool {
+        !self.view().stack.reverse_refs_complete()
     }
 
     /// The `r:` keys that `t:` keys under one of `ids` name, in the

@@ -654,6 +654,14 @@ impl Store {
         self.index.refs_to(ids)
     }
 
+    /// Whether [`Store::refs_to`] reads every ref whatever `ids` are (an
+    /// index table written before the reverse keys is in the stack, until
+    /// the tables are merged or rebuilt): a caller asking many times over
+    /// had better read [`Store::refs`] once.
+    pub fn refs_to_reads_every_ref(&self) -> bool {
+        self.index.refs_to_reads_every_ref()
+    }
+
     /// Every ref's log entries, oldest first, read from the durable
     /// operations (journal and op log), not the index; expired ones
     /// included (the chains are whole): [`Store::live_reflog_entries`] is
