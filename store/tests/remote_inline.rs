@@ -344,3 +344,91 @@ fn the_example_objects_inline_rows_match_the_golden_fixture() {
         "e"
     );
 }
+
+/// A turn whose pack goes inline is packed whole without first asking
+/// which of its objects are stored: before its lock, a commit reads only
+/// the head with its conversation's keys. What another conversation
+/// stored already still gets no second row, and its copy in the pack goes
+/// when the inline packs are sealed; everything reads back and verifies.
+#[test]
+fn an_inline_turn_asks_nothing_before_its_lock_but_the_head() {
+    let Some(r) = servers::remote_private() else {
+        return;
+    };
+    init(&r);
+    let url = inline_url(&r, 64 << 10);
+    let store = open_at(&r, &url);
+    let shared = "the same system prompt in every conversation".to_owned();
+    let (_, other) = store
+        .create(
+            Some("other"),
+            turn(&[shared.clone(), "other".into()]),
+            Durability::Sync,
+        )
+        .unwrap();
+    // A fresh handle, which does not know what "other" stored.
+    let writer = open_at(&r, &url);
+    let (name, mut head) = writer
+        .create(
+            Some("mine"),
+            turn(&["start".into(), "ok".into()]),
+            Durability::Sync,
+        )
+        .unwrap();
+    r.servers.psql(
+        "postgres",
+        &format!("ALTER DATABASE {} SET log_statement = 'all'", r.name),
+    );
+    let writer = open_at(&r, &url);
+    head = writer
+        .commit(
+            &name,
+            Some(head),
+            turn(&["warm up".into()]),
+            Durability::Sync,
+        )
+        .unwrap();
+    let log = r.servers.dir().join("postgres.log");
+    let statements = || -> Vec<String> {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
+            .map(|l| l.split_once("LOG:  ").unwrap().1.to_string())
+            .collect()
+    };
+    let rows_before: i64 = sql(&r, "SELECT count(*) FROM sessctl.objects")
+        .parse()
+        .unwrap();
+    let before = statements().len();
+    head = writer
+        .commit(
+            &name,
+            Some(head),
+            turn(&[shared.clone(), "mine".into()]),
+            Durability::Sync,
+        )
+        .unwrap();
+    let commit = statements()[before..].to_vec();
+    let lock = commit
+        .iter()
+        .position(|s| s.starts_with("statement: BEGIN;"))
+        .unwrap_or_else(|| panic!("no lock taken: {commit:#?}"));
+    assert_eq!(lock, 1, "{commit:#?}");
+    assert!(commit[0].contains("sessctl.chain_head"), "{commit:#?}");
+    // The shared message was stored by "other": rows for the session and
+    // the new message only.
+    let rows_after: i64 = sql(&r, "SELECT count(*) FROM sessctl.objects")
+        .parse()
+        .unwrap();
+    assert_eq!(rows_after - rows_before, 2);
+    assert_eq!(
+        texts(&writer, &head),
+        ["start", "ok", "warm up", shared.as_str(), "mine"]
+    );
+    assert_eq!(texts(&writer, &other), [shared.as_str(), "other"]);
+    // Sealed: every object lives on, once.
+    store.repack(&RepackOptions::default()).unwrap();
+    assert_eq!(inline_packs(&r), 0);
+    all_reads_and_verifies(&r);
+}

@@ -404,6 +404,11 @@ struct Staged {
 /// Index keys, and ids whether stored, to read with the write lock.
 type LockReads = (Vec<Vec<u8>>, Vec<ObjectId>);
 
+/// Objects at most that a write whose pack goes inline packs without
+/// asking first which are stored (see [`ObjectBackend::stage`]): a turn's
+/// few, not the whole history a fresh process may give.
+const INLINE_UNASKED: usize = 8;
+
 /// Keys and ids read with the write lock at most (see
 /// [`RemoteBackend::lock_chain`]): spelled out in the lock's query, a
 /// commit's few dozen are a few KiB of text.
@@ -1828,8 +1833,21 @@ impl ObjectBackend for RemoteBackend {
         }
         // What is stored already is left out: PostgreSQL asked, in one
         // query, about the objects this handle does not know to be stored.
-        let ids: Vec<ObjectId> = objects.iter().map(EncodedObject::id).collect();
-        self.locate(&ids)?;
+        // Except for a turn's few objects going inline: its pack holds
+        // them all, and the write's lock reads which are stored anyway
+        // (step 3), so the rows name only the new ones; a copy of one
+        // stored already is dropped when the inline packs are sealed.
+        let unknown = self.unknown(objects);
+        let small = unknown.len() <= INLINE_UNASKED
+            && unknown
+                .iter()
+                .map(|o| o.payload().len() as u64)
+                .sum::<u64>()
+                < self.url.inline_max;
+        if !(small && self.schema >= INLINE_SCHEMA) {
+            let ids: Vec<ObjectId> = unknown.iter().map(|o| o.id()).collect();
+            self.locate(&ids)?;
+        }
         let new = self.unknown(objects);
         if new.is_empty() {
             return Ok(());
