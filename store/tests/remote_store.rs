@@ -2159,6 +2159,47 @@ fn the_refs_at_many_sessions_are_three_statements() {
     assert_eq!(executed() - before, 2);
 }
 
+/// `ls -n 20` on a remote store: the head, one page of `a:` keys, and the
+/// page's records and run claims in one statement, not two a
+/// conversation; newest first, as the local store lists them.
+#[test]
+fn listing_a_page_of_conversations_is_three_statements() {
+    let Some(r) = servers::remote_private() else {
+        return;
+    };
+    assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
+    let store = open(&r);
+    for k in 0..30 {
+        store
+            .create(
+                Some(&format!("c{k:02}")),
+                turn(&[&format!("hi {k}")]),
+                Durability::Sync,
+            )
+            .unwrap();
+    }
+    r.servers.psql(
+        "postgres",
+        &format!("ALTER DATABASE {} SET log_statement = 'all'", r.name),
+    );
+    let fresh = open(&r);
+    let log = r.servers.dir().join("postgres.log");
+    let executed = || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
+            .count()
+    };
+    let before = executed();
+    let page = fresh.conversations(Some(20)).unwrap();
+    assert_eq!(executed() - before, 3);
+    let names: Vec<&str> = page.iter().map(|c| c.name.as_str()).collect();
+    let want: Vec<String> = (10..30).rev().map(|k| format!("c{k:02}")).collect();
+    assert_eq!(names, want);
+    assert!(page.iter().all(|c| c.running.is_none() && c.head.is_some()));
+}
+
 /// A write whose compare-and-swap loses commits nothing, though its rows
 /// and its commit travel together: the ref, the chain and the index are
 /// as the winner left them, and the loser is told (exit 1's error).

@@ -54,16 +54,31 @@ impl Index {
         if limit == Some(0) {
             return Ok(out);
         }
-        self.scan_rev_while(b"a:", |k, _| {
-            let name = String::from_utf8_lossy(k.get(10..).unwrap_or_default()).into_owned();
-            if let Some(info) = self.conversation(&name)?.filter(|i| keep(i)) {
-                out.push(info);
-                if limit.is_some_and(|l| out.len() >= l) {
-                    return Ok(false);
+        // Newest first, a page at a time, as many as are still wanted (64
+        // at most); where the backend keeps the keys, each page's records
+        // are read ahead in one round trip, not two a conversation.
+        let mut before: Option<Vec<u8>> = None;
+        loop {
+            let want = limit.map_or(64, |l| l.saturating_sub(out.len()).clamp(1, 64));
+            let page = self.scan_batch(b"a:", before.as_deref(), true, want)?;
+            let names: Vec<String> = page
+                .iter()
+                .map(|(k, _)| String::from_utf8_lossy(k.get(10..).unwrap_or_default()).into_owned())
+                .collect();
+            self.read_ahead_conversations(&names)?;
+            for name in &names {
+                if let Some(info) = self.conversation(name)?.filter(|i| keep(i)) {
+                    out.push(info);
+                    if limit.is_some_and(|l| out.len() >= l) {
+                        return Ok(out);
+                    }
                 }
             }
-            Ok(true)
-        })?;
+            if page.len() < want {
+                break;
+            }
+            before = page.last().map(|(k, _)| k.clone());
+        }
         Ok(out)
     }
 }

@@ -137,6 +137,31 @@ struct AheadReads {
     keys: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>,
 }
 
+/// Reads those of `keys` not read ahead yet, in one round trip, into
+/// `ahead` (absent ones as absent).
+fn fetch_ahead(
+    kept: &dyn crate::odb::KeptIndex,
+    keys: Vec<Vec<u8>>,
+    ahead: &mut AheadReads,
+) -> Result<()> {
+    let keys: Vec<Vec<u8>> = keys
+        .into_iter()
+        .filter(|k| !ahead.keys.contains_key(k))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let mut found: std::collections::HashMap<Vec<u8>, Vec<u8>> =
+        kept.index_get_many(&keys)?.into_iter().collect();
+    for k in keys {
+        let v = found.remove(&k);
+        ahead.keys.insert(k, v);
+    }
+    Ok(())
+}
+
 /// Keys kept read ahead at most: a longer walk reads ahead again.
 const AHEAD_READS: usize = 65_536;
 
@@ -318,30 +343,8 @@ impl Index {
         let Some(kept) = self.kept() else {
             return Ok(());
         };
-        let head = self.head();
-        let mut ahead = self.ahead_reads.lock().unwrap_or_else(|p| p.into_inner());
-        if ahead.head != head || ahead.keys.len() > AHEAD_READS {
-            ahead.keys.clear();
-            ahead.head = head;
-        }
-        let fetch = |keys: Vec<Vec<u8>>, ahead: &mut AheadReads| -> Result<()> {
-            let keys: Vec<Vec<u8>> = keys
-                .into_iter()
-                .filter(|k| !ahead.keys.contains_key(k))
-                .collect::<std::collections::BTreeSet<_>>()
-                .into_iter()
-                .collect();
-            if keys.is_empty() {
-                return Ok(());
-            }
-            let found: std::collections::HashMap<Vec<u8>, Vec<u8>> =
-                kept.index_get_many(&keys)?.into_iter().collect();
-            for k in keys {
-                let v = found.get(&k).cloned();
-                ahead.keys.insert(k, v);
-            }
-            Ok(())
-        };
+        let mut ahead = self.ahead_reads_at_head();
+        let fetch = |keys: Vec<Vec<u8>>, ahead: &mut AheadReads| fetch_ahead(kept, keys, ahead);
         let first: Vec<Vec<u8>> = ids.iter().map(|id| key("s:", id.as_bytes())).collect();
         fetch(first, &mut ahead)?;
         let mut second = Vec::new();
@@ -359,6 +362,33 @@ impl Index {
         }
         fetch(second, &mut ahead)?;
         Ok(())
+    }
+
+    /// Reads ahead, where the backend keeps the keys, the records and run
+    /// claims of conversations `names` (what [`Index::conversation`] reads
+    /// of each), in one round trip: `ls` reads its page's that way. Kept
+    /// as [`Index::read_ahead_sessions`] keeps what it reads.
+    pub fn read_ahead_conversations(&self, names: &[String]) -> Result<()> {
+        let Some(kept) = self.kept() else {
+            return Ok(());
+        };
+        let keys = names
+            .iter()
+            .flat_map(|n| Index::conversation_keys(n))
+            .collect();
+        fetch_ahead(kept, keys, &mut self.ahead_reads_at_head())
+    }
+
+    /// What was read ahead, emptied first when this handle's view moved
+    /// since (or when it grew past [`AHEAD_READS`]).
+    fn ahead_reads_at_head(&self) -> std::sync::MutexGuard<'_, AheadReads> {
+        let head = self.head();
+        let mut ahead = self.ahead_reads.lock().unwrap_or_else(|p| p.into_inner());
+        if ahead.head != head || ahead.keys.len() > AHEAD_READS {
+            ahead.keys.clear();
+            ahead.head = head;
+        }
+        ahead
     }
 
     /// Notes where the summary `summary` of session `id` takes its
@@ -444,29 +474,6 @@ impl Index {
             if done {
                 return Ok(out);
             }
-        }
-    }
-
-    /// Keys that start with `prefix`, descending, handed to `f` until it
-    /// returns false. Read in batches, so `f` may use the index itself.
-    fn scan_rev_while(
-        &self,
-        prefix: &[u8],
-        mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
-    ) -> Result<()> {
-        let mut before: Option<Vec<u8>> = None;
-        loop {
-            let batch = self.scan_batch(prefix, before.as_deref(), true, 64)?;
-            let done = batch.len() < 64;
-            for (k, v) in &batch {
-                if !f(k, v)? {
-                    return Ok(());
-                }
-            }
-            if done {
-                return Ok(());
-            }
-            before = batch.last().map(|(k, _)| k.clone());
         }
     }
 
