@@ -706,6 +706,59 @@ fn an_acknowledged_commit_survives_a_crash_right_after() {
     assert!(fsck.unwrap().is_clean());
 }
 
+/// A role that may not run `pg_logical_emit_message` (a server that
+/// revoked it from PUBLIC) commits with its flush under the lock, as
+/// before: its writes are acknowledged, and nothing asks for the flush
+/// after.
+#[test]
+fn a_role_without_the_flush_function_commits_with_its_flush() {
+    let Some(r) = servers::remote_private() else {
+        return;
+    };
+    assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
+    for sql in [
+        "CREATE ROLE plain LOGIN".to_string(),
+        format!("GRANT ALL ON DATABASE {} TO plain", r.name),
+    ] {
+        r.servers.psql("postgres", &sql);
+    }
+    for sql in [
+        // Functions are each database's own.
+        "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text), \
+         pg_logical_emit_message(boolean, text, bytea) FROM PUBLIC",
+        "GRANT USAGE ON SCHEMA sessctl TO plain",
+        "GRANT ALL ON ALL TABLES IN SCHEMA sessctl TO plain",
+        "GRANT ALL ON ALL SEQUENCES IN SCHEMA sessctl TO plain",
+    ] {
+        r.servers.psql(&r.name, sql);
+    }
+    r.servers.psql(
+        "postgres",
+        &format!("ALTER DATABASE {} SET log_statement = 'all'", r.name),
+    );
+    let url = r.url.replacen("://sessctl@", "://plain@", 1);
+    assert_ne!(url, r.url);
+    let store = Store::open_remote_with(&url, &OpenOptions::default(), &r.s3_settings()).unwrap();
+    let (_, mut head) = store
+        .create(Some("a"), turn(&["start"]), Durability::Sync)
+        .unwrap();
+    for t in 0..3 {
+        head = store
+            .commit(
+                "a",
+                Some(head),
+                turn(&[&format!("turn {t}")]),
+                Durability::Sync,
+            )
+            .unwrap();
+    }
+    assert_eq!(open(&r).resolve_rev("a").unwrap(), head);
+    let log = std::fs::read_to_string(r.servers.dir().join("postgres.log")).unwrap();
+    assert!(log.contains("EXECUTE sessctl_write("));
+    assert!(!log.contains("synchronous_commit = off"));
+    assert!(!log.contains("SELECT pg_logical_emit_message"));
+}
+
 /// A crash of the server that loses a commit another handle had already
 /// seen (one made without waiting for its flush): the handle that saw it
 /// writes on, its next operation continuing the server's chain.

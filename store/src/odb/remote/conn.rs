@@ -19,6 +19,9 @@ pub(super) struct Conn {
     prepared: HashMap<String, Statement>,
     /// Names prepared with SQL `PREPARE` (for `EXECUTE` in a simple query).
     sql_prepared: HashSet<&'static str>,
+    /// Whether this connection's role may wait for a flush after the
+    /// write lock (`write.rs`, [`super::write::FLUSH`]); asked once.
+    pub(super) flush_after: Option<bool>,
 }
 
 impl Conn {
@@ -27,6 +30,7 @@ impl Conn {
             client,
             prepared: HashMap::new(),
             sql_prepared: HashSet::new(),
+            flush_after: None,
         }
     }
 

@@ -436,10 +436,16 @@ impl RemoteBackend {
             inline_bytes,
         );
         let text_bytes: usize = literals.iter().map(|l| l.size_hint()).sum();
-        let (answer, committed) = if text_bytes <= FUSED_MAX {
+        // Whether the write committed in its round trip, and left its flush
+        // for after the lock.
+        let (answer, committed, flush_after) = if text_bytes <= FUSED_MAX {
             // The rows and the commit in one round trip; the flush after
             // the lock.
-            let mut sql = format!("{NO_FLUSH_UNDER_LOCK}EXECUTE {WRITE}(");
+            let flush_after = c.flush_after == Some(true);
+            let mut sql = format!(
+                "{}EXECUTE {WRITE}(",
+                if flush_after { NO_FLUSH_UNDER_LOCK } else { "" }
+            );
             sql.reserve(text_bytes + 16);
             for (i, l) in literals.iter().enumerate() {
                 if i > 0 {
@@ -456,7 +462,7 @@ impl RemoteBackend {
                 what: self.url.shown.clone(),
                 reason: "the write committed, but its statement answered no row".into(),
             })?;
-            (answer, true)
+            (answer, true, flush_after)
         } else {
             // An import's write: parameters bound in binary, then the
             // commit.
@@ -469,7 +475,7 @@ impl RemoteBackend {
                 inline_bytes: row.get::<_, Option<i64>>(2),
                 ok: row.get::<_, Option<bool>>(3).unwrap_or(false),
             };
-            (answer, false)
+            (answer, false, false)
         };
         if !answer.ok {
             // Lost: nothing was written (committed as nothing, or rolled
@@ -489,7 +495,7 @@ impl RemoteBackend {
         Ok(Recorded {
             pack_row: answer.pack_row,
             // An import's commit waits for its own flush.
-            flush_after: committed,
+            flush_after,
         })
     }
 
@@ -502,7 +508,22 @@ impl RemoteBackend {
             let types: Vec<&str> = TYPES.iter().map(Type::name).collect();
             format!("({}) AS {}", types.join(", "), statement())
         });
-        c.prepare_sql(WRITE, decl).map_err(|e| self.pg_error(e))
+        c.prepare_sql(WRITE, decl).map_err(|e| self.pg_error(e))?;
+        if c.flush_after.is_none() {
+            // A role without the right to run FLUSH (a server that revoked
+            // it from PUBLIC) commits as before, flushing under the lock.
+            let row = c
+                .query_one(
+                    "SELECT coalesce(bool_or(has_function_privilege(p.oid, 'EXECUTE')), false)
+                     FROM pg_catalog.pg_proc p
+                     WHERE p.proname = 'pg_logical_emit_message'
+                       AND p.pronamespace = 'pg_catalog'::regnamespace",
+                    &[],
+                )
+                .map_err(|e| self.pg_error(e))?;
+            c.flush_after = Some(row.get(0));
+        }
+        Ok(())
     }
 
     /// The error of a write whose compare-and-swaps did not all hold: the
