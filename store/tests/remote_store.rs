@@ -723,9 +723,9 @@ fn a_role_without_the_flush_function_commits_with_its_flush() {
         r.servers.psql("postgres", &sql);
     }
     for sql in [
-        // Functions are each database's own.
-        "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text), \
-         pg_logical_emit_message(boolean, text, bytea) FROM PUBLIC",
+        // Functions are each database's own. Only the overload the flush
+        // calls: the other one left executable must not fool the check.
+        "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC",
         "GRANT USAGE ON SCHEMA sessctl TO plain",
         "GRANT ALL ON ALL TABLES IN SCHEMA sessctl TO plain",
         "GRANT ALL ON ALL SEQUENCES IN SCHEMA sessctl TO plain",
@@ -2222,7 +2222,7 @@ fn listing_a_page_of_conversations_is_three_statements() {
     };
     assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
     let store = open(&r);
-    for k in 0..30 {
+    for k in 0..70 {
         store
             .create(
                 Some(&format!("c{k:02}")),
@@ -2248,9 +2248,30 @@ fn listing_a_page_of_conversations_is_three_statements() {
     let page = fresh.conversations(Some(20)).unwrap();
     assert_eq!(executed() - before, 3);
     let names: Vec<&str> = page.iter().map(|c| c.name.as_str()).collect();
-    let want: Vec<String> = (10..30).rev().map(|k| format!("c{k:02}")).collect();
+    let want: Vec<String> = (50..70).rev().map(|k| format!("c{k:02}")).collect();
     assert_eq!(names, want);
     assert!(page.iter().all(|c| c.running.is_none() && c.head.is_some()));
+    // Past one page of 64, whole or filtered: the same order.
+    let names = |list: Vec<sessctl_store::index::ConversationInfo>| -> Vec<String> {
+        list.into_iter().map(|c| c.name).collect()
+    };
+    let all: Vec<String> = (0..70).rev().map(|k| format!("c{k:02}")).collect();
+    assert_eq!(names(fresh.conversations(None).unwrap()), all);
+    assert_eq!(names(fresh.conversations(Some(70)).unwrap()), all);
+    assert_eq!(names(fresh.conversations(Some(65)).unwrap()), all[..65]);
+    let threes = fresh
+        .conversations_where(Some(3), |c| c.name.ends_with('3'))
+        .unwrap();
+    assert_eq!(names(threes), ["c63", "c53", "c43"]);
+    let other = open(&r);
+    other.catch_up().unwrap();
+    let before = executed();
+    let old = other
+        .conversations_where(None, |c| c.name.as_str() < "c02")
+        .unwrap();
+    assert_eq!(names(old), ["c01", "c00"]);
+    // The head, two pages of keys, their records.
+    assert_eq!(executed() - before, 5);
 }
 
 /// A write whose compare-and-swap loses commits nothing, though its rows

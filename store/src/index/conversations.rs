@@ -54,12 +54,16 @@ impl Index {
         if limit == Some(0) {
             return Ok(out);
         }
-        // Newest first, a page at a time, as many as are still wanted (64
-        // at most); where the backend keeps the keys, each page's records
-        // are read ahead in one round trip, not two a conversation.
+        // Newest first, a page at a time: the first as many as are wanted
+        // (64 at most), then 64 (`keep` may turn many down); where the
+        // backend keeps the keys, each page's records are read ahead in
+        // one round trip, not two a conversation.
         let mut before: Option<Vec<u8>> = None;
         loop {
-            let want = limit.map_or(64, |l| l.saturating_sub(out.len()).clamp(1, 64));
+            let want = match &before {
+                None => limit.map_or(64, |l| l.clamp(1, 64)),
+                Some(_) => 64,
+            };
             let page = self.scan_batch(b"a:", before.as_deref(), true, want)?;
             let names: Vec<String> = page
                 .iter()

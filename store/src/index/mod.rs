@@ -766,23 +766,27 @@ impl Index {
         if !built {
             return Err(IndexError::KeptNotBuilt.into());
         }
-        {
+        let lost = {
             let mut v = self.view_mut();
-            let forward = head.map_or(0, |h| h.0) > v.applied.map_or(0, |a| a.0);
-            if forward {
-                v.applied = head;
-            } else if locked && v.applied != head {
-                // Under the write lock the head read is the store's. Behind
-                // what this handle saw (or the same operation with another
-                // hash) only when a crash of the server lost commits not
-                // yet flushed (a writer lets the lock go before its flush:
-                // "Remote writes", step 5): the next operation continues
-                // the server's chain, and what was read at the lost head
-                // goes. Outside the lock, another thread's older read may
-                // come back after this handle moved on: only forward then.
-                self.forget_reads_ahead();
+            let (server, mine) = (head.map_or(0, |h| h.0), v.applied.map_or(0, |a| a.0));
+            // Under the write lock the head read is the store's. Behind
+            // what this handle saw, or the same operation with another hash,
+            // only when a crash of the server lost commits not yet flushed
+            // (a writer lets the lock go before its flush: "Remote writes",
+            // step 5): the next operation continues the server's chain, and
+            // what was read at the lost head goes. Outside the lock, another
+            // thread's older read may come back after this handle moved on:
+            // only forward then, or the same operation with another hash.
+            let lost = v.applied != head && (server == mine || (locked && server < mine));
+            if server > mine || lost {
                 v.applied = head;
             }
+            lost
+        };
+        if lost {
+            // After the view's lock is let go: a reader takes the two the
+            // other way round.
+            self.forget_reads_ahead();
         }
         if !keys.is_empty() {
             let mut ahead = self.ahead_reads.lock().unwrap_or_else(|p| p.into_inner());

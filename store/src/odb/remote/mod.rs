@@ -376,6 +376,10 @@ struct PackRow {
 #[derive(Debug, Default)]
 struct Known {
     objects: IdMap<Loc>,
+    /// Objects a write's lock found stored whose place this handle has
+    /// not read: a hint of what not to pack before the lock, nothing more
+    /// (under the lock PostgreSQL says; see [`KNOWN_STORED_MAX`]).
+    stored: IdSet,
     packs: HashMap<i64, PackRow>,
     /// The highest pack row a read of the whole table has covered (0: none
     /// yet): rows are numbered in commit order (see the migration), so the
@@ -403,6 +407,10 @@ struct Staged {
 
 /// Index keys, and ids whether stored, to read with the write lock.
 type LockReads = (Vec<Vec<u8>>, Vec<ObjectId>);
+
+/// Objects at most a handle notes as stored without their place
+/// ([`Known::stored`]); past it, the notes start again.
+const KNOWN_STORED_MAX: usize = 65_536;
 
 /// Objects at most that a write whose pack goes inline packs without
 /// asking first which are stored (see [`ObjectBackend::stage`]): a turn's
@@ -485,7 +493,11 @@ impl Flushes {
     /// A new writer connection: what the last one committed and did not
     /// see flushed stays unknown.
     fn reconnected(&mut self) {
-        self.before = (self.conn, self.flushed);
+        if self.committed > 0 {
+            // (A connection that committed nothing, one that failed to
+            // connect say, leaves the one before as it was.)
+            self.before = (self.conn, self.flushed);
+        }
         self.conn += 1;
         self.committed = 0;
         self.flushed = 0;
@@ -949,7 +961,11 @@ impl RemoteBackend {
         let mut seen = IdSet::default();
         objects
             .iter()
-            .filter(|o| !known.objects.contains_key(&o.id()) && seen.insert(o.id()))
+            .filter(|o| {
+                !known.objects.contains_key(&o.id())
+                    && !known.stored.contains(&o.id())
+                    && seen.insert(o.id())
+            })
             .collect()
     }
 
@@ -972,29 +988,45 @@ impl RemoteBackend {
     fn upload(&self, objects: &[&EncodedObject]) -> Result<Staged> {
         // Read before the upload begins, by definition of the field.
         let sweeps_seen = Some(self.sweeps_seen.load(Ordering::Acquire)).filter(|s| *s >= 0);
-        let built = pack::build(objects).map_err(|e| Error::Remote {
-            what: self.url.s3_shown(),
-            reason: format!("packing {} objects: {e}", objects.len()),
-        })?;
-        let inline =
-            self.schema >= INLINE_SCHEMA && built.bytes.len() as u64 <= self.url.inline_max;
-        if !inline {
-            self.put_pack(&built)?;
-            // As a fetched pack: another process of this machine reading
-            // it (the next command, a reader) finds it in the cache, not
-            // in the bucket. An inline pack is not kept: a reader finds it
-            // in its row, and creating a file a commit took a third of a
-            // busy writer's time (the file system's inode allocation).
-            self.keep(&built.name, &built.bytes);
+        let built = self.build_pack(objects)?;
+        if self.schema >= INLINE_SCHEMA && built.bytes.len() as u64 <= self.url.inline_max {
+            return Ok(self.staged_inline(built));
         }
+        self.put_pack(&built)?;
+        // As a fetched pack: another process of this machine reading it
+        // (the next command, a reader) finds it in the cache, not in the
+        // bucket. An inline pack is not kept: a reader finds it in its row,
+        // and creating a file a commit took a third of a busy writer's time
+        // (the file system's inode allocation).
+        self.keep(&built.name, &built.bytes);
         Ok(Staged {
             bytes: built.bytes.len() as u64,
             entries: built.entries.iter().map(|e| (e.id, *e)).collect(),
             name: built.name,
             sweeps_seen,
             body: Arc::new(built.body),
-            inline: inline.then_some(built.bytes),
+            inline: None,
         })
+    }
+
+    /// The pack of `objects`.
+    fn build_pack(&self, objects: &[&EncodedObject]) -> Result<pack::Built> {
+        pack::build(objects).map_err(|e| Error::Remote {
+            what: self.url.s3_shown(),
+            reason: format!("packing {} objects: {e}", objects.len()),
+        })
+    }
+
+    /// `built`, staged to go in its row: nothing is uploaded.
+    fn staged_inline(&self, built: pack::Built) -> Staged {
+        Staged {
+            bytes: built.bytes.len() as u64,
+            entries: built.entries.iter().map(|e| (e.id, *e)).collect(),
+            name: built.name,
+            sweeps_seen: Some(self.sweeps_seen.load(Ordering::Acquire)).filter(|s| *s >= 0),
+            body: Arc::new(built.body),
+            inline: Some(built.bytes),
+        }
     }
 
     /// Reads every object row of the packs committed since the last such
@@ -1843,11 +1875,18 @@ impl ObjectBackend for RemoteBackend {
                 .iter()
                 .map(|o| o.payload().len() as u64)
                 .sum::<u64>()
-                < self.url.inline_max;
-        if !(small && self.schema >= INLINE_SCHEMA) {
-            let ids: Vec<ObjectId> = unknown.iter().map(|o| o.id()).collect();
-            self.locate(&ids)?;
+                <= self.url.inline_max;
+        if small && self.schema >= INLINE_SCHEMA && self.url.inline_max > 0 {
+            let built = self.build_pack(&unknown)?;
+            if built.bytes.len() as u64 <= self.url.inline_max {
+                *self.staged.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(self.staged_inline(built));
+                return Ok(());
+            }
+            // Larger packed than its payloads: to the bucket, asked first.
         }
+        let ids: Vec<ObjectId> = unknown.iter().map(|o| o.id()).collect();
+        self.locate(&ids)?;
         let new = self.unknown(objects);
         if new.is_empty() {
             return Ok(());
@@ -1883,6 +1922,18 @@ impl ObjectBackend for RemoteBackend {
             .filter(|id| seen.insert(*id))
             .collect();
         let stored = self.stored_locked(&ids)?;
+        {
+            // Not packed again by this handle's next writes.
+            let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+            if known.stored.len() + stored.len() > KNOWN_STORED_MAX {
+                known.stored.clear();
+            }
+            for id in &stored {
+                if !known.objects.contains_key(id) {
+                    known.stored.insert(*id);
+                }
+            }
+        }
         let mut seen = IdSet::default();
         let new: Vec<&EncodedObject> = objects
             .iter()
@@ -1971,13 +2022,15 @@ impl ObjectBackend for RemoteBackend {
         self.flush_on(&mut slot, upto)
     }
 
-    /// The WAL flushed past everything committed so far, by anyone: one
-    /// [`write::FLUSH`].
+    /// Every write of this handle flushed: [`ObjectBackend::sync`] of its
+    /// last one. (Writes by others are flushed by their writers before
+    /// they are acknowledged.)
     fn sync_all(&self) -> Result<()> {
-        let mut slot = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        self.writer_client(&mut slot)?;
-        let upto = self.flushes().committed;
-        self.flush_on(&mut slot, upto)
+        let last = {
+            let f = self.flushes();
+            SyncTicket((f.conn, f.committed))
+        };
+        self.sync(last)
     }
 
     /// After a write that brought the inline packs to [`SEAL_BYTES`]: seals

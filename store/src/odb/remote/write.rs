@@ -512,12 +512,16 @@ impl RemoteBackend {
         if c.flush_after.is_none() {
             // A role without the right to run FLUSH (a server that revoked
             // it from PUBLIC) commits as before, flushing under the lock.
+            // FLUSH calls the overload whose content is text (PostgreSQL 17
+            // gave it a fourth argument, with a default).
             let row = c
                 .query_one(
                     "SELECT coalesce(bool_or(has_function_privilege(p.oid, 'EXECUTE')), false)
                      FROM pg_catalog.pg_proc p
                      WHERE p.proname = 'pg_logical_emit_message'
-                       AND p.pronamespace = 'pg_catalog'::regnamespace",
+                       AND p.pronamespace = 'pg_catalog'::regnamespace
+                       AND p.pronargs >= 3
+                       AND p.proargtypes[2] = 'text'::regtype",
                     &[],
                 )
                 .map_err(|e| self.pg_error(e))?;
