@@ -375,10 +375,7 @@ fn an_inline_turn_asks_nothing_before_its_lock_but_the_head() {
             Durability::Sync,
         )
         .unwrap();
-    r.servers.psql(
-        "postgres",
-        &format!("ALTER DATABASE {} SET log_statement = 'all'", r.name),
-    );
+    servers::StatementLog::enable(&r);
     let writer = open_at(&r, &url);
     head = writer
         .commit(
@@ -388,19 +385,10 @@ fn an_inline_turn_asks_nothing_before_its_lock_but_the_head() {
             Durability::Sync,
         )
         .unwrap();
-    let log = r.servers.dir().join("postgres.log");
-    let statements = || -> Vec<String> {
-        std::fs::read_to_string(&log)
-            .unwrap()
-            .lines()
-            .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
-            .map(|l| l.split_once("LOG:  ").unwrap().1.to_string())
-            .collect()
-    };
     let rows_before: i64 = sql(&r, "SELECT count(*) FROM sessctl.objects")
         .parse()
         .unwrap();
-    let before = statements().len();
+    let count = servers::StatementLog::start(&r);
     head = writer
         .commit(
             &name,
@@ -409,7 +397,7 @@ fn an_inline_turn_asks_nothing_before_its_lock_but_the_head() {
             Durability::Sync,
         )
         .unwrap();
-    let commit = statements()[before..].to_vec();
+    let commit = count.since();
     let lock = commit
         .iter()
         .position(|s| s.starts_with("statement: BEGIN;"))

@@ -164,40 +164,6 @@ fn answers(store: &Store, h: &History) -> Answers {
     }
 }
 
-/// The statements PostgreSQL ran for one database with `log_statement =
-/// all`, as its log tells: counted from the end of the log as it was when
-/// the count began.
-struct StatementLog {
-    path: std::path::PathBuf,
-    from: u64,
-}
-
-impl StatementLog {
-    /// Logs every statement of `r`'s database from its next connection on.
-    fn enable(r: &servers::Remote) {
-        r.servers.psql(
-            "postgres",
-            &format!("ALTER DATABASE {} SET log_statement = 'all'", r.name),
-        );
-    }
-
-    fn start(r: &servers::Remote) -> StatementLog {
-        let path = r.servers.dir().join("postgres.log");
-        let from = std::fs::metadata(&path).unwrap().len();
-        StatementLog { path, from }
-    }
-
-    /// The statements logged since the start (each one's first line).
-    fn since(&self) -> Vec<String> {
-        let bytes = std::fs::read(&self.path).unwrap();
-        String::from_utf8_lossy(&bytes[self.from as usize..])
-            .lines()
-            .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
 /// `log`, `log --graph`, `merge-base` and the like on a remote store give
 /// the answers a local store with the same history gives, and a walk of
 /// the whole conversation (a few thousand sessions, a fork and a merge)
@@ -226,11 +192,11 @@ fn walks_agree_with_a_local_store_in_a_bounded_number_of_statements() {
     assert_eq!(expected.bases, [h.main[150]]);
     assert_eq!(answers(&remote, &h), expected);
 
-    StatementLog::enable(&r);
+    servers::StatementLog::enable(&r);
     // A whole log, on a handle that has walked nothing: the closure of the
     // tip, then of the one session past its bound, and nothing else.
     let fresh = open(&r);
-    let count = StatementLog::start(&r);
+    let count = servers::StatementLog::start(&r);
     assert_eq!(log(&fresh, &h), expected.log);
     let statements = count.since();
     assert!(
@@ -241,12 +207,12 @@ fn walks_agree_with_a_local_store_in_a_bounded_number_of_statements() {
     );
     assert!(statements.iter().all(|s| s.contains("WITH RECURSIVE")));
     // Everything else on that handle: nothing more to fetch.
-    let count = StatementLog::start(&r);
+    let count = servers::StatementLog::start(&r);
     assert_eq!(answers(&fresh, &h), expected);
     assert_eq!(count.since(), Vec::<String>::new());
     // merge-base alone, on another fresh handle: one closure a side.
     let fresh = open(&r);
-    let count = StatementLog::start(&r);
+    let count = servers::StatementLog::start(&r);
     assert_eq!(merge_bases(&fresh, &h), expected.bases);
     let statements = count.since();
     assert!(
@@ -347,9 +313,9 @@ fn a_store_without_lineage_rows_migrates_and_walks_correctly_with_rows_missing()
         sql(&r, "SELECT count(*) FROM sessctl.lineage"),
         (h.len() + 1).to_string()
     );
-    StatementLog::enable(&r);
+    servers::StatementLog::enable(&r);
     let fresh = open(&r);
-    let count = StatementLog::start(&r);
+    let count = servers::StatementLog::start(&r);
     assert_eq!(order(&fresh, next, Follow::All), with_next);
     assert_eq!(count.since().len(), 1, "{:#?}", count.since());
     let report = fresh

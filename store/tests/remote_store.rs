@@ -2072,10 +2072,7 @@ fn a_commit_holds_the_write_lock_for_two_round_trips() {
     let Some(r) = servers::remote_private() else {
         return;
     };
-    r.servers.psql(
-        "postgres",
-        &format!("ALTER DATABASE {} SET log_statement = 'all'", r.name),
-    );
+    servers::StatementLog::enable(&r);
     assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
     let store = open(&r);
     let (_, mut head) = store
@@ -2091,30 +2088,11 @@ fn a_commit_holds_the_write_lock_for_two_round_trips() {
             )
             .unwrap();
     }
-    let log = r.servers.dir().join("postgres.log");
-    // Each statement logged, its continuation lines (a tab first) joined.
-    let statements = || -> Vec<String> {
-        let mut records: Vec<String> = Vec::new();
-        for l in std::fs::read_to_string(&log).unwrap().lines() {
-            match (l.strip_prefix('\t'), records.last_mut()) {
-                (Some(more), Some(last)) => {
-                    last.push(' ');
-                    last.push_str(more.trim());
-                }
-                _ => records.push(l.to_string()),
-            }
-        }
-        records
-            .into_iter()
-            .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
-            .map(|l| l.split_once("LOG:  ").unwrap().1.to_string())
-            .collect()
-    };
-    let before = statements().len();
+    let count = servers::StatementLog::start(&r);
     let last = store
         .commit("a", Some(head), turn(&["the last"]), Durability::Sync)
         .unwrap();
-    let commit = statements()[before..].to_vec();
+    let commit = count.since();
     let lock = commit
         .iter()
         .position(|s| s.contains("FOR UPDATE"))
@@ -2179,23 +2157,12 @@ fn the_refs_at_many_sessions_are_three_statements() {
     store
         .tag("middle", ids[12], false, Durability::Sync)
         .unwrap();
-    r.servers.psql(
-        "postgres",
-        &format!("ALTER DATABASE {} SET log_statement = 'all'", r.name),
-    );
+    servers::StatementLog::enable(&r);
     let fresh = open(&r);
     fresh.catch_up().unwrap();
-    let log = r.servers.dir().join("postgres.log");
-    let executed = || {
-        std::fs::read_to_string(&log)
-            .unwrap()
-            .lines()
-            .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
-            .count()
-    };
-    let before = executed();
+    let count = servers::StatementLog::start(&r);
     let refs = fresh.refs_to(&ids).unwrap();
-    assert_eq!(executed() - before, 3);
+    assert_eq!(count.since().len(), 3, "{:#?}", count.since());
     let names: Vec<(String, ObjectId)> = refs.iter().map(|(n, id)| (n.to_string(), *id)).collect();
     assert_eq!(
         names,
@@ -2207,9 +2174,9 @@ fn the_refs_at_many_sessions_are_three_statements() {
         ]
     );
     // Sessions no ref names: the head and the reverse keys, none found.
-    let before = executed();
+    let count = servers::StatementLog::start(&r);
     assert!(fresh.refs_to(&ids[4..12]).unwrap().is_empty());
-    assert_eq!(executed() - before, 2);
+    assert_eq!(count.since().len(), 2, "{:#?}", count.since());
 }
 
 /// `ls -n 20` on a remote store: the head, one page of `a:` keys, and the
@@ -2231,22 +2198,11 @@ fn listing_a_page_of_conversations_is_three_statements() {
             )
             .unwrap();
     }
-    r.servers.psql(
-        "postgres",
-        &format!("ALTER DATABASE {} SET log_statement = 'all'", r.name),
-    );
+    servers::StatementLog::enable(&r);
     let fresh = open(&r);
-    let log = r.servers.dir().join("postgres.log");
-    let executed = || {
-        std::fs::read_to_string(&log)
-            .unwrap()
-            .lines()
-            .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
-            .count()
-    };
-    let before = executed();
+    let count = servers::StatementLog::start(&r);
     let page = fresh.conversations(Some(20)).unwrap();
-    assert_eq!(executed() - before, 3);
+    assert_eq!(count.since().len(), 3, "{:#?}", count.since());
     let names: Vec<&str> = page.iter().map(|c| c.name.as_str()).collect();
     let want: Vec<String> = (50..70).rev().map(|k| format!("c{k:02}")).collect();
     assert_eq!(names, want);
@@ -2265,13 +2221,13 @@ fn listing_a_page_of_conversations_is_three_statements() {
     assert_eq!(names(threes), ["c63", "c53", "c43"]);
     let other = open(&r);
     other.catch_up().unwrap();
-    let before = executed();
+    let count = servers::StatementLog::start(&r);
     let old = other
         .conversations_where(None, |c| c.name.as_str() < "c02")
         .unwrap();
     assert_eq!(names(old), ["c01", "c00"]);
     // The head, two pages of keys, their records.
-    assert_eq!(executed() - before, 5);
+    assert_eq!(count.since().len(), 5, "{:#?}", count.since());
 }
 
 /// A write whose compare-and-swap loses commits nothing, though its rows

@@ -538,3 +538,48 @@ impl Drop for Servers {
         self.stop_postgres();
     }
 }
+
+/// The statements PostgreSQL ran for one database with `log_statement =
+/// all`, as its log tells: counted from the end of the log as it was when
+/// the count began.
+pub struct StatementLog {
+    path: PathBuf,
+    from: u64,
+}
+
+impl StatementLog {
+    /// Logs every statement of `r`'s database from its next connection on.
+    pub fn enable(r: &Remote) {
+        r.servers.psql(
+            "postgres",
+            &format!("ALTER DATABASE {} SET log_statement = 'all'", r.name),
+        );
+    }
+
+    pub fn start(r: &Remote) -> StatementLog {
+        let path = r.servers.dir().join("postgres.log");
+        let from = std::fs::metadata(&path).unwrap().len();
+        StatementLog { path, from }
+    }
+
+    /// The statements logged since the start, each as `statement: ...` or
+    /// `execute NAME: ...`, its continuation lines joined to it.
+    pub fn since(&self) -> Vec<String> {
+        let bytes = std::fs::read(&self.path).unwrap();
+        let mut records: Vec<String> = Vec::new();
+        for l in String::from_utf8_lossy(&bytes[self.from as usize..]).lines() {
+            match (l.strip_prefix('\t'), records.last_mut()) {
+                (Some(more), Some(last)) => {
+                    last.push(' ');
+                    last.push_str(more.trim());
+                }
+                _ => records.push(l.to_string()),
+            }
+        }
+        records
+            .into_iter()
+            .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
+            .map(|l| l.split_once("LOG:  ").unwrap().1.to_string())
+            .collect()
+    }
+}
