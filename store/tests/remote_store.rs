@@ -670,6 +670,16 @@ fn postgres_refuses_a_ref_move_from_a_stale_target() {
     assert_eq!(open(&r).resolve_ref(&name).unwrap(), Some(s2));
 }
 
+/// A store on private servers whose WAL writer flushes only every 10 s: a
+/// commit not waited for stays in PostgreSQL's memory, which an immediate
+/// stop loses.
+fn private_with_slow_wal_writer(r: &servers::Remote) {
+    r.servers
+        .psql("postgres", "ALTER SYSTEM SET wal_writer_delay = '10s'");
+    r.servers.psql("postgres", "SELECT pg_reload_conf()");
+    assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
+}
+
 /// A commit lets the write lock go before the WAL holding it is flushed,
 /// and waits for the flush after: once acknowledged, it survives the
 /// server's crash at once after (an immediate stop, which loses the WAL
@@ -680,10 +690,7 @@ fn an_acknowledged_commit_survives_a_crash_right_after() {
     let Some(r) = servers::remote_private() else {
         return;
     };
-    r.servers
-        .psql("postgres", "ALTER SYSTEM SET wal_writer_delay = '10s'");
-    r.servers.psql("postgres", "SELECT pg_reload_conf()");
-    assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
+    private_with_slow_wal_writer(&r);
     let (_, mut head) = open(&r)
         .create(Some("a"), turn(&["start"]), Durability::Sync)
         .unwrap();
@@ -767,10 +774,7 @@ fn a_handle_that_saw_a_commit_the_crash_lost_writes_on() {
     let Some(r) = servers::remote_private() else {
         return;
     };
-    r.servers
-        .psql("postgres", "ALTER SYSTEM SET wal_writer_delay = '10s'");
-    r.servers.psql("postgres", "SELECT pg_reload_conf()");
-    assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
+    private_with_slow_wal_writer(&r);
     let seer = open(&r);
     let (_, root) = seer
         .create(Some("a"), turn(&["start"]), Durability::Sync)
