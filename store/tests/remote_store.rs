@@ -31,6 +31,14 @@ fn open(r: &servers::Remote) -> Store {
     Store::open_remote_with(&r.url, &OpenOptions::default(), &r.s3_settings()).unwrap()
 }
 
+/// A full fsck of `store` finds nothing (its problems shown otherwise).
+fn assert_fsck_clean(store: &Store) {
+    let report = store
+        .fsck(&FsckOptions { full: true }, &mut |_, _| {})
+        .unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
 fn turn(texts: &[&str]) -> Turn {
     Turn {
         messages: Messages::Added(
@@ -480,10 +488,7 @@ fn eight_processes_commit_fifty_turns_each_over_two_conversations() {
         assert_eq!(got, want, "conversation {conv}");
         assert_eq!(contents(&fresh, &head).len(), chain.len());
     }
-    let report = fresh
-        .fsck(&FsckOptions { full: true }, &mut |_, _| {})
-        .unwrap();
-    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_fsck_clean(&fresh);
     // Ops: two creates and one per acknowledged commit; the chain head is
     // the last; the refs table is what the operations left.
     let ops = r.servers.psql(&r.name, "SELECT count(*) FROM sessctl.ops");
@@ -546,10 +551,7 @@ fn a_writer_killed_before_the_database_commit_leaves_only_an_orphan_pack() {
             .unwrap(),
         Some(root)
     );
-    let report = fresh
-        .fsck(&FsckOptions { full: true }, &mut |_, _| {})
-        .unwrap();
-    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_fsck_clean(&fresh);
     let next = fresh
         .commit(
             "a",
@@ -709,8 +711,7 @@ fn an_acknowledged_commit_survives_a_crash_right_after() {
         let after = open(&r);
         assert_eq!(after.resolve_rev("a").unwrap(), head, "turn {t}");
     }
-    let fsck = open(&r).fsck(&FsckOptions { full: true }, &mut |_, _| {});
-    assert!(fsck.unwrap().is_clean());
+    assert_fsck_clean(&open(&r));
 }
 
 /// A role that may not run `pg_logical_emit_message` (a server that
@@ -805,8 +806,7 @@ fn a_handle_that_saw_a_commit_the_crash_lost_writes_on() {
         .unwrap();
     assert_eq!(seer.resolve_rev("a").unwrap(), on);
     assert_eq!(open(&r).resolve_rev("a").unwrap(), on);
-    let fsck = open(&r).fsck(&FsckOptions { full: true }, &mut |_, _| {});
-    assert!(fsck.unwrap().is_clean());
+    assert_fsck_clean(&open(&r));
 }
 
 /// PostgreSQL stopped and started again under an open handle: the write
@@ -1132,10 +1132,7 @@ fn all_reads_and_verifies(r: &servers::Remote) {
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
         }
     }
-    let report = fresh
-        .fsck(&FsckOptions { full: true }, &mut |_, _| {})
-        .unwrap();
-    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_fsck_clean(&fresh);
 }
 
 /// A conversation deleted and its ref log expired: a gc within the grace
@@ -1575,10 +1572,7 @@ fn a_writer_killed_before_commit_leaves_the_index_keys_unchanged() {
     assert!(before.lines().count() > 3, "{before}");
     writer_killed_before_commit(&r);
     assert_eq!(index_keys(&r), before);
-    let report = open(&r)
-        .fsck(&FsckOptions { full: true }, &mut |_, _| {})
-        .unwrap();
-    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_fsck_clean(&open(&r));
 }
 
 /// A store written by schema version 1 (no index keys) still opens: read
@@ -2031,8 +2025,7 @@ fn a_version_3_store_from_the_golden_fixture_opens_and_upgrades() {
             base.map(|b| b.to_hex()).as_deref(),
             Some("2082e00b3ac4a29d3e04cce123f20a5cf3523cf82e569c91e84cc3eb841f1620")
         );
-        let report = s.fsck(&FsckOptions { full: true }, &mut |_, _| {}).unwrap();
-        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        assert_fsck_clean(s);
     };
     let ro = Store::open_remote_with(
         &r.url,
@@ -2124,8 +2117,7 @@ fn a_commit_holds_the_write_lock_for_two_round_trips() {
     assert_eq!(lock, 2, "{commit:#?}");
     // And it landed.
     assert_eq!(store.resolve_rev("a").unwrap(), last);
-    let fsck = store.fsck(&FsckOptions { full: true }, &mut |_, _| {});
-    assert!(fsck.unwrap().is_clean());
+    assert_fsck_clean(&store);
 }
 
 /// `show` and `log -n` decorate what they print with the refs at those
@@ -2270,8 +2262,7 @@ fn a_lost_compare_and_swap_commits_nothing_of_its_write() {
     );
     let fresh = open(&r);
     assert_eq!(fresh.resolve_rev("a").unwrap(), won);
-    let fsck = fresh.fsck(&FsckOptions { full: true }, &mut |_, _| {});
-    assert!(fsck.unwrap().is_clean());
+    assert_fsck_clean(&fresh);
     // The loser's handle writes on from where the ref is.
     store
         .commit("a", Some(won), turn(&["after"]), Durability::Sync)
