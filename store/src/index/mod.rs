@@ -382,7 +382,12 @@ impl Index {
     /// What was read ahead, emptied first when this handle's view moved
     /// since (or when it grew past [`AHEAD_READS`]).
     fn ahead_reads_at_head(&self) -> std::sync::MutexGuard<'_, AheadReads> {
-        let head = self.head();
+        self.ahead_reads_at(self.head())
+    }
+
+    /// What was read ahead at `head`, emptied first when it was read at
+    /// another (or grew past [`AHEAD_READS`]).
+    fn ahead_reads_at(&self, head: Option<(u64, Hash)>) -> std::sync::MutexGuard<'_, AheadReads> {
         let mut ahead = self.ahead_reads.lock().unwrap_or_else(|p| p.into_inner());
         if ahead.head != head || ahead.keys.len() > AHEAD_READS {
             ahead.keys.clear();
@@ -789,11 +794,9 @@ impl Index {
             self.forget_reads_ahead();
         }
         if !keys.is_empty() {
-            let mut ahead = self.ahead_reads.lock().unwrap_or_else(|p| p.into_inner());
-            if ahead.head != head || ahead.keys.len() > AHEAD_READS {
-                ahead.keys.clear();
-                ahead.head = head;
-            }
+            // Keyed by the head they were read at: answered only while this
+            // handle's view is there.
+            let mut ahead = self.ahead_reads_at(head);
             let mut found: std::collections::HashMap<Vec<u8>, Vec<u8>> =
                 found.into_iter().collect();
             for k in keys {
