@@ -783,8 +783,31 @@ fn commits(ctx: &Ctx, srv: &Servers, pool: &[Value], out: &mut Vec<Row>) -> R<()
     for (i, system) in System::ALL.into_iter().enumerate() {
         g.add(system.label(), std::mem::take(&mut bytes[i]));
     }
+    g.add(
+        "the messages alone, zstd -19, a stream per writer (a floor)",
+        vec![content_floor(&work)?],
+    );
     crate::report::emit(out, g);
     Ok(())
+}
+
+/// The least any lossless store can keep of the turns: each writer's
+/// messages (as the delta table's JSON text) compressed as one zstd frame
+/// at level 19 (its 8 MiB window holds a writer's whole stream), so that a
+/// turn compresses against every earlier turn of its conversation, as no
+/// store can that makes each turn durable on its own; no id, ref, ref log,
+/// index or PostgreSQL row. Bytes per turn. Against the delta table's bytes, it says
+/// how low a ratio of bytes any design can reach on these messages.
+fn content_floor(work: &Work) -> R<f64> {
+    let mut total = 0usize;
+    for msgs in &work.msgs {
+        let mut stream = Vec::new();
+        for m in msgs {
+            stream.extend_from_slice(m.to_string().as_bytes());
+        }
+        total += zstd::bulk::compress(&stream, 19)?.len();
+    }
+    Ok(total as f64 / (work.msgs.len() * work.turns) as f64)
 }
 
 /// Where a commit's time goes: one writer alone, its latency, then the
