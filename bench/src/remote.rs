@@ -64,6 +64,8 @@ use crate::servers::{Servers, OPT_OUT};
 use crate::support::Rng;
 use crate::{ms, secs, small_message, spawn, turn, Ctx, R, T0};
 
+mod skeleton;
+
 /// Messages per turn: the user's and the agent's.
 const TURN: usize = 2;
 
@@ -728,6 +730,7 @@ fn commits(ctx: &Ctx, srv: &Servers, pool: &[Value], out: &mut Vec<Row>) -> R<()
     }
     let total = writers * turns;
     let mut ceiling = Vec::new();
+    let mut skeletons: [Vec<f64>; 3] = Default::default();
     let mut rate: [Vec<f64>; 4] = Default::default();
     let mut bytes: [Vec<f64>; 4] = Default::default();
     for rep in 0..ctx.s.reps {
@@ -764,6 +767,9 @@ fn commits(ctx: &Ctx, srv: &Servers, pool: &[Value], out: &mut Vec<Row>) -> R<()
             bytes[i].push(after.saturating_sub(before) as f64 / total as f64);
         }
         ceiling.push(total as f64 / put_ceiling(&places.main, &work)?);
+        for (i, shape) in skeleton::Shape::ALL.into_iter().enumerate() {
+            skeletons[i].push(skeleton::rate(shape, &places.main, &work)?);
+        }
     }
     let scenario = format!("8 {writers} writers x {turns} turns, durable");
     let mut g = Group::new(scenario.clone(), "commits/s", Better::Higher);
@@ -774,6 +780,9 @@ fn commits(ctx: &Ctx, srv: &Servers, pool: &[Value], out: &mut Vec<Row>) -> R<()
         "S3 create-only PUTs alone (one per commit: the ceiling)",
         ceiling,
     );
+    for (i, shape) in skeleton::Shape::ALL.into_iter().enumerate() {
+        g.add(shape.label(), std::mem::take(&mut skeletons[i]));
+    }
     crate::report::emit(out, g);
     let mut g = Group::new(
         format!("{scenario}: bytes"),
