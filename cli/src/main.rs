@@ -105,7 +105,8 @@ enum Command {
     /// grace period; repack what is kept.
     Gc(maintenance::GcArgs),
     /// Check every object, reference, history length and chain; exit 0 only
-    /// when clean.
+    /// when clean, 3 when something is damaged or missing, 1 when a remote
+    /// store's server cannot be read (that is no problem of the data).
     Fsck(maintenance::FsckArgs),
     /// Print the script that wires a shell's completion to sessctl: it
     /// completes commands, flags, conversation names and format values.

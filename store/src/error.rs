@@ -288,6 +288,29 @@ impl Error {
         Error::corrupt(id, e.to_string())
     }
 
+    /// Whether a remote store's server failed here (PostgreSQL or the
+    /// bucket unreachable, refusing the credentials, or answering an
+    /// error): such an error says nothing of the stored data, so a check or
+    /// a walk that meets it stops with it, never reporting what it could not
+    /// read as missing or damaged.
+    pub fn is_server_failure(&self) -> bool {
+        matches!(self, Error::Remote { .. })
+    }
+
+    /// Session `id`, reached by a walk, did not read because of `e`: a
+    /// server's failure is itself (it is no fault of the session, and
+    /// fsck would not find one), anything else is
+    /// [`Error::UnreadableReachable`].
+    pub(crate) fn unreadable_reachable(id: ObjectId, e: Error) -> Self {
+        if e.is_server_failure() {
+            return e;
+        }
+        Error::UnreadableReachable {
+            id,
+            source: Box::new(e),
+        }
+    }
+
     /// Whether this error means stored data is damaged (as opposed to a bad
     /// request or an environment problem). The CLI exits differently for it.
     pub fn is_corruption(&self) -> bool {

@@ -11,7 +11,7 @@ use petgraph::algo::is_cyclic_directed;
 use petgraph::graphmap::DiGraphMap;
 use petgraph::visit::Dfs;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::hash::{IdMap, IdSet, ObjectId};
 use crate::object::{Blob, ObjectKind, Raw, Session};
 use crate::refs::{Hash, Operation, RefName, RefTarget};
@@ -297,6 +297,7 @@ impl Store {
             // Index keys a backend keeps (PostgreSQL), against a replay.
             match self.index().verify_kept(odb) {
                 Ok(p) => report.problems.extend(p),
+                Err(e) if e.is_server_failure() => return Err(e),
                 Err(e) => report.problems.push(e.to_string()),
             }
             // The lineage index: its structure on open, its checksum, then
@@ -349,11 +350,24 @@ fn check_objects(
     let found = Mutex::new(found);
     let done = AtomicUsize::new(0);
     let finished = AtomicBool::new(false);
+    // A server that failed a read (unreachable, refusing): fsck stops with
+    // its error, as what did not read is not known to be missing or damaged.
+    let failed: Mutex<Option<Error>> = Mutex::new(None);
     let check = |batch: usize, items: &[crate::odb::ScanItem<'_>]| {
         let mut problems = Vec::new();
         let mut decoded = Vec::new();
         for (k, (id, read)) in items.iter().enumerate() {
             match read {
+                // The one kind of server failure (`Error::is_server_failure`).
+                Err(Error::Remote { what, reason }) => {
+                    failed
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert_with(|| Error::Remote {
+                            what: what.clone(),
+                            reason: reason.clone(),
+                        });
+                }
                 Err(e) => problems.push((batch, k, e.to_string())),
                 Ok((ObjectKind::Blob, _, Some(payload))) => {
                     if let Err(e) = Blob::decode(payload) {
@@ -399,6 +413,9 @@ fn check_objects(
     match scanned {
         Ok(r) => r?,
         Err(panic) => std::panic::resume_unwind(panic),
+    }
+    if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
     }
     let mut f = found.into_inner().unwrap_or_else(|p| p.into_inner());
     progress(f.objects, f.objects);

@@ -276,10 +276,9 @@ impl Census {
             }
             // Not a session the pass read: what reading it says (written
             // since the pass, or damaged, missing, or not a session).
-            let s = odb.session(&id).map_err(|e| Error::UnreadableReachable {
-                id,
-                source: Box::new(e),
-            })?;
+            let s = odb
+                .session(&id)
+                .map_err(|e| Error::unreadable_reachable(id, e))?;
             live.extend(s.blobs());
             stack.extend(s.sessions());
         }

@@ -34,10 +34,9 @@ pub fn closure(
             continue;
         }
         graph.add_node(id);
-        let s = odb.session(&id).map_err(|e| Error::UnreadableReachable {
-            id,
-            source: Box::new(e),
-        })?;
+        let s = odb
+            .session(&id)
+            .map_err(|e| Error::unreadable_reachable(id, e))?;
         live.extend(s.blobs());
         for p in s.sessions() {
             graph.add_edge(id, p, ());

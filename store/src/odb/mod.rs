@@ -434,7 +434,8 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
     /// kind and (for the kinds `wanted` accepts, verified) its payload, or
     /// the error `read` gives for it. Each object once (the copy `read`
     /// would return). `f` may be called from several threads at once; each
-    /// pack block is inflated once.
+    /// pack block is inflated once. A server's failure
+    /// ([`Error::is_server_failure`]) is no object's: the scan stops with it.
     fn scan(&self, wanted: &(dyn Fn(ObjectKind) -> bool + Sync), f: &ScanFn<'_>) -> Result<()> {
         for (n, id) in self.ids_in_storage_order()?.into_iter().enumerate() {
             let item = match self.read(&id) {
@@ -444,6 +445,8 @@ pub trait ObjectBackend: Send + Sync + std::fmt::Debug {
                     continue;
                 }
                 Ok(None) => Err(Error::NotFound { id }),
+                // Every read after it would wait out the same failure.
+                Err(e) if e.is_server_failure() => return Err(e),
                 Err(e) => Err(e),
             };
             f(n, &[(id, item)]);
