@@ -371,18 +371,9 @@ pub fn remote_url(store: &std::path::Path) -> Option<&str> {
 /// A store as messages and the ref log name it: a directory, or a remote
 /// store's URL without its password.
 pub fn show_store(store: &std::path::Path) -> String {
-    let Some(url) = remote_url(store) else {
-        return store.display().to_string();
-    };
-    match url.split_once("://").and_then(|(scheme, rest)| {
-        // The user information ends at the authority's last '@'.
-        let end = rest.find(['/', '?']).unwrap_or(rest.len());
-        let (user, host) = rest[..end].rsplit_once('@')?;
-        let (user, _) = user.split_once(':')?;
-        Some(format!("{scheme}://{user}:***@{host}{}", &rest[end..]))
-    }) {
-        Some(shown) => shown,
-        None => url.to_owned(),
+    match remote_url(store) {
+        Some(url) => sessctl_store::url::redact_url(url),
+        None => store.display().to_string(),
     }
 }
 

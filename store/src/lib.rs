@@ -132,6 +132,7 @@ pub mod rev;
 pub mod search;
 pub mod store;
 pub mod time;
+pub mod url;
 
 pub use error::{Error, Result};
 pub use hash::{ObjectId, Prefix};

@@ -258,8 +258,9 @@ fn a_store_without_lineage_rows_migrates_and_walks_correctly_with_rows_missing()
     );
     h.write(&store);
     drop(store);
-    // Back to version 4: migrations 6 (inline packs, none written here)
-    // and 5 undone.
+    // Back to version 4: migrations 7 (store identity), 6 (inline packs,
+    // none written here) and 5 undone.
+    r.servers.undo_identity(&r.name);
     r.servers.psql(
         &r.name,
         "ALTER TABLE sessctl.packs DROP COLUMN body;

@@ -258,15 +258,18 @@ fn a_pack_altered_in_the_bucket_is_corruption() {
     let report = fresh.fsck(&FsckOptions::default(), &mut |_, _| {}).unwrap();
     assert!(!report.problems.is_empty());
 
-    // The same database with a prefix that holds no store is a wrong URL,
-    // not damage.
+    // The same database with another prefix is a wrong URL, not damage:
+    // refused when it opens (objects-format.md, "Store identity").
     let elsewhere = r.url.replace("/store", "/elsewhere");
-    let wrong = Store::open_remote_with(&elsewhere, &OpenOptions::default(), &uncached).unwrap();
-    let err = wrong.odb().read(&root).unwrap_err();
+    let err = Store::open_remote_with(&elsewhere, &OpenOptions::default(), &uncached)
+        .err()
+        .unwrap();
     assert!(!err.is_corruption(), "{err}");
-    assert_eq!(
-        err.to_string(),
-        format!("s3://{bucket}/elsewhere: holds no sessctl store (no sessctl-store object there)")
+    assert!(
+        err.to_string().contains(&format!(
+            "keeps its objects in s3://{bucket}/store, not in s3://{bucket}/elsewhere"
+        )),
+        "{err}"
     );
 }
 
@@ -1448,6 +1451,7 @@ fn a_version_2_store_reads_read_only_and_its_first_writable_open_lets_gc_work() 
         .expire_reflog(None, i64::MAX, false, Durability::Sync)
         .unwrap();
     drop(store);
+    r.servers.undo_identity(&r.name);
     r.servers.psql(
         &r.name,
         "DROP TABLE sessctl.retired_packs; DROP TABLE sessctl.lineage;
@@ -1603,6 +1607,7 @@ fn a_schema_version_1_store_opens_and_is_upgraded_by_its_first_writable_open() {
     drop(store);
     // What a version-1 sessctl would have written: the same rows, less
     // those of the later migrations.
+    r.servers.undo_identity(&r.name);
     r.servers.psql(
         &r.name,
         "DROP TABLE sessctl.index_keys;
@@ -1952,8 +1957,7 @@ fn a_batch_read_from_inline_packs_reads_their_bodies_in_one_query() {
 
 /// Puts `body` at `key` in the test's bucket (as `delete_key`, by hand).
 fn put_key(r: &servers::Remote, key: &str, body: &[u8]) {
-    let answer = bucket_request(r, "PUT", key, body);
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    r.servers.put_key(&r.name, key, body);
 }
 
 /// The golden fixture of a store at schema version 3

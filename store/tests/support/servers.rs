@@ -464,6 +464,60 @@ impl Servers {
         );
     }
 
+    /// Puts `body` at `key` in `bucket` (a plain PUT, overwriting).
+    pub fn put_key(&self, bucket: &str, key: &str, body: &[u8]) {
+        let mut s = TcpStream::connect(("127.0.0.1", self.moto_port)).unwrap();
+        write!(
+            s,
+            "PUT /{bucket}/{key} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n{MOTO_AUTH}Content-Length: {}\r\nConnection: close\r\n\r\n",
+            self.moto_port,
+            body.len()
+        )
+        .unwrap();
+        s.write_all(body).unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "putting {bucket}/{key}: {answer}"
+        );
+    }
+
+    /// Makes the store in `bucket` (prefix `store/`) look as an init before
+    /// schema version 7 left it, once the test has undone migration 7 in
+    /// the database: its `sessctl-store` object names no store.
+    pub fn undo_identity(&self, bucket: &str) {
+        self.psql(bucket, "DROP TABLE sessctl.store");
+        self.put_key(
+            bucket,
+            "store/sessctl-store",
+            b"sessctl remote store, schema 6\n",
+        );
+    }
+
+    /// The bytes of `key` in `bucket`, if it is there (a plain GET).
+    pub fn get_key(&self, bucket: &str, key: &str) -> Option<Vec<u8>> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.moto_port)).unwrap();
+        write!(
+            s,
+            "GET /{bucket}/{key} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n{MOTO_AUTH}Connection: close\r\n\r\n",
+            self.moto_port
+        )
+        .unwrap();
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).unwrap();
+        let head_end = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let head = String::from_utf8_lossy(&answer[..head_end]).into_owned();
+        if head.starts_with("HTTP/1.1 404") || head.starts_with("HTTP/1.0 404") {
+            return None;
+        }
+        assert!(
+            head.starts_with("HTTP/1.1 200"),
+            "getting {bucket}/{key}: {head}"
+        );
+        Some(answer[head_end..].to_vec())
+    }
+
     /// The keys under `prefix` in `bucket`.
     pub fn list_keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
         self.list_objects(bucket, prefix)

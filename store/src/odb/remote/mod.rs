@@ -43,7 +43,7 @@ mod write;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
@@ -71,7 +71,7 @@ use crate::refs::Operation;
 
 /// The schema version this sessctl writes and reads (the highest
 /// migration); objects-format.md, "Remote store".
-pub const SCHEMA_VERSION: i32 = 6;
+pub const SCHEMA_VERSION: i32 = 7;
 
 /// The oldest schema version this sessctl opens: a version-1 store (no
 /// index keys) is upgraded by its first writable open, and read by
@@ -91,6 +91,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (4, include_str!("../../../migrations/0004_sweeps.sql")),
     (5, include_str!("../../../migrations/0005_lineage.sql")),
     (6, include_str!("../../../migrations/0006_inline_packs.sql")),
+    (7, include_str!("../../../migrations/0007_store.sql")),
 ];
 
 /// How many bytes of inflated pack bodies a handle keeps in memory.
@@ -102,6 +103,13 @@ const SWEEPS_SCHEMA: i32 = 4;
 /// The schema version that keeps packs inline (`packs.body`,
 /// `chain_head.inline_bytes`; objects-format.md, "Inline packs").
 const INLINE_SCHEMA: i32 = 6;
+
+/// The schema version that records the store's id and where its objects
+/// are (`sessctl.store`; objects-format.md, "Store identity").
+const IDENTITY_SCHEMA: i32 = 7;
+
+/// The bucket object that says a prefix holds a store's objects.
+const MARKER: &str = "sessctl-store";
 
 /// Once the inline packs hold this many bytes, the writer that finds it so
 /// seals them into one pack in the bucket, in its upkeep (as a local store
@@ -179,6 +187,60 @@ impl S3Settings {
     }
 }
 
+/// What a prefix's `sessctl-store` object says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Marker {
+    /// sessctl's, naming the store whose objects the prefix holds (schema
+    /// version 7 on), or none (written before).
+    Store(Option<String>),
+    /// Not sessctl's.
+    Foreign,
+}
+
+impl Marker {
+    /// `sessctl remote store, schema N\n`, then `store <32 hex>\n` from
+    /// version 7 on (objects-format.md, "Store identity").
+    fn parse(body: &[u8]) -> Marker {
+        let Ok(text) = std::str::from_utf8(body) else {
+            return Marker::Foreign;
+        };
+        let mut lines = text.lines();
+        if !lines
+            .next()
+            .is_some_and(|l| l.starts_with("sessctl remote store"))
+        {
+            return Marker::Foreign;
+        }
+        let id = lines
+            .filter_map(|l| l.strip_prefix("store "))
+            .find(|id| is_store_id(id))
+            .map(str::to_owned);
+        Marker::Store(id)
+    }
+}
+
+/// 32 lowercase hex digits.
+fn is_store_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// A new store's id: 128 bits that no other store's init draws (the time,
+/// this process, this call and the server named, hashed).
+fn new_store_id(server: &str) -> String {
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let mut h = blake3::Hasher::new();
+    h.update(b"sessctl store id\0");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    h.update(&now.as_nanos().to_le_bytes());
+    h.update(&std::process::id().to_le_bytes());
+    h.update(&CALLS.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    h.update(format!("{:?}", std::thread::current().id()).as_bytes());
+    h.update(server.as_bytes());
+    h.finalize().to_hex()[..32].to_owned()
+}
+
 /// Whether `store` names a remote store (`postgres://` or `postgresql://`)
 /// rather than a directory.
 pub fn is_remote_url(store: &str) -> bool {
@@ -205,7 +267,12 @@ const INLINE_MAX_LIMIT: u64 = 64 << 20;
 
 impl StoreUrl {
     fn parse(url: &str) -> Result<StoreUrl> {
-        let bad = |reason: &str| Error::Invalid(format!("bad store URL {}: {reason}", redact(url)));
+        let bad = |reason: &str| {
+            Error::Invalid(format!(
+                "bad store URL {}: {reason}",
+                crate::url::redact_url(url)
+            ))
+        };
         if !is_remote_url(url) {
             return Err(bad("it must start with postgres://"));
         }
@@ -215,7 +282,13 @@ impl StoreUrl {
         let mut objects = None;
         let mut inline_max = 0;
         let mut rest = Vec::new();
+        let mut seen = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let name = pair.split_once('=').map_or(pair, |(k, _)| k);
+            if seen.contains(&name) {
+                return Err(bad(&format!("{name}= is given twice")));
+            }
+            seen.push(name);
             match pair.split_once('=') {
                 Some(("objects", v)) => objects = Some(v.to_owned()),
                 Some(("inline", v)) => {
@@ -277,22 +350,6 @@ impl StoreUrl {
         } else {
             S3Path::from(format!("{}/{rest}", self.prefix))
         }
-    }
-}
-
-/// A URL with its password, if any, taken out.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    // The user information ends at the authority's last '@'.
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    match rest[..authority_end].rsplit_once('@') {
-        Some((user, host)) if user.contains(':') => {
-            let user = user.split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}:***@{host}{}", &rest[authority_end..])
-        }
-        _ => url.to_owned(),
     }
 }
 
@@ -665,7 +722,33 @@ impl RemoteBackend {
             }
             Some(v) => backend.schema = v,
         }
+        if backend.schema >= IDENTITY_SCHEMA {
+            let recorded = backend.with_reader(|c| {
+                Ok(c.query_opt("SELECT objects FROM sessctl.store", &[])?
+                    .map(|r| r.get::<_, String>(0)))
+            })?;
+            if let Some(objects) = recorded {
+                backend.check_objects(&objects)?;
+            }
+        }
         Ok(backend)
+    }
+
+    /// Refuses a URL whose `objects=` is not where the store's objects are
+    /// (`recorded`, from `sessctl.store`): read there, the store would look
+    /// damaged, and written or swept there, it would be.
+    fn check_objects(&self, recorded: &str) -> Result<()> {
+        let given = self.url.s3_shown();
+        if recorded == given {
+            return Ok(());
+        }
+        Err(Error::Remote {
+            what: self.url.shown.clone(),
+            reason: format!(
+                "this store keeps its objects in {recorded}, not in {given}: \
+                 the URL's objects= must name {recorded}"
+            ),
+        })
     }
 
     /// Statements run on the reader connection and operation rows read by
@@ -697,13 +780,16 @@ impl RemoteBackend {
     #[doc(hidden)]
     pub fn init_at_version(url: &str, s3: &S3Settings, version: i32) -> Result<bool> {
         let backend = RemoteBackend::connect(url, &OpenOptions::default(), s3)?;
-        backend.check_bucket()?;
+        if version < IDENTITY_SCHEMA {
+            // As that version's init did: the marker without an id.
+            backend.write_marker(None)?;
+        }
         backend.migrate_to(version)
     }
 
     /// [`RemoteBackend::migrate`], up to `version` only.
     fn migrate_to(&self, target: i32) -> Result<bool> {
-        self.with_writer_conn(|c| {
+        self.with_writer_conn(|c| -> std::result::Result<Result<bool>, postgres::Error> {
             let mut tx = c.transaction()?;
             // One initialiser at a time (the lock ends with the transaction).
             tx.execute(
@@ -728,9 +814,94 @@ impl RemoteBackend {
                     &[version, &crate::time::now_ms()],
                 )?;
             }
+            if target >= IDENTITY_SCHEMA {
+                // Under the advisory lock, so that initialisers of one new
+                // store agree on its id; an error rolls everything back
+                // (the transaction is dropped uncommitted).
+                let row = tx
+                    .query_opt("SELECT id, objects FROM sessctl.store", &[])?
+                    .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)));
+                let claimed = match row {
+                    Some((id, objects)) => self
+                        .check_objects(&objects)
+                        .and_then(|()| self.check_marker(&id))
+                        .map(|()| None),
+                    None => self.claim_bucket(have).map(Some),
+                };
+                match claimed {
+                    Err(e) => return Ok(Err(e)),
+                    Ok(Some(id)) => {
+                        tx.execute(
+                            "INSERT INTO sessctl.store (id, objects) VALUES ($1, $2)",
+                            &[&id, &self.url.s3_shown()],
+                        )?;
+                    }
+                    Ok(None) => {}
+                }
+            }
             tx.commit()?;
-            Ok(have == 0)
-        })
+            Ok(Ok(have == 0))
+        })?
+    }
+
+    /// A new store's id, or that of an older store adopting its bucket
+    /// (`have`, its schema version, 0 for a new one), once the bucket says
+    /// the URL's prefix is this store's to take: a new store writes its
+    /// `sessctl-store` object (create-only) and refuses a prefix that holds
+    /// another's; an older store's must already be there, without an id,
+    /// as the init of its version wrote it (else `objects=` names a place
+    /// that is not its).
+    fn claim_bucket(&self, have: i32) -> Result<String> {
+        let id = new_store_id(&self.url.shown);
+        if have == 0 {
+            return match self.write_marker(Some(&id))? {
+                Marker::Store(Some(ours)) if ours == id => Ok(id),
+                other => Err(self.taken(&other)),
+            };
+        }
+        match self.read_marker()? {
+            Some(Marker::Store(None)) => Ok(id),
+            None => Err(Error::Remote {
+                what: self.url.s3_shown(),
+                reason: format!(
+                    "holds no sessctl-store object, so it is not where {}'s objects are: \
+                     the URL's objects= must name the bucket and prefix its init named",
+                    self.url.shown
+                ),
+            }),
+            Some(other) => Err(self.taken(&other)),
+        }
+    }
+
+    /// For a store that knows its id: its prefix's `sessctl-store` object
+    /// is there (written again if it was lost) and names no other store.
+    fn check_marker(&self, id: &str) -> Result<()> {
+        match self.write_marker(Some(id))? {
+            Marker::Store(None) => Ok(()),
+            Marker::Store(Some(other)) if other == id => Ok(()),
+            other => Err(self.taken(&other)),
+        }
+    }
+
+    /// The error of a prefix that holds what this store may not take.
+    fn taken(&self, found: &Marker) -> Error {
+        let marker = format!("{}/{MARKER}", self.url.s3_shown());
+        let reason = match found {
+            Marker::Store(Some(other)) => format!(
+                "holds the objects of another store (its {MARKER} object names store {other}): \
+                 give this store a prefix of its own (if no store keeps its objects there, as \
+                 after an init that stopped half-way, delete {marker} and run init again)"
+            ),
+            Marker::Store(None) => format!(
+                "holds the objects of another store (its {MARKER} object was written by an \
+                 older sessctl): give this store a prefix of its own"
+            ),
+            Marker::Foreign => format!("its {MARKER} object is not sessctl's"),
+        };
+        Error::Remote {
+            what: self.url.s3_shown(),
+            reason,
+        }
     }
 
     /// Checks that the bucket of the remote store `url` takes a create-only
@@ -739,10 +910,9 @@ impl RemoteBackend {
     /// the schema was new. Safe to run again, and from several processes.
     pub fn init(url: &str, s3: &S3Settings) -> Result<bool> {
         let backend = RemoteBackend::connect(url, &OpenOptions::default(), s3)?;
-        // The bucket first: an init that fails there leaves no schema.
-        backend.check_bucket()?;
-        let was_new = backend.migrate_to(SCHEMA_VERSION)?;
-        Ok(was_new)
+        // The bucket is checked in the migrations' transaction: an init
+        // that fails there leaves no schema.
+        backend.migrate_to(SCHEMA_VERSION)
     }
 
     fn connect(url: &str, opts: &OpenOptions, s3: &S3Settings) -> Result<RemoteBackend> {
@@ -897,15 +1067,22 @@ impl RemoteBackend {
         Ok(slot.as_mut().expect("connected just now"))
     }
 
-    /// Writes and reads back a marker object with a create-only PUT: the
-    /// bucket exists, these credentials may write it, and the server
-    /// honours conditional writes.
-    fn check_bucket(&self) -> Result<()> {
-        let key = self.url.key("sessctl-store");
-        let body = format!("sessctl remote store, schema {SCHEMA_VERSION}\n");
+    /// Writes the prefix's `sessctl-store` object with a create-only PUT
+    /// (naming the store `id`; or none, as versions 1 to 6 wrote it, for
+    /// the tests that make such a store) and
+    /// reads back what is there: the bucket exists, these credentials may
+    /// write it, and the server honours conditional writes. A marker
+    /// already there is kept as it is.
+    fn write_marker(&self, id: Option<&str>) -> Result<Marker> {
+        let key = self.url.key(MARKER);
+        let mut body = format!("sessctl remote store, schema {SCHEMA_VERSION}\n");
+        match id {
+            Some(id) => body.push_str(&format!("store {id}\n")),
+            None => body = "sessctl remote store, schema 6\n".to_owned(),
+        }
         let put = self.rt.block_on(self.s3.put_opts(
             &key,
-            PutPayload::from(body.clone().into_bytes()),
+            PutPayload::from(body.into_bytes()),
             PutOptions {
                 mode: PutMode::Create,
                 ..PutOptions::default()
@@ -924,17 +1101,23 @@ impl RemoteBackend {
             }
             Err(e) => return Err(self.s3_error(e)),
         }
-        let got = self
+        self.read_marker()?.ok_or_else(|| Error::Remote {
+            what: self.url.s3_shown(),
+            reason: format!("its {MARKER} object, just written, is not there"),
+        })
+    }
+
+    /// The prefix's `sessctl-store` object, if there is one.
+    fn read_marker(&self) -> Result<Option<Marker>> {
+        let key = self.url.key(MARKER);
+        match self
             .rt
             .block_on(async { self.s3.get(&key).await?.bytes().await })
-            .map_err(|e| self.s3_error(e))?;
-        if !got.starts_with(b"sessctl remote store") {
-            return Err(Error::Remote {
-                what: self.url.s3_shown(),
-                reason: "its sessctl-store object is not sessctl's".into(),
-            });
+        {
+            Ok(body) => Ok(Some(Marker::parse(&body))),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.s3_error(e)),
         }
-        Ok(())
     }
 
     /// Uploads a pack (create-only: one already there is these bytes).
@@ -1120,7 +1303,7 @@ impl RemoteBackend {
                 // A bucket or prefix that is not this store's (a wrong
                 // URL) says so; in this store's bucket a missing pack is
                 // damage.
-                let marker = self.url.key("sessctl-store");
+                let marker = self.url.key(MARKER);
                 return Err(match self.rt.block_on(self.s3.head(&marker)) {
                     Err(object_store::Error::NotFound { .. }) => Error::Remote {
                         what: self.url.s3_shown(),
@@ -2316,12 +2499,65 @@ mod tests {
             ("postgres://u:pw@h/db", "postgres://u:***@h/db"),
             ("postgres://u@h/db?x=a@b", "postgres://u@h/db?x=a@b"),
         ] {
-            assert_eq!(redact(url), shown);
+            assert_eq!(crate::url::redact_url(url), shown);
         }
-        let err = StoreUrl::parse("postgres://u:secret@h:notaport/db?objects=s3://b")
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(!err.contains("secret"), "{err}");
+        for url in [
+            "postgres://u:secret@h:notaport/db?objects=s3://b",
+            "postgres://u@h:notaport/db?password=secret&objects=s3://b",
+        ] {
+            let err = StoreUrl::parse(url).err().unwrap().to_string();
+            assert!(!err.contains("secret"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_parameter_given_twice_is_refused() {
+        for (url, name) in [
+            (
+                "postgres://u@h/db?objects=s3://b/p1&objects=s3://b/p2",
+                "objects",
+            ),
+            (
+                "postgres://u@h/db?objects=s3://b&inline=1&inline=2",
+                "inline",
+            ),
+            (
+                "postgres://u@h/db?objects=s3://b&sslmode=disable&sslmode=require",
+                "sslmode",
+            ),
+        ] {
+            let err = StoreUrl::parse(url).err().unwrap().to_string();
+            assert!(err.contains(&format!("{name}= is given twice")), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_marker_says_which_store_it_belongs_to() {
+        let id = "0123456789abcdef0123456789abcdef";
+        assert_eq!(
+            Marker::parse(format!("sessctl remote store, schema 7\nstore {id}\n").as_bytes()),
+            Marker::Store(Some(id.to_owned()))
+        );
+        assert_eq!(
+            Marker::parse(b"sessctl remote store, schema 6\n"),
+            Marker::Store(None)
+        );
+        // The golden fixture (objects-format.md, "Store identity").
+        assert_eq!(
+            Marker::parse(include_bytes!(
+                "../../../../tests/fixtures/remote-store-v7/sessctl-store"
+            )),
+            Marker::Store(Some("5e55c7100000000000000000000c0ffe".to_owned()))
+        );
+        assert_eq!(Marker::parse(b"hello"), Marker::Foreign);
+        assert_eq!(Marker::parse(&[0xff, 0xfe]), Marker::Foreign);
+        // An id that is not one is no id.
+        assert_eq!(
+            Marker::parse(b"sessctl remote store, schema 7\nstore XYZ\n"),
+            Marker::Store(None)
+        );
+        let a = new_store_id("postgres://h/db");
+        let b = new_store_id("postgres://h/db");
+        assert!(is_store_id(&a) && is_store_id(&b) && a != b, "{a} {b}");
     }
 }
