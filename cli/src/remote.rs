@@ -79,9 +79,9 @@ pub struct CloneArgs {
     /// The store to copy (opened read-only): a directory or a remote
     /// store's URL (postgres://...?objects=s3://...).
     path: PathBuf,
-    /// The new store: a directory that must not exist, or be empty; or a
-    /// remote store's URL (created if need be; it must hold no
-    /// conversation yet).
+    /// The new store: a directory that must not exist, or be empty (a
+    /// clone that fails removes what it made there); or a remote store's
+    /// URL (created if need be; it must hold no conversation yet).
     dest: PathBuf,
     /// Print one JSON object: every ref and what became of it, and the
     /// totals.

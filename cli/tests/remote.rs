@@ -301,3 +301,45 @@ fn push_to_a_busy_remote_exits_4() {
         )
     );
 }
+
+/// A clone that fails (here on a damaged pack of its source) removes what
+/// it made, as git's does: the new directory and the parents it created,
+/// or only what it put in a directory that was there, empty. Run again once
+/// the source is mended, the same command works.
+#[test]
+fn a_failed_clone_leaves_nothing_behind_and_runs_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = source(dir.path());
+    ok(&a, &["repack"]);
+    let pack = std::fs::read_dir(a.join("packs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "pack"))
+        .unwrap();
+    let good = std::fs::read(&pack).unwrap();
+    let mut bad = good.clone();
+    let middle = bad.len() / 2;
+    bad[middle] ^= 0x01;
+    std::fs::write(&pack, &bad).unwrap();
+
+    let fresh = dir.path().join("new/deeper/b");
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    for dest in [&fresh, &empty] {
+        let r = sessctl(
+            &a,
+            &["clone", a.to_str().unwrap(), dest.to_str().unwrap()],
+            None,
+        );
+        assert_eq!(r.code, 3, "{}", r.stderr);
+        assert!(r.stderr.contains("is corrupt"), "{}", r.stderr);
+    }
+    assert!(!dir.path().join("new").exists(), "the clone's parents stay");
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+
+    std::fs::write(&pack, &good).unwrap();
+    for dest in [&fresh, &empty] {
+        ok(&a, &["clone", a.to_str().unwrap(), dest.to_str().unwrap()]);
+        assert_eq!(ls(dest), ls(&a));
+    }
+}

@@ -115,3 +115,29 @@ fn fsck_and_gc_with_s3_gone_are_its_error_not_missing_objects() {
         assert_s3_error(&r, &run, &args.join(" "));
     }
 }
+
+/// A clone of a remote store that its bucket fails removes the directory
+/// it made; run again once the packs can be read (here from a pack cache
+/// filled before the outage), the same command works.
+#[test]
+fn a_clone_the_bucket_fails_leaves_nothing_behind_and_runs_again() {
+    let Some(r) = remote_with_history() else {
+        return;
+    };
+    // Every pack fetched into this one's cache.
+    let cached = Uncached::new(&r);
+    assert_eq!(ok(&cached, &["fsck"], None), "");
+    let refs = ok(&cached, &["for-each-ref"], None);
+    r.servers.stop_moto();
+
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("copy");
+    let dest = dest.to_str().unwrap();
+    let run = sessctl(&Uncached::new(&r), &["clone", &r.url, dest], None);
+    assert_s3_error(&r, &run, "clone");
+    assert!(!dir.path().join("copy").exists());
+
+    let out = ok(&cached, &["clone", &r.url, dest], None);
+    assert!(out.starts_with("cloned postgres://"), "{out}");
+    assert_eq!(ok(&PathBuf::from(dest), &["for-each-ref"], None), refs);
+}

@@ -575,7 +575,8 @@ pub fn pull_with(
 /// Creates a store at `dest` (which must not exist, or be an empty
 /// directory) holding every ref, record and reachable object of the store
 /// at `source`, opened read-only (no lock taken). `HEAD` follows the
-/// source's when it names a conversation.
+/// source's when it names a conversation. A clone that fails leaves no
+/// store behind (see [`clone_from`]).
 pub fn clone(source: &Path, dest: &Path) -> Result<(Store, TransferReport)> {
     clone_with(source, dest, &Silent)
 }
@@ -611,14 +612,17 @@ pub fn clone_with(
 }
 
 /// [`clone`] of a store already open (whatever its backend), named
-/// `source`, into a new local store at `dest`.
+/// `source`, into a new local store at `dest`. A clone that fails removes
+/// what it created, as git's does, so that the same clone can be run
+/// again: `dest` and the parents it had to create, or, when `dest` was an
+/// empty directory, what it put in it.
 pub fn clone_from(
     from: &Store,
     source: &str,
     dest: &Path,
     progress: &dyn Progress,
 ) -> Result<(Store, TransferReport)> {
-    if dest.exists() {
+    let created = if dest.exists() {
         let empty = std::fs::read_dir(dest)
             .map_err(|e| Error::Io {
                 path: dest.to_path_buf(),
@@ -631,10 +635,50 @@ pub fn clone_from(
                 path: dest.to_path_buf(),
             });
         }
+        None
+    } else {
+        Some(outermost_missing(dest))
+    };
+    // The store is closed (dropped) before what it wrote is removed.
+    let cloned = Store::init(dest).and_then(|store| {
+        let report = clone_into(from, &store, source, progress)?;
+        Ok((store, report))
+    });
+    if cloned.is_err() {
+        // Best effort: the clone's own error is the one to report, and a
+        // directory left behind says so itself on the next attempt.
+        let _ = match &created {
+            Some(top) => std::fs::remove_dir_all(top),
+            None => empty_dir(dest),
+        };
     }
-    let store = Store::init(dest)?;
-    let report = clone_into(from, &store, source, progress)?;
-    Ok((store, report))
+    cloned
+}
+
+/// The outermost of `path` and its parents that does not exist: what
+/// creating `path` creates.
+fn outermost_missing(path: &Path) -> std::path::PathBuf {
+    let mut top = path;
+    for parent in path.ancestors().skip(1) {
+        if parent.as_os_str().is_empty() || parent.symlink_metadata().is_ok() {
+            break;
+        }
+        top = parent;
+    }
+    top.to_path_buf()
+}
+
+/// Removes everything in directory `dir`, leaving it.
+fn empty_dir(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            std::fs::remove_dir_all(entry.path())?;
+        } else {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 /// [`clone`] between stores already open, whatever their backends (a
