@@ -289,6 +289,7 @@ impl Ctx {
         if self.store_missing {
             return Err(CommandError::NoStore);
         }
+        not_a_foreign_url(&self.store)?;
         Ok(&self.store)
     }
 
@@ -368,6 +369,29 @@ pub fn remote_url(store: &std::path::Path) -> Option<&str> {
         .filter(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
 }
 
+/// Refuses a store named by a URL of a scheme sessctl does not speak
+/// (`mysql://...`, `s3://...`), which would otherwise be taken for a
+/// directory of that name and reported as "not a sessctl store".
+pub fn not_a_foreign_url(store: &std::path::Path) -> CmdResult<()> {
+    let Some(text) = store.to_str() else {
+        return Ok(());
+    };
+    let scheme = text.split_once("://").map(|(s, _)| s).filter(|s| {
+        !s.is_empty()
+            && s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    });
+    match scheme {
+        Some(s) if remote_url(store).is_none() => Err(CommandError::Usage(format!(
+            "{}: a store is a directory or a postgres:// URL \
+             (postgres://USER@HOST:PORT/DB?objects=s3://BUCKET/PREFIX), not a {s}:// URL",
+            sessctl_store::url::redact_url(text)
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// A store as messages and the ref log name it: a directory, or a remote
 /// store's URL without its password.
 pub fn show_store(store: &std::path::Path) -> String {
@@ -379,6 +403,7 @@ pub fn show_store(store: &std::path::Path) -> String {
 
 /// Opens the store at a directory or a remote store's URL.
 pub fn open_any_store(store: &std::path::Path, opts: &OpenOptions) -> CmdResult<Store> {
+    not_a_foreign_url(store)?;
     match remote_url(store) {
         Some(url) => open_remote_store(url, opts),
         None => Ok(Store::open(store, opts)?),

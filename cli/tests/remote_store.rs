@@ -300,6 +300,37 @@ fn an_unreachable_or_missing_remote_store_is_one_clear_error() {
     let run = sessctl_at(&r, "postgres://u@127.0.0.1/db", &["ls"], None);
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(run.stderr.contains("names no bucket"), "{}", run.stderr);
+    // Each part that is wrong is named, and a password never shows.
+    for (url, words) in [
+        (
+            "postgres://u@127.0.0.1/db?password=secret&objects=s3://b&bogus=1",
+            "bogus= is not a parameter",
+        ),
+        (
+            "postgres://u@127.0.0.1:99999/db?password=secret&objects=s3://b",
+            "is not a number from 0 to 65535",
+        ),
+        (
+            "postgres://u@127.0.0.1/db?objects=s3://b/a&objects=s3://b/b&password=secret",
+            "objects= is given twice",
+        ),
+    ] {
+        let run = sessctl_at(&r, url, &["ls"], None);
+        assert_eq!(run.code, 1, "{url}: {}", run.stderr);
+        assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+        assert!(run.stderr.contains(words), "{url}: {}", run.stderr);
+        assert!(!run.stderr.contains("secret"), "{}", run.stderr);
+    }
+    // Another scheme is no directory of that name.
+    let run = sessctl_at(&r, "mysql://u:secret@127.0.0.1/db", &["ls"], None);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("a store is a directory or a postgres:// URL"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("secret"), "{}", run.stderr);
 }
 
 /// `for-each-ref`'s lines.

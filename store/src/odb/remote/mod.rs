@@ -319,7 +319,13 @@ impl StoreUrl {
         } else {
             format!("{base}?{}", rest.join("&"))
         };
-        let mut pg = postgres::Config::from_str(&pg_url).map_err(|e| bad(&e.to_string()))?;
+        let mut pg = postgres::Config::from_str(&pg_url)
+            .map_err(|e| bad(&explain_pg_url(base, &rest, &e)))?;
+        if pg.get_hosts().is_empty() {
+            return Err(bad(
+                "it names no server (postgres://USER@HOST:PORT/DB?objects=...)",
+            ));
+        }
         if pg.get_connect_timeout().is_none() {
             pg.connect_timeout(Duration::from_secs(10));
         }
@@ -351,6 +357,36 @@ impl StoreUrl {
             S3Path::from(format!("{}/{rest}", self.prefix))
         }
     }
+}
+
+/// Which part of a store URL PostgreSQL's client refused (its own error
+/// says only "invalid connection string"): a parameter it does not take
+/// (or a value it does not), or the server part's port.
+fn explain_pg_url(base: &str, params: &[&str], e: &postgres::Error) -> String {
+    for pair in params {
+        if postgres::Config::from_str(&format!("postgres://localhost/db?{pair}")).is_err() {
+            let name = pair.split_once('=').map_or(*pair, |(k, _)| k);
+            return format!(
+                "{name}= is not a parameter PostgreSQL's client takes, or {pair:?} not a value it \
+                 takes ({e})"
+            );
+        }
+    }
+    let authority = base.split_once("://").map_or(base, |(_, rest)| {
+        rest.split(['/', '?']).next().unwrap_or_default()
+    });
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    for hp in host_port.split(',') {
+        // `[::1]` alone has no port.
+        let port = match hp.ends_with(']') {
+            true => None,
+            false => hp.rsplit_once(':').map(|(_, p)| p),
+        };
+        if let Some(port) = port.filter(|p| !p.is_empty() && p.parse::<u16>().is_err()) {
+            return format!("its port {port:?} is not a number from 0 to 65535 ({e})");
+        }
+    }
+    e.to_string()
 }
 
 /// `postgres://USER@HOST:PORT/DB`, as errors name a server.
@@ -2508,6 +2544,34 @@ mod tests {
             let err = StoreUrl::parse(url).err().unwrap().to_string();
             assert!(!err.contains("secret"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_bad_url_says_which_part_is_bad() {
+        for (url, words) in [
+            (
+                "postgres://u@h/db?objects=s3://b&bogus=1",
+                "bogus= is not a parameter",
+            ),
+            (
+                "postgres://u@h/db?objects=s3://b&sslmode=bogus",
+                "sslmode= is not a parameter",
+            ),
+            (
+                "postgres://u@h:99999/db?objects=s3://b",
+                "its port \"99999\" is not a number",
+            ),
+            (
+                "postgres://u@h:abc/db?objects=s3://b",
+                "its port \"abc\" is not a number",
+            ),
+            ("postgres:///db?objects=s3://b", "it names no server"),
+        ] {
+            let err = StoreUrl::parse(url).err().unwrap().to_string();
+            assert!(err.contains(words), "{url}: {err}");
+        }
+        assert!(StoreUrl::parse("postgres://u@[::1]/db?objects=s3://b").is_ok());
+        assert!(StoreUrl::parse("postgres://u@[::1]:5433/db?objects=s3://b").is_ok());
     }
 
     #[test]
