@@ -69,7 +69,8 @@ struct UnbundleArgs {
     /// The bundle file to read.
     file: PathBuf,
     /// Print one JSON object: every ref and what became of it, and the
-    /// totals.
+    /// totals (a refusal exits 1, and the refs it kept back are
+    /// "not-updated").
     #[arg(long)]
     json: bool,
 }
@@ -97,7 +98,8 @@ pub struct RemoteArgs {
     #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::complete::conversations))]
     conversations: Vec<String>,
     /// Print one JSON object: every ref and what became of it, and the
-    /// totals (a refusal still exits 1).
+    /// totals (a refusal still exits 1, and the refs it kept back are
+    /// "not-updated").
     #[arg(long)]
     json: bool,
 }
@@ -231,14 +233,16 @@ fn unbundle(ctx: &Ctx, args: UnbundleArgs) -> CmdResult {
 
 /// A transfer report as one JSON object: `refs` (name, outcome: created,
 /// fast-forward, forced, up-to-date or refused; old and new ids; the refusal's
-/// message), `objects`, `bytes`, `applied`.
+/// message), `objects`, `bytes`, `applied`. When a refusal kept everything
+/// back, a ref that would have moved has outcome `not-updated`, and `would`
+/// says how (created, fast-forward or forced).
 fn report_json(report: &TransferReport) -> Value {
     let refs: Vec<Value> = report
         .refs
         .iter()
         .map(|(name, outcome)| {
             let name = name.to_string();
-            match outcome {
+            let mut v = match outcome {
                 RefOutcome::Created(id) => {
                     json!({"name": name, "outcome": "created", "new": id.to_hex()})
                 }
@@ -248,11 +252,16 @@ fn report_json(report: &TransferReport) -> Value {
                 RefOutcome::Forced { from, to } => json!({
                     "name": name, "outcome": "forced", "old": from.to_hex(), "new": to.to_hex()
                 }),
-                RefOutcome::UpToDate => json!({"name": name, "outcome": "up-to-date"}),
+                RefOutcome::UpToDate => return json!({"name": name, "outcome": "up-to-date"}),
                 RefOutcome::Refused(m) => {
-                    json!({"name": name, "outcome": "refused", "message": m})
+                    return json!({"name": name, "outcome": "refused", "message": m})
                 }
+            };
+            if !report.applied {
+                v["would"] = v["outcome"].take();
+                v["outcome"] = "not-updated".into();
             }
+            v
         })
         .collect();
     json!({
@@ -274,6 +283,25 @@ fn refused(report: &TransferReport) -> CmdResult {
     }
 }
 
+/// What a transfer that a refusal kept back would have done to a ref, in
+/// words that do not say it was done.
+fn held_back(outcome: &RefOutcome) -> String {
+    match outcome {
+        RefOutcome::Created(id) => format!("would have been created at {}", id.to_hex_prefix(12)),
+        RefOutcome::FastForward { from, to } => format!(
+            "would have fast-forwarded {}..{}",
+            from.to_hex_prefix(12),
+            to.to_hex_prefix(12)
+        ),
+        RefOutcome::Forced { from, to } => format!(
+            "would have been forced {}...{}",
+            from.to_hex_prefix(12),
+            to.to_hex_prefix(12)
+        ),
+        RefOutcome::UpToDate | RefOutcome::Refused(_) => outcome.to_string(),
+    }
+}
+
 /// Prints one line per ref and the summary (or, with `json`, one JSON
 /// object); a refusal exits 1.
 fn finish(report: &TransferReport, verb: &str, json: bool) -> CmdResult {
@@ -283,7 +311,11 @@ fn finish(report: &TransferReport, verb: &str, json: bool) -> CmdResult {
     }
     let mut out = String::new();
     for (name, outcome) in &report.refs {
-        out.push_str(&format!("{name}: {outcome}\n"));
+        if report.applied {
+            out.push_str(&format!("{name}: {outcome}\n"));
+        } else {
+            out.push_str(&format!("{name}: {}\n", held_back(outcome)));
+        }
     }
     if report.applied {
         out.push_str(&format!(

@@ -343,3 +343,52 @@ fn a_failed_clone_leaves_nothing_behind_and_runs_again() {
         assert_eq!(ls(dest), ls(&a));
     }
 }
+
+/// A transfer that one diverged ref refuses updates nothing, and says so:
+/// no line and no JSON entry claims a ref was created or moved; the refs
+/// it kept back say what would have happened.
+#[test]
+fn a_refused_pull_or_push_says_nothing_was_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    ok(&a, &["init"]);
+    ok(&b, &["init"]);
+    say(&a, "x", true, "from a");
+    say(&b, "x", true, "from b");
+    let y = say(&b, "y", true, "only in b");
+    let (refs_a, refs_b) = (refs(&a), refs(&b));
+    for (store, args) in [
+        (&a, ["pull", b.to_str().unwrap()]),
+        (&b, ["push", a.to_str().unwrap()]),
+    ] {
+        let r = sessctl(store, &args, None);
+        assert_eq!(r.code, 1, "{args:?}: {}", r.stderr);
+        assert_eq!(r.stderr, "sessctl: 1 ref refused; nothing was updated\n");
+        let lines: Vec<&str> = r.stdout.lines().collect();
+        assert_eq!(lines.len(), 2, "{args:?}: {}", r.stdout);
+        assert!(
+            lines[0].starts_with("refs/heads/x: refused: refusing to update refs/heads/x: "),
+            "{args:?}: {}",
+            r.stdout
+        );
+        assert_eq!(
+            lines[1],
+            format!("refs/heads/y: would have been created at {}", short(&y)),
+            "{args:?}"
+        );
+
+        let mut json_args = args.to_vec();
+        json_args.push("--json");
+        let r = sessctl(store, &json_args, None);
+        assert_eq!(r.code, 1, "{args:?}: {}", r.stderr);
+        let v: Value = serde_json::from_str(&r.stdout).unwrap();
+        assert_eq!(v["applied"], false, "{v}");
+        assert_eq!(v["objects"], 0, "{v}");
+        assert_eq!(v["refs"][0]["outcome"], "refused", "{v}");
+        assert_eq!(
+            v["refs"][1],
+            serde_json::json!({"name": "refs/heads/y", "outcome": "not-updated", "would": "created", "new": y}),
+        );
+        assert_eq!((refs(&a), refs(&b)), (refs_a.clone(), refs_b.clone()));
+    }
+}
