@@ -845,6 +845,33 @@ fn grep_ls_and_log_find_what_came_before_a_compaction(s: &TestStore) {
     assert_eq!(ok(&store, &["grep", "delta"]).lines().count(), 1);
     assert_eq!(names(&ok(&store, &["ls", "--grep", "alpha"])), ["c"]);
     assert!(!ok(&store, &["log", "--oneline", "--grep", "alpha", "c"]).is_empty());
+    // Still so once the conversation goes on after the compaction, and
+    // after a second compaction: each message found once, where it was.
+    let turn = |text: &str| {
+        let msgs = json!([{"role": "user", "content": text}]).to_string();
+        let r = sessctl(&store, &["commit", "c", "--messages", "-"], Some(&msgs));
+        assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    };
+    turn("epsilon after");
+    for word in ["alpha", "beta", "omega", "delta", "epsilon"] {
+        let out = ok(&store, &["grep", word]);
+        assert_eq!(out.lines().count(), 1, "{word}: {out}");
+    }
+    assert!(ok(&store, &["grep", "alpha"]).contains(":0:user:alpha"));
+    assert_eq!(names(&ok(&store, &["ls", "--grep", "alpha"])), ["c"]);
+    let summary = r#"cat >/dev/null; echo '{"completed":["kappa summary"],"in_progress":[],"pending":[],"blockers":[],"decisions":[]}'"#;
+    ok(
+        &store,
+        &["compact", "c", "--summarizer", summary, "--keep-last", "1"],
+    );
+    turn("zeta last");
+    for word in [
+        "alpha", "beta", "omega", "delta", "epsilon", "kappa", "zeta",
+    ] {
+        let out = ok(&store, &["grep", word]);
+        assert_eq!(out.lines().count(), 1, "{word}: {out}");
+    }
+    assert!(ok(&store, &["grep", "alpha"]).contains(":0:user:alpha"));
 }
 
 fn stats_count_a_compaction_once(s: &TestStore) {

@@ -284,22 +284,28 @@ pub fn placed_history(odb: &Odb, cache: &mut SessionCache, head: &ObjectId) -> R
         }
     }
     let mut list: Vec<Placed> = Vec::new();
+    // Where the last session's own message list starts in `list`: after
+    // what the compactions before it summarised.
+    let mut start = 0usize;
     for (sid, s) in chain.iter().rev() {
         let d = &s.messages;
-        let keep = match s.compaction {
-            Some((_, cut)) if d.base == 0 => cut,
-            _ => d.base,
+        let (kept, of) = match s.compaction {
+            Some((_, cut)) if d.base == 0 => (cut, "the session it summarised"),
+            _ => (d.base, "its parent"),
         };
-        if keep > list.len() as u64 {
+        let own = list.len() - start;
+        if kept > own as u64 {
             return Err(Error::corrupt(
                 *sid,
-                format!(
-                    "keeps {keep} messages of its parent, which has only {}",
-                    list.len()
-                ),
+                format!("keeps {kept} messages of {of}, which has only {own}"),
             ));
         }
-        list.truncate(keep as usize);
+        let keep = start + kept as usize;
+        if s.compaction.is_some() && d.base == 0 {
+            // The summarised messages stay before the compaction's own.
+            start = keep;
+        }
+        list.truncate(keep);
         list.extend(d.added.iter().map(|m| Placed {
             message: *m,
             session: *sid,
