@@ -695,7 +695,6 @@ pub fn catch_up(
                         .as_deref()
                         == Some(answer.trim())
             }),
-            rewrite_imported: false,
         };
         let result = match (memo.as_deref_mut(), &ends) {
             (Some(m), Some(ends)) => import_resumable(store, unit.format, &sources, &opts, base)

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use sessctl_store::export::{export as export_history, ExportFormat};
-use sessctl_store::import::{import_paths_as, Format, ImportOptions};
+use sessctl_store::import::{import_paths_as, Format, ImportOptions, Redirect};
 
 use sessctl_store::progress::Progress as _;
 
@@ -27,10 +27,10 @@ pub struct ImportArgs {
     paths: Vec<PathBuf>,
     /// The files are finished: also import a last turn nothing marks as
     /// ended (by default it is held back until the agent ends it, so that
-    /// importing a file as it grows only ever fast-forwards). When a file
-    /// went on past a turn an earlier --finished import ended, its
-    /// conversation moves to the longer line (not a fast-forward); hooks and
-    /// --watch never move a conversation so.
+    /// importing a file as it grows only ever fast-forwards). Refs still
+    /// move only by fast-forwards: a file that no longer continues what an
+    /// earlier import wrote (rewritten, or a turn --finished took went on
+    /// otherwise) is followed under NAME.imported, as without --finished.
     #[arg(long)]
     finished: bool,
     /// Do not sync at all (by default the import is made durable with one
@@ -82,7 +82,6 @@ pub fn import(ctx: &Ctx, args: ImportArgs) -> CmdResult {
             no_sync: args.no_sync,
             progress: Some(bar.clone()),
             finished: args.finished,
-            rewrite_imported: args.finished,
         },
     );
     bar.finish();
@@ -124,11 +123,17 @@ pub fn import(ctx: &Ctx, args: ImportArgs) -> CmdResult {
             r.held_back
         );
     }
-    for (name, follows) in &r.redirected {
-        eprintln!(
-            "{name} holds sessions this import did not write (a local commit, fork or \
-             compaction): it stays as it is, and the import follows {follows}"
-        );
+    for (name, follows, why) in &r.redirected {
+        match why {
+            Redirect::Moved => eprintln!(
+                "{name} holds sessions this import did not write (a local commit, fork or \
+                 compaction): it stays as it is, and the import follows {follows}"
+            ),
+            Redirect::Rewritten => eprintln!(
+                "{name}: the transcript no longer continues what was imported before: it stays \
+                 as it is, and the import follows {follows}"
+            ),
+        }
     }
     for (name, why) in &r.left_alone {
         eprintln!("{name} was {why}: the import leaves it so");

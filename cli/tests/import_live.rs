@@ -39,6 +39,7 @@ two_backends!(
     imports_of_one_growing_file_at_once_all_land,
     an_older_copy_of_a_file_moves_nothing_back,
     a_conversation_compacted_here_keeps_its_compaction,
+    a_rewritten_transcript_moves_nothing_back_with_or_without_finished,
 );
 
 fn files_under(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
@@ -780,4 +781,80 @@ fn a_conversation_compacted_here_keeps_its_compaction(s: &TestStore) {
         head(&fresh, name)
     );
     assert_fast_forwards(&store, f);
+}
+
+/// A line of a made-up Claude Code session: a user prompt, or an answer
+/// whose `end_turn` ends its turn.
+fn claude_line(uuid: &str, parent: Option<&str>, text: &str) -> String {
+    let user = uuid.starts_with('u');
+    let message = if user {
+        serde_json::json!({"role": "user", "content": text})
+    } else {
+        serde_json::json!({"id": format!("msg_{uuid}"), "type": "message", "role": "assistant",
+            "model": "m", "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+            "usage": {"input_tokens": 1, "output_tokens": 1}})
+    };
+    let line = serde_json::json!({
+        "uuid": uuid, "parentUuid": parent, "type": if user { "user" } else { "assistant" },
+        "sessionId": "11111111-2222-3333-4444-555555555555", "isSidechain": false,
+        "userType": "external", "cwd": "/x", "version": "2.1.4",
+        "timestamp": "2026-01-01T00:00:00Z", "message": message,
+    });
+    format!("{line}\n")
+}
+
+/// `sessctl import FLAGS... FILE`, which must succeed.
+fn import<T: Target + ?Sized>(store: &T, flags: &[&str], file: &str) -> Run {
+    let args: Vec<&str> = ["import"]
+        .iter()
+        .chain(flags)
+        .chain([&file])
+        .copied()
+        .collect();
+    ok(store, &args)
+}
+
+/// A transcript rewritten in place no longer continues what an import
+/// wrote: with or without `--finished`, its conversation stays where it is
+/// (no move that is not a fast-forward), the rewritten one lands on
+/// `<name>.imported` as on a store of its own, and stderr says so.
+fn a_rewritten_transcript_moves_nothing_back_with_or_without_finished(s: &TestStore) {
+    let name = "cc-11111111-222";
+    let first =
+        claude_line("u1", None, "first question") + &claude_line("a1", Some("u1"), "first answer");
+    let rewritten = claude_line("u9", None, "different question")
+        + &claude_line("a9", Some("u9"), "different answer");
+    for finished in [&[][..], &["--finished"][..]] {
+        let store = s.another();
+        let dir = store.scratch().join("t");
+        std::fs::create_dir_all(&dir).unwrap();
+        let t = dir.join("s.jsonl");
+        let f = t.to_str().unwrap();
+        std::fs::write(&t, &first).unwrap();
+        import(&store, finished, f);
+        let before = head(&store, name).unwrap();
+        std::fs::write(&t, &rewritten).unwrap();
+        let r = import(&store, finished, f);
+        assert_eq!(
+            r.stderr,
+            format!(
+                "{name}: the transcript no longer continues what was imported before: it \
+                 stays as it is, and the import follows {name}.imported\n"
+            ),
+            "{finished:?}"
+        );
+        assert_eq!(head(&store, name), Some(before), "{finished:?}");
+        let (_d2, fresh) = support::new_store();
+        import(&fresh, finished, f);
+        assert_eq!(
+            head(&store, &format!("{name}.imported")),
+            head(&fresh, name),
+            "{finished:?}"
+        );
+        assert_fast_forwards(&store, f);
+        // Again: nothing to say, nothing to do.
+        let again = import(&store, finished, f);
+        assert_eq!(again.stderr, "", "{finished:?}");
+        assert!(again.stdout.contains("0 refs moved"), "{}", again.stdout);
+    }
 }

@@ -26,7 +26,6 @@ fn import(store: &Store, format: Format, name: &str, text: &str) {
         progress: None,
         // The whole file: its last turn too.
         finished: true,
-        rewrite_imported: true,
     };
     let r = import_sources(store, format, &[src], &opts, ImportReport::default()).unwrap();
     assert!(r.skipped.is_empty(), "{:?}", r.skipped);

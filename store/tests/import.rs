@@ -16,7 +16,7 @@ use support::data;
 
 use serde_json::Value;
 use sessctl_store::export::{export, ExportFormat};
-use sessctl_store::import::{import_paths, Format, ImportOptions, ImportReport};
+use sessctl_store::import::{import_paths, Format, ImportOptions, ImportReport, Redirect};
 use sessctl_store::{ObjectId, RefName, RefTarget, Store};
 
 /// Another new store on `b`'s backend, for a test that compares two.
@@ -32,7 +32,6 @@ fn opts() -> ImportOptions {
         progress: None,
         // These files are whole: what they hold is what the import must take.
         finished: true,
-        rewrite_imported: true,
     }
 }
 
@@ -917,7 +916,10 @@ fn a_conversation_made_by_hand_is_not_overwritten(b: &Backend) {
     let r = import(&store, Format::ClaudeCode, std::slice::from_ref(&src));
     assert!(r.skipped.is_empty(), "{:?}", r.skipped);
     let alt = format!("{}.imported", name.short());
-    assert_eq!(r.redirected, vec![(name.short().to_owned(), alt.clone())]);
+    assert_eq!(
+        r.redirected,
+        vec![(name.short().to_owned(), alt.clone(), Redirect::Moved)]
+    );
     assert_eq!(store.resolve_rev(name.short()).unwrap(), mine);
     assert_eq!(
         store.resolve_rev(&alt).unwrap(),
@@ -1150,6 +1152,45 @@ fn a_rewind_keeps_the_conversation_on_its_line(b: &Backend) {
     );
 }
 
+/// A transcript rewritten in place (its first prompt replaced) no longer
+/// continues what an import wrote: with `finished` or without, the
+/// conversation stays where it is, and the import follows
+/// `<name>.imported`, saying the source was rewritten.
+fn a_rewritten_transcript_moves_nothing_back(b: &Backend) {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("s.jsonl");
+    for finished in [false, true] {
+        let (_d, store) = new_store(b);
+        let opts = ImportOptions { finished, ..opts() };
+        std::fs::write(
+            &f,
+            cc_line("u1", None, true, 1, "first") + &cc_line("a1", Some("u1"), false, 2, "answer"),
+        )
+        .unwrap();
+        import_paths(&store, Format::ClaudeCode, std::slice::from_ref(&f), &opts).unwrap();
+        let (main, h1) = heads(&store).into_iter().next().unwrap();
+        std::fs::write(
+            &f,
+            cc_line("u9", None, true, 1, "other") + &cc_line("a9", Some("u9"), false, 2, "answer"),
+        )
+        .unwrap();
+        let r = import_paths(&store, Format::ClaudeCode, std::slice::from_ref(&f), &opts).unwrap();
+        let alt = format!("{}.imported", main.short());
+        assert_eq!(
+            r.redirected,
+            vec![(main.short().to_owned(), alt.clone(), Redirect::Rewritten)],
+            "finished: {finished}"
+        );
+        assert_eq!(store.resolve_rev(main.short()).unwrap(), h1);
+        let (_d2, fresh) = new_store(b);
+        import_paths(&fresh, Format::ClaudeCode, std::slice::from_ref(&f), &opts).unwrap();
+        assert_eq!(
+            store.resolve_rev(&alt).unwrap(),
+            fresh.resolve_rev(main.short()).unwrap()
+        );
+    }
+}
+
 two_backends!(
     claude_code_counts_lineage_and_idempotence,
     claude_code_later_snapshot_appends_only,
@@ -1168,4 +1209,5 @@ two_backends!(
     codex_token_counts_repeated_add_nothing_and_cache_reads_are_kept,
     an_open_turn_is_held_back_until_it_ends,
     a_rewind_keeps_the_conversation_on_its_line,
+    a_rewritten_transcript_moves_nothing_back,
 );

@@ -35,9 +35,11 @@
 //!   goes on ([`Node::open`]); the builder holds back the session holding an
 //!   open message and every session after it ([`ImportReport::held_back`]),
 //!   unless [`ImportOptions::finished`];
-//! - a ref the user moved elsewhere stays theirs and the import follows
-//!   `<name>.imported`; an archived or removed conversation is left so
-//!   (objects-format.md, "Imported sessions");
+//! - a ref the import does not fast-forward is never moved: one the user
+//!   moved elsewhere stays theirs, one an import wrote that the file no
+//!   longer continues (rewritten since) stays as imported, and the import
+//!   follows `<name>.imported` ([`Redirect`]); an archived or removed
+//!   conversation is left so (objects-format.md, "Imported sessions");
 //! - a watcher catching a file up again and again goes on from where its
 //!   last catch-up left ([`tail`]): it parses and writes only the new
 //!   lines, with the same result as importing the file whole.
@@ -316,9 +318,10 @@ pub struct ImportReport {
     /// Messages of turns that have not ended yet, left for a later import
     /// (see "Live files" in the module docs).
     pub held_back: usize,
-    /// (name, ref the import follows instead): conversations continued,
-    /// forked or compacted locally, whose import goes on under `<name>.imported`.
-    pub redirected: Vec<(String, String)>,
+    /// (name, ref the import follows instead, why): conversations whose
+    /// ref the import would not fast-forward, whose import goes on under
+    /// `<name>.imported`.
+    pub redirected: Vec<(String, String, Redirect)>,
     /// (name, why): conversations the user archived or removed, which the
     /// import leaves as they are.
     pub left_alone: Vec<(String, String)>,
@@ -350,11 +353,36 @@ impl ImportReport {
             "unfinished_lines": self.unfinished_lines.iter()
                 .map(|f| f.display().to_string()).collect::<Vec<_>>(),
             "held_back": self.held_back,
-            "redirected": self.redirected.iter().map(|(n, r)| json!({"name": n, "follows": r}))
+            "redirected": self.redirected.iter()
+                .map(|(n, r, why)| json!({"name": n, "follows": r, "why": why.as_str()}))
                 .collect::<Vec<_>>(),
             "left_alone": self.left_alone.iter().map(|(n, why)| json!({"name": n, "why": why}))
                 .collect::<Vec<_>>(),
         })
+    }
+}
+
+/// Why an import follows `<name>.imported` instead of a conversation's
+/// own ref, which does not lie on the line the import would move it to
+/// (objects-format.md, "Imported sessions").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redirect {
+    /// The user moved the ref there: a local commit, fork or compaction, or
+    /// a conversation of that name made by hand.
+    Moved,
+    /// An import put the ref there, and the source no longer continues it:
+    /// the file was rewritten, or a turn an import with
+    /// [`ImportOptions::finished`] took went on otherwise.
+    Rewritten,
+}
+
+impl Redirect {
+    /// Its name in the report's JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Redirect::Moved => "moved",
+            Redirect::Rewritten => "rewritten",
+        }
     }
 }
 
@@ -368,14 +396,9 @@ pub struct ImportOptions {
     /// Told of the files read (N of M) and the conversations written.
     pub progress: Option<std::sync::Arc<dyn crate::progress::Progress>>,
     /// The files are finished: import a last turn that nothing marks as
-    /// ended too (an agent that never wrote its end).
+    /// ended too (an agent that never wrote its end). It moves refs as any
+    /// import does: only by fast-forwards.
     pub finished: bool,
-    /// A ref an import of this format wrote may move to a session that does
-    /// not descend from the one it holds: an earlier import with `finished`
-    /// ended a turn that the file went on with. Only for an import a person
-    /// asks for; without it such a branch goes to `<name>.imported`, so that
-    /// what a hook or watcher captures only ever fast-forwards.
-    pub rewrite_imported: bool,
 }
 
 /// Reads `paths` (files, or directories walked recursively for the

@@ -126,10 +126,9 @@ pub(super) fn import_trees(
         }
         claimed.extend(built.refs.iter().map(|r| r.0.clone()));
         // Where each branch goes: its own ref while that only ever
-        // fast-forwards; `<name>.imported` once the user moved the ref
-        // elsewhere (a local commit, fork or compaction, or a conversation
-        // of that name made by hand); nowhere when the user archived or
-        // removed it.
+        // fast-forwards; `<name>.imported` once it would not (the user
+        // moved the ref elsewhere, or the file no longer continues what an
+        // import wrote); nowhere when the user archived or removed it.
         let mut refs = Vec::with_capacity(built.refs.len());
         let mut own = true;
         for (name, head, record) in std::mem::take(&mut built.refs) {
@@ -140,7 +139,6 @@ pub(super) fn import_trees(
                 head,
                 &built.first_parent,
                 &mut ever_held,
-                opts.rewrite_imported,
             )?;
             own &= matches!(d, Destination::Own);
             match d {
@@ -150,10 +148,12 @@ pub(super) fn import_trees(
                     refs.push((to, head, record));
                 }
                 Destination::Imported(alt, newly) => {
-                    if newly {
-                        report
-                            .redirected
-                            .push((name.short().to_owned(), alt.short().to_owned()));
+                    if let Some(why) = newly {
+                        report.redirected.push((
+                            name.short().to_owned(),
+                            alt.short().to_owned(),
+                            why,
+                        ));
                     }
                     let record = record.map(|(_, r)| (alt.short().to_owned(), r));
                     refs.push((alt, head, record));
@@ -331,7 +331,6 @@ pub(super) fn import_tail_tree(
                 *head,
                 &built.first_parent,
                 &mut ever_held,
-                false
             )?,
             Destination::Own
         ) {
@@ -415,8 +414,8 @@ enum Destination {
     Own,
     /// The ref the user renamed the branch's to (a fast-forward there).
     Renamed(RefName),
-    /// `<name>.imported`; `true` when this import starts following it.
-    Imported(RefName, bool),
+    /// `<name>.imported`; why, when this import starts following it.
+    Imported(RefName, Option<Redirect>),
     /// Archived or removed by the user: which ref, and why.
     LeftAlone(String, &'static str),
     /// The ref is ahead of what this import read: left where it is.
@@ -432,7 +431,6 @@ fn destination(
     head: ObjectId,
     first_parent: &HashMap<ObjectId, Option<ObjectId>>,
     ever_held: &mut Option<Vec<ReflogEntry>>,
-    rewrite: bool,
 ) -> Result<Destination> {
     let alt_short = format!("{}{IMPORTED}", name.short());
     let alt = match name {
@@ -449,7 +447,7 @@ fn destination(
                 return Ok(Destination::Behind);
             }
         }
-        return Ok(Destination::Imported(alt, false));
+        return Ok(Destination::Imported(alt, None));
     }
     match store.get_ref(name)? {
         // The common case first: a fast-forward (a walk of the new
@@ -463,21 +461,23 @@ fn destination(
         Some(RefTarget::Session(cur)) if descends(store, cur, head, first_parent)? => {
             Ok(Destination::Behind)
         }
-        Some(RefTarget::Session(cur)) if rewrite && imported_from(store, cur, format)? => {
-            // Not descending, yet written by an import of this format: an
-            // import with `finished` (or by an older sessctl) ended a turn
-            // the file went on with; asked to, its line is the import's to
-            // move.
-            Ok(Destination::Own)
-        }
-        Some(_) => Ok(match put_aside(store, &alt, ever_held)? {
+        // Never moved otherwise, whoever put it there (an import with
+        // `finished` or an older sessctl too: its line may be a file's that
+        // was rewritten since, or that went on otherwise).
+        Some(t) => Ok(match put_aside(store, &alt, ever_held)? {
             Some(why) => Destination::LeftAlone(alt_short, why),
-            None => Destination::Imported(alt, true),
+            None => {
+                let why = match t {
+                    RefTarget::Session(cur) => redirect(store, format, name, cur, ever_held)?,
+                    RefTarget::Symbolic(_) => Redirect::Moved,
+                };
+                Destination::Imported(alt, Some(why))
+            }
         }),
         None => {
             if let Some(to) = renamed(store, name, ever_held)? {
                 return Ok(
-                    match destination(store, format, &to, head, first_parent, ever_held, rewrite)? {
+                    match destination(store, format, &to, head, first_parent, ever_held)? {
                         Destination::Own => Destination::Renamed(to),
                         d => d,
                     },
@@ -549,6 +549,57 @@ fn put_aside(
         .iter()
         .any(|e| e.name == *name)
         .then_some("removed"))
+}
+
+/// Why the ref `name`, at `cur`, which the import would not fast-forward,
+/// is not the import's to move: who put it there, as its ref log tells
+/// (from its newest entry back past the renames, archives and unarchives
+/// that carried its value from another name). Where the log does not tell
+/// (it came with a clone, pull or bundle), whether an import of `format`
+/// wrote `cur`.
+fn redirect(
+    store: &Store,
+    format: Format,
+    name: &RefName,
+    cur: ObjectId,
+    ever_held: &mut Option<Vec<ReflogEntry>>,
+) -> Result<Redirect> {
+    let log = reflog(store, ever_held)?;
+    let mut at = name.clone();
+    let mut before = u64::MAX;
+    let mut reason = None;
+    // Each step goes to an earlier operation: at most one per entry.
+    for _ in 0..=log.len() {
+        let Some(e) = log.iter().rev().find(|e| e.name == at && e.op < before) else {
+            break;
+        };
+        let carried =
+            e.old.is_none() && matches!(e.reason.as_str(), "rename" | "archive" | "unarchive");
+        let from = log.iter().find(|d| {
+            d.op == e.op && d.new.is_none() && d.old.is_some() && d.old == e.new && d.name != at
+        });
+        match from {
+            Some(d) if carried => {
+                at = d.name.clone();
+                before = e.op;
+            }
+            _ => {
+                reason = Some(e.reason.as_str());
+                break;
+            }
+        }
+    }
+    Ok(match reason {
+        Some("import") => Redirect::Rewritten,
+        None | Some("clone" | "pull" | "push" | "unbundle") => {
+            if imported_from(store, cur, format)? {
+                Redirect::Rewritten
+            } else {
+                Redirect::Moved
+            }
+        }
+        Some(_) => Redirect::Moved,
+    })
 }
 
 /// Whether session `id` is one an import of `format` wrote.
