@@ -56,9 +56,24 @@ struct Message {
     raw: Option<Raw>,
 }
 
+/// Whether a history read for an export goes on past a compaction to the
+/// messages it summarised: a session file an agent keeps across its own
+/// compactions holds them (Claude Code's, before its `compact_boundary`
+/// line), so its export must too, where a history given to a model is
+/// what the compaction left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Compactions {
+    End,
+    Through,
+}
+
 /// The history of `id` with, for each message, the session that added it.
-fn history_with_owners(store: &Store, id: ObjectId) -> Result<Vec<(Message, Session)>> {
-    let Owned(history, owners) = history_with_owner_index(store, id)?;
+fn history_with_owners(
+    store: &Store,
+    id: ObjectId,
+    compactions: Compactions,
+) -> Result<Vec<(Message, Session)>> {
+    let Owned(history, owners) = history_with_owner_index(store, id, compactions)?;
     Ok(history
         .into_iter()
         .map(|(m, k)| (m, owners[k].clone()))
@@ -69,22 +84,55 @@ fn history_with_owners(store: &Store, id: ObjectId) -> Result<Vec<(Message, Sess
 /// session that added it, and those sessions.
 struct Owned(Vec<(Message, usize)>, Vec<Session>);
 
-/// The history of `id`, each message with the session that added it.
-fn history_with_owner_index(store: &Store, id: ObjectId) -> Result<Owned> {
-    let chain = store.history_sessions(&id)?;
+/// The history of `id`, each message with the session that added it;
+/// with [`Compactions::Through`], each compaction's own messages come
+/// after the first `compaction.messages` of the session it summarised.
+fn history_with_owner_index(
+    store: &Store,
+    id: ObjectId,
+    compactions: Compactions,
+) -> Result<Owned> {
+    let mut chain = store.history_sessions(&id)?;
+    while compactions == Compactions::Through {
+        // Content addressing keeps this finite: a summarised session was
+        // written before the compaction naming it.
+        let next = match chain.last() {
+            Some((_, s)) if s.messages.base == 0 => s
+                .compaction
+                .as_ref()
+                .filter(|c| c.messages > 0)
+                .map(|c| c.session),
+            _ => None,
+        };
+        match next {
+            Some(summarised) => chain.extend(store.history_sessions(&summarised)?),
+            None => break,
+        }
+    }
     let mut owned: Vec<(ObjectId, usize)> = Vec::new();
+    // Where the current session's own list starts in `owned`: after what
+    // the compactions before it summarised.
+    let mut start = 0usize;
     for (k, (id, s)) in chain.iter().enumerate().rev() {
-        let base = usize::try_from(s.messages.base).unwrap_or(usize::MAX);
-        if base > owned.len() {
+        let compaction = match (&s.compaction, compactions) {
+            (Some(c), Compactions::Through) if s.messages.base == 0 && k + 1 < chain.len() => {
+                Some(c.messages)
+            }
+            _ => None,
+        };
+        let kept = compaction.unwrap_or(s.messages.base);
+        let kept = usize::try_from(kept).unwrap_or(usize::MAX);
+        let own = owned.len() - start;
+        if kept > own {
             return Err(Error::corrupt(
                 *id,
-                format!(
-                    "it keeps {base} messages of a parent that has {}",
-                    owned.len()
-                ),
+                format!("it keeps {kept} messages of a parent that has {own}"),
             ));
         }
-        owned.truncate(base);
+        owned.truncate(start + kept);
+        if compaction.is_some() {
+            start += kept;
+        }
         owned.extend(s.messages.added.iter().map(|m| (*m, k)));
     }
     // Read one by one (each kept as its source wrote it, when it was):
@@ -277,7 +325,7 @@ pub fn export(store: &Store, id: ObjectId, format: ExportFormat) -> Result<Strin
         ExportFormat::Jsonl => String::from_utf8(store.load_message_bytes(&id)?.to_jsonl()?)
             .expect("JSON text is UTF-8"),
         ExportFormat::Json => {
-            let all: Vec<Value> = history_with_owners(store, id)?
+            let all: Vec<Value> = history_with_owners(store, id, Compactions::End)?
                 .into_iter()
                 .map(|(m, _)| m.value)
                 .collect();
@@ -286,7 +334,7 @@ pub fn export(store: &Store, id: ObjectId, format: ExportFormat) -> Result<Strin
             s
         }
         ExportFormat::OpenAi => {
-            let msgs: Vec<Value> = history_with_owners(store, id)?
+            let msgs: Vec<Value> = history_with_owners(store, id, Compactions::End)?
                 .iter()
                 .flat_map(|(m, _)| to_openai(&m.value))
                 .collect();
@@ -297,7 +345,10 @@ pub fn export(store: &Store, id: ObjectId, format: ExportFormat) -> Result<Strin
         }
         ExportFormat::ClaudeCode => {
             let session_id = store.odb().session(&id)?.conversation_id(id).to_hex();
-            write_lines(&claude_lines(&history_with_owners(store, id)?, &session_id))
+            write_lines(&claude_lines(
+                &history_with_owners(store, id, Compactions::Through)?,
+                &session_id,
+            ))
         }
         ExportFormat::Codex => {
             // Deterministic: the conversation's id as the thread id, the
@@ -657,7 +708,7 @@ pub fn claude_code_session(
     trailing: &[Value],
     cwd: Option<&str>,
 ) -> Result<AgentSession> {
-    let history = history_with_owners(store, id)?;
+    let history = history_with_owners(store, id, Compactions::Through)?;
     let mut lines = claude_lines(&history, session_id);
     lines.extend(trailing.iter().map(OutLine::kept));
     let last_str = |key: &str, lines: &[OutLine]| {
@@ -743,7 +794,7 @@ pub fn codex_rollout(
     trailing: &[Value],
     now_ms: i64,
 ) -> Result<AgentSession> {
-    let Owned(history, owners) = history_with_owner_index(store, id)?;
+    let Owned(history, owners) = history_with_owner_index(store, id, Compactions::End)?;
     let now = format_rfc3339_ms(now_ms);
     let mut meta = source_meta
         .and_then(Value::as_object)
