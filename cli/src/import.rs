@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use serde_json::Value;
 use sessctl_store::export::{export as export_history, ExportFormat};
 use sessctl_store::import::{import_paths_as, Format, ImportOptions, Redirect};
 
@@ -223,7 +224,24 @@ pub fn export(ctx: &Ctx, args: ExportArgs) -> CmdResult {
         let source = crate::into_agent::Source::of(&store, &args.rev, id);
         crate::into_agent::codex_text(&store, id, &source)?
     } else {
-        export_history(&store, id, format)?
+        let mut text = export_history(&store, id, format)?;
+        if format == ExportFormat::ClaudeCode {
+            // The source's lines after its last message, which the record
+            // keeps (`trailing_events`), end the file when REV is the
+            // conversation's head, as they end `--format codex` and
+            // `--into-claude`: a whole file exports back every line.
+            let source = crate::into_agent::Source::of(&store, &args.rev, id);
+            if source.format.as_deref() == Some("claude-code") {
+                for kept in &source.trailing {
+                    match kept {
+                        Value::String(line) => text.push_str(line),
+                        value => text.push_str(&value.to_string()),
+                    }
+                    text.push('\n');
+                }
+            }
+        }
+        text
     };
     match &args.output {
         Some(path) => std::fs::write(path, text)

@@ -15,6 +15,7 @@ two_backends!(
     import_prints_a_summary_and_a_second_import_writes_nothing,
     skipped_lines_exit_1_and_are_listed,
     json_report,
+    every_line_of_a_finished_claude_code_file_exports_back,
 );
 
 fn sessctl<T: Target + ?Sized>(store: &T, args: &[&str]) -> Run {
@@ -162,4 +163,71 @@ fn json_report(store: &TestStore) {
     assert_eq!(v["dangling"], Value::Array(vec![]));
     let bad = sessctl(store, &["import", "--from", "word", "x"]);
     assert_eq!(bad.code, 2);
+}
+
+/// The Claude Code files of the data that are one conversation's whole
+/// line (no subagent files beside them).
+const WHOLE_CLAUDE_FILES: [&str; 9] = [
+    "session-196820da.jsonl",
+    "session-3fe1b6bc.jsonl",
+    "session-624a4a58.jsonl",
+    "session-9eda1058.jsonl",
+    "claude/-tmp-private/4c2ddfdc-b619-4525-8d03-1950fb1b0257.jsonl",
+    "claude/incremental-simple/turn-1.jsonl",
+    "claude/incremental-simple/turn-2.jsonl",
+    "claude/incremental-subagents/turn-1.jsonl",
+    "claude/incremental-subagents/turn-2.jsonl",
+];
+
+/// Imported with --finished, a Claude Code file exports back as every one
+/// of its lines, byte for byte: messages, the lines between them, and the
+/// lines after its last message (`system` `stop_hook_summary` and
+/// `turn_duration`, summaries), which the conversation's record keeps.
+fn every_line_of_a_finished_claude_code_file_exports_back(s: &TestStore) {
+    let src = Path::new(DATA).join("claude-code");
+    if !src.exists() {
+        eprintln!("note: {} is absent; skipping", src.display());
+        return;
+    }
+    // The lines of `a` that `b` does not have (as many times), each cut
+    // short for the failure report.
+    let missing = |a: &str, b: &str| {
+        let mut left: Vec<&str> = b.lines().collect();
+        let mut out = Vec::new();
+        for l in a.lines().filter(|l| !l.trim().is_empty()) {
+            if let Some(i) = left.iter().position(|x| *x == l) {
+                left.swap_remove(i);
+            } else {
+                out.push(l.chars().take(160).collect::<String>());
+            }
+        }
+        out
+    };
+    for f in WHOLE_CLAUDE_FILES {
+        let path = src.join(f);
+        let store = s.another();
+        let r = sessctl(
+            &store,
+            &["import", "--finished", "--json", path.to_str().unwrap()],
+        );
+        assert_eq!(r.code, 0, "{f}: {}", r.stderr);
+        let ls: Value = serde_json::from_str(&sessctl(&store, &["ls", "--json"]).stdout).unwrap();
+        let [conversation] = ls.as_array().unwrap().as_slice() else {
+            panic!("{f}: one conversation, not {ls}");
+        };
+        let name = conversation["name"].as_str().unwrap();
+        let e = sessctl(&store, &["export", name, "--format", "claude-code"]);
+        assert_eq!((e.code, e.stderr.as_str()), (0, ""), "{f}");
+        let source = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            missing(&source, &e.stdout),
+            Vec::<String>::new(),
+            "{f}: lost"
+        );
+        assert_eq!(
+            missing(&e.stdout, &source),
+            Vec::<String>::new(),
+            "{f}: added"
+        );
+    }
 }
