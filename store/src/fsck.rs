@@ -73,6 +73,14 @@ impl Store {
     ) -> Result<FsckReport> {
         let odb = self.odb();
         let mut report = FsckReport::default();
+        // What the refs and records say, read before the objects: a write
+        // stores its objects before the operation that names them, so
+        // every object these name is found by the scan that follows,
+        // whatever other processes write meanwhile (read after it, a ref
+        // could name an object written since: missing for this fsck).
+        let refs = self.refs()?;
+        let refs_at = self.index().head().map_or(0, |(seq, _)| seq);
+        let conversations = self.conversations(None)?;
         let (kinds, sessions, problems, objects) = check_objects(odb, progress)?;
         report.objects = objects;
         report.problems = problems;
@@ -182,7 +190,6 @@ impl Store {
         }
 
         // Refs point at sessions that exist.
-        let refs = self.refs()?;
         for (name, target) in &refs {
             match target {
                 RefTarget::Session(id) => match kinds.get(id) {
@@ -209,7 +216,7 @@ impl Store {
         }
 
         // Records name the blobs their large metadata fields are in.
-        for c in self.conversations(None)? {
+        for c in conversations {
             for id in crate::refs::large_fields::metadata_blobs(&c.record.metadata) {
                 match kinds.get(&id) {
                     Some(ObjectKind::Blob) => {}
@@ -230,7 +237,9 @@ impl Store {
         let entries = self.reflog_entries()?;
         report.operations = entries.iter().map(|e| e.op).collect::<HashSet<_>>().len();
         let mut folded: BTreeMap<String, Option<RefTarget>> = BTreeMap::new();
-        for e in &entries {
+        // The operations up to the one the refs were read at: later ones
+        // (a writer's, since) moved refs this fsck did not read.
+        for e in entries.iter().filter(|e| e.op <= refs_at) {
             folded.insert(e.name.to_string(), e.new.clone());
         }
         let indexed: BTreeMap<String, RefTarget> = refs
@@ -258,9 +267,12 @@ impl Store {
             }
         }
 
-        // Dangling sessions: unreachable from every ref.
+        // Dangling sessions: unreachable from every ref, as read before
+        // the objects and again now (a session a writer stored during the
+        // scan is reachable from the refs as they are now).
         let mut reachable = IdSet::default();
-        for (_, t) in &refs {
+        let refs_now = self.refs()?;
+        for (_, t) in refs.iter().chain(&refs_now) {
             if let RefTarget::Session(id) = t {
                 if graph.contains_node(*id) {
                     let mut dfs = Dfs::new(&graph, *id);
