@@ -93,21 +93,17 @@ fn history_with_owner_index(
     compactions: Compactions,
 ) -> Result<Owned> {
     let mut chain = store.history_sessions(&id)?;
-    while compactions == Compactions::Through {
-        // Content addressing keeps this finite: a summarised session was
-        // written before the compaction naming it.
-        let next = match chain.last() {
-            Some((_, s)) if s.messages.base == 0 => s
-                .compaction
-                .as_ref()
-                .filter(|c| c.messages > 0)
-                .map(|c| c.session),
-            _ => None,
-        };
-        match next {
-            Some(summarised) => chain.extend(store.history_sessions(&summarised)?),
-            None => break,
-        }
+    // Content addressing keeps this finite: a summarised session was
+    // written before the compaction naming it.
+    while let Some(summarised) = match (compactions, chain.last()) {
+        (Compactions::Through, Some((_, s))) if s.messages.base == 0 => s
+            .compaction
+            .as_ref()
+            .filter(|c| c.messages > 0)
+            .map(|c| c.session),
+        _ => None,
+    } {
+        chain.extend(store.history_sessions(&summarised)?);
     }
     let mut owned: Vec<(ObjectId, usize)> = Vec::new();
     // Where the current session's own list starts in `owned`: after what
