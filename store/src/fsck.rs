@@ -78,12 +78,14 @@ impl Store {
         // every object these name is found by the scan that follows,
         // whatever other processes write meanwhile (read after it, a ref
         // could name an object written since: missing for this fsck).
-        let refs = self.refs()?;
+        let mut index_problems = Vec::new();
+        let refs = or_index_problem(self.refs(), &mut index_problems)?;
         let refs_at = self.index().head().map_or(0, |(seq, _)| seq);
-        let conversations = self.conversations(None)?;
+        let conversations = or_index_problem(self.conversations(None), &mut index_problems)?;
         let (kinds, sessions, problems, objects) = check_objects(odb, progress)?;
         report.objects = objects;
         report.problems = problems;
+        report.problems.extend(index_problems);
         report.blobs = kinds.values().filter(|k| **k == ObjectKind::Blob).count();
         report.raws = kinds.values().filter(|k| **k == ObjectKind::Raw).count();
         report.sessions = kinds
@@ -271,7 +273,7 @@ impl Store {
         // the objects and again now (a session a writer stored during the
         // scan is reachable from the refs as they are now).
         let mut reachable = IdSet::default();
-        let refs_now = self.refs()?;
+        let refs_now = self.refs().unwrap_or_default();
         for (_, t) in refs.iter().chain(&refs_now) {
             if let RefTarget::Session(id) = t {
                 if graph.contains_node(*id) {
@@ -312,21 +314,36 @@ impl Store {
                 Err(e) if e.is_server_failure() => return Err(e),
                 Err(e) => report.problems.push(e.to_string()),
             }
-            // The lineage index: its structure on open, its checksum, then
-            // every record against its session. A missing file is fine.
-            if let Some(root) = self.root() {
-                match crate::lineage_index::LineageIndex::open(root)
-                    .and_then(|ix| ix.map(|ix| ix.verify().map(|()| ix)).transpose())
-                {
-                    Ok(Some(ix)) => report.problems.extend(ix.verify_against(&sessions)),
-                    Ok(None) => {}
-                    Err(e) => report.problems.push(format!(
-                        "{e} (the lineage index is ignored until the next repack or gc rewrites it)"
-                    )),
-                }
+        }
+        // The lineage index: its structure on open and its checksum (a
+        // reader does not read it, for speed: fsck does, every time), then,
+        // with --full, every record against its session. A missing file
+        // is fine.
+        if let Some(root) = self.root() {
+            match crate::lineage_index::LineageIndex::open(root)
+                .and_then(|ix| ix.map(|ix| ix.verify().map(|()| ix)).transpose())
+            {
+                Ok(Some(ix)) if opts.full => report.problems.extend(ix.verify_against(&sessions)),
+                Ok(_) => {}
+                Err(e) => report.problems.push(format!(
+                    "{e} (the lineage index is ignored until the next repack or gc rewrites it)"
+                )),
             }
         }
         Ok(report)
+    }
+}
+
+/// What an index read gives, or, when the index (a derived file) is what
+/// failed, nothing and a problem: fsck reports it and checks the rest
+/// around it.
+fn or_index_problem<T>(r: Result<Vec<T>>, problems: &mut Vec<String>) -> Result<Vec<T>> {
+    match r {
+        Err(e @ Error::Index(_)) => {
+            problems.push(format!("{e}; a reindex rebuilds it"));
+            Ok(Vec::new())
+        }
+        r => r,
     }
 }
 
