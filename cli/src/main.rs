@@ -604,6 +604,11 @@ pub(crate) fn message(e: &Error) -> String {
         Error::UnreadableReachable { .. } => format!("{e}; run sessctl fsck"),
         Error::CorruptOperation { .. } => format!("{e}; run sessctl fsck"),
         Error::Index(_) => format!("{e}; run sessctl reindex"),
+        // The library names its option; a command line has the flag.
+        Error::Locked { .. } => e.to_string().replace(
+            "(give it longer with OpenOptions::wait)",
+            "(give it longer with --wait)",
+        ),
         _ => e.to_string(),
     }
 }

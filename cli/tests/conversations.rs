@@ -1021,7 +1021,7 @@ fn readers_work_while_another_process_holds_the_store() {
     assert_eq!(ok(&s, &["for-each-ref", "--json"], None), refs);
     assert_eq!(ok(&s, &["prune", "--keep", "0", "--dry-run"], None), dry);
     let in_use = format!(
-        "sessctl: store {} is in use by pid 4242: it held the store's write lock for longer than this write waits (give it longer with --wait, or OpenOptions::wait)\n",
+        "sessctl: store {} is in use by pid 4242: it held the store's write lock for longer than this write waits (give it longer with --wait)\n",
         s.display()
     );
     for args in [

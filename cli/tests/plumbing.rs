@@ -199,7 +199,7 @@ fn a_second_writer_is_told_who_holds_the_store() {
     assert_eq!(
         r.stderr,
         format!(
-            "sessctl: store {} is in use by pid 4242: it held the store's write lock for longer than this write waits (give it longer with --wait, or OpenOptions::wait)\n",
+            "sessctl: store {} is in use by pid 4242: it held the store's write lock for longer than this write waits (give it longer with --wait)\n",
             s.display()
         )
     );

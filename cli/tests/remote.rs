@@ -296,7 +296,7 @@ fn push_to_a_busy_remote_exits_4() {
     assert_eq!(
         r.stderr,
         format!(
-            "sessctl: store {} is in use by pid 4242: it held the store's write lock for longer than this write waits (give it longer with --wait, or OpenOptions::wait)\n",
+            "sessctl: store {} is in use by pid 4242: it held the store's write lock for longer than this write waits (give it longer with --wait)\n",
             b.display()
         )
     );

@@ -84,7 +84,7 @@ pub enum Error {
         found: String,
         supported: u32,
     },
-    #[error("store {path} is in use by {}: it held the store's write lock for longer than this write waits (give it longer with --wait, or OpenOptions::wait)", match .pid { Some(p) => format!("pid {p}"), None => "another process".to_owned() })]
+    #[error("store {path} is in use by {}: it held the store's write lock for longer than this write waits (give it longer with OpenOptions::wait)", match .pid { Some(p) => format!("pid {p}"), None => "another process".to_owned() })]
     Locked { path: PathBuf, pid: Option<u32> },
     #[error("the store is open read-only")]
     ReadOnly,
