@@ -29,6 +29,10 @@ pub enum Error {
     /// An object's bytes do not hash to its id, or do not decode.
     #[error("object {id} is corrupt: {reason}")]
     Corrupt { id: ObjectId, reason: String },
+    /// A table of a remote store holds rows no write leaves (a row the
+    /// schema keeps is gone, a value is out of its range).
+    #[error("{table} is damaged: {reason}")]
+    CorruptTable { table: String, reason: String },
     /// A file of the store is damaged where no single object can be blamed.
     #[error("{path} is corrupt at byte {offset}: {reason}")]
     CorruptFile {
@@ -317,6 +321,7 @@ impl Error {
         match self {
             Error::Corrupt { .. }
             | Error::CorruptFile { .. }
+            | Error::CorruptTable { .. }
             | Error::CorruptOperation { .. }
             | Error::BadFormatFile { .. } => true,
             Error::UnreadableReachable { source, .. } => source.is_corruption(),

@@ -2346,3 +2346,41 @@ fn a_compare_and_swap_only_the_statement_sees_commits_nothing() {
         assert_eq!(rows(), before, "big {big}");
     }
 }
+
+/// Rows no write leaves (an object row of an unknown kind, the chain
+/// head's row gone) are damage, which fsck and the CLI report as such
+/// (exit 3), not a server that failed a request (exit 1).
+#[test]
+fn rows_no_write_leaves_are_damage_not_a_failed_server() {
+    let Some(r) = servers::remote() else {
+        return;
+    };
+    assert!(RemoteBackend::init(&r.url, &r.s3_settings()).unwrap());
+    let (_, head) = open(&r)
+        .create(Some("c"), turn(&["x"]), Durability::Sync)
+        .unwrap();
+    r.servers.psql(
+        &r.name,
+        &format!(
+            "UPDATE sessctl.objects SET kind = 99 WHERE id = decode('{}', 'hex')",
+            head.to_hex()
+        ),
+    );
+    let fresh = open_uncached(&r);
+    let err = fresh.odb().read(&head).unwrap_err();
+    assert!(err.is_corruption(), "{err:?}");
+    assert!(err.to_string().contains("unknown kind 99"), "{err}");
+    match fresh.fsck(&FsckOptions::default(), &mut |_, _| {}) {
+        Ok(report) => assert!(!report.problems.is_empty()),
+        Err(e) => assert!(e.is_corruption(), "{e:?}"),
+    }
+    r.servers.psql(&r.name, "DELETE FROM sessctl.chain_head");
+    let err = Store::open_remote_with(&r.url, &OpenOptions::default(), &r.s3_settings())
+        .and_then(|s| s.conversations(None).map(|_| ()))
+        .unwrap_err();
+    assert!(err.is_corruption(), "{err:?}");
+    assert!(
+        err.to_string().contains("sessctl.chain_head is damaged"),
+        "{err}"
+    );
+}

@@ -1034,6 +1034,16 @@ impl RemoteBackend {
         }
     }
 
+    /// A table whose rows say what no write leaves (a row gone that the
+    /// schema keeps, a value out of its range): damage to report as such
+    /// (fsck's exit 3), not a server that failed a request.
+    fn damaged_table(&self, table: &str, reason: String) -> Error {
+        Error::CorruptTable {
+            table: format!("{} sessctl.{table}", self.url.shown),
+            reason,
+        }
+    }
+
     fn s3_error(&self, e: object_store::Error) -> Error {
         Error::Remote {
             what: self.url.s3_shown(),
@@ -1317,9 +1327,11 @@ impl RemoteBackend {
             .packs
             .get(&pack)
             .cloned()
-            .ok_or_else(|| Error::Remote {
-                what: self.url.shown.clone(),
-                reason: format!("an object names pack row {pack}, which is not there"),
+            .ok_or_else(|| {
+                self.damaged_table(
+                    "objects",
+                    format!("an object names pack row {pack}, which is not there"),
+                )
             })?;
         let key = self.url.key(&pack_key(&row.key));
         if let Some(body) = self.cached(&row.key) {
@@ -1432,16 +1444,16 @@ impl RemoteBackend {
 
     /// An object row's fields, checked: its id and where it lives.
     fn loc(&self, id: &[u8], pack: i64, kind: i16, off: i64, len: i64) -> Result<(ObjectId, Loc)> {
-        let bad = |reason: String| Error::Remote {
-            what: self.url.shown.clone(),
-            reason,
-        };
-        let id = ObjectId::from_slice(id)
-            .ok_or_else(|| bad(format!("an object row has a {}-byte id", id.len())))?;
+        let id = ObjectId::from_slice(id).ok_or_else(|| {
+            self.damaged_table(
+                "objects",
+                format!("an object row has a {}-byte id", id.len()),
+            )
+        })?;
         let kind = u8::try_from(kind)
             .ok()
             .and_then(ObjectKind::from_code)
-            .ok_or_else(|| bad(format!("object {id} has unknown kind {kind}")))?;
+            .ok_or_else(|| Error::corrupt(id, format!("its object row has unknown kind {kind}")))?;
         Ok((
             id,
             Loc {
@@ -1696,10 +1708,8 @@ impl KeptIndex for RemoteBackend {
                 }
             }
         }
-        let head = head.ok_or_else(|| Error::Remote {
-            what: self.url.shown.clone(),
-            reason: "the chain_head row is missing".into(),
-        })?;
+        let head =
+            head.ok_or_else(|| self.damaged_table("chain_head", "the row is missing".into()))?;
         let (head, built) = self.head_from(head)?;
         Ok((head, built, found))
     }
@@ -2001,7 +2011,8 @@ impl RemoteBackend {
             what: self.url.shown.clone(),
             reason,
         };
-        let row = head.ok_or_else(|| bad("the chain_head row is missing".into()))?;
+        let row =
+            head.ok_or_else(|| self.damaged_table("chain_head", "the row is missing".into()))?;
         let seq = row
             .get(0)
             .and_then(|v| v.parse::<i64>().ok())
