@@ -64,7 +64,19 @@ fn read_json(path: &Path) -> CmdResult<(Value, String)> {
 /// Parses a file holding a JSON array of messages.
 pub(crate) fn read_messages(path: &Path) -> CmdResult<Vec<Value>> {
     match read_json(path)? {
-        (Value::Array(items), _) => Ok(items),
+        (Value::Array(items), source) => {
+            // Every view reads a message as an object (its role, content,
+            // tool calls): anything else would be stored and then shown
+            // differently by each.
+            match items.iter().position(|m| !m.is_object()) {
+                Some(i) => Err(CommandError::Failed(format!(
+                    "{source}: message {i} is {}, not a JSON object \
+                     (a message is an object such as {{\"role\": \"user\", \"content\": \"...\"}})",
+                    json_kind(&items[i])
+                ))),
+                None => Ok(items),
+            }
+        }
         (other, source) => Err(CommandError::Failed(format!(
             "{source}: expected a JSON array of messages, found {}",
             json_kind(&other)

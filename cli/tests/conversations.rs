@@ -818,6 +818,12 @@ fn bad_input_gets_one_line_and_the_right_exit_code(s: &TestStore) {
             &format!("sessctl: {obj}: expected a JSON array of messages, found an object\n"),
         ),
         (
+            &["commit", "--new", "--messages", "-"],
+            Some(r#"[{"role": "user", "content": "hi"}, 2]"#),
+            1,
+            "sessctl: standard input: message 1 is a number, not a JSON object (a message is an object such as {\"role\": \"user\", \"content\": \"...\"})\n",
+        ),
+        (
             &["commit", "--new", "--messages", &dup],
             None,
             1,
