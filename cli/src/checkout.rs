@@ -59,7 +59,9 @@ pub struct ResumeArgs {
     /// The session to resume: a conversation, a session id or prefix, a tag.
     #[arg(default_value = "HEAD", add = clap_complete::engine::ArgValueCandidates::new(crate::complete::revisions))]
     rev: String,
-    /// Print {"history": [...], "summary": {...}} as one line of JSON.
+    /// Print {"history": [...], "summary": {...}} as one line of JSON
+    /// (and "raw_history", the stored lines, when the history is a
+    /// conversion of them: an imported session).
     #[arg(long)]
     json: bool,
 }
@@ -106,7 +108,10 @@ pub fn resume(ctx: &Ctx, args: ResumeArgs) -> CmdResult {
     let id = store.resolve_rev(&args.rev)?;
     let r = resume::resume(&store, &id)?;
     if args.json {
-        let v = json!({"history": r.history, "summary": r.summary.to_json()});
+        let mut v = json!({"history": r.history, "summary": r.summary.to_json()});
+        if let Some(raw) = r.raw_history {
+            v["raw_history"] = json!(raw);
+        }
         print(&format!("{v}\n"))
     } else {
         print(&summary_text(&r.summary))

@@ -378,6 +378,12 @@ fn checkout_output_is_a_history_a_chat_api_accepts(s: &TestStore) {
             raw.as_array().unwrap().len() as u64,
             c["messages"].as_u64().unwrap()
         );
+        // resume --json gives the model the same history, the stored lines
+        // beside it.
+        let resumed: Value =
+            serde_json::from_str(&ok(&store, &["resume", "--json", name])).unwrap();
+        assert_eq!(resumed["history"], state["message_history"], "{name}");
+        assert_eq!(resumed["raw_history"], raw, "{name}");
         // Every tool call the stored history makes is in the chat history.
         let history = state["message_history"].as_array().unwrap();
         let calls = history

@@ -225,8 +225,13 @@ pub const FIRST_TOPIC_CHARS: usize = 80;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resume {
     /// The history to give the model: the session's history, which after a
-    /// compaction starts with the checkpoint summary.
+    /// compaction starts with the checkpoint summary; model-ready chat as
+    /// `state.json`'s `message_history` is (converted through the
+    /// normalized view when its messages are not all chat messages).
     pub history: Vec<Value>,
+    /// The history as stored, when `history` is a conversion of it (an
+    /// imported session): what `raw_messages.json` holds.
+    pub raw_history: Option<Vec<Value>>,
     /// For display only.
     pub summary: ResumeSummary,
 }
@@ -303,7 +308,7 @@ pub fn resume(store: &Store, id: &ObjectId) -> Result<Resume> {
     let odb = store.odb();
     let head = odb.session(id)?;
     let conversation = head.conversation_id(*id);
-    let history = odb.load_messages(id)?;
+    let stored = odb.load_messages(id)?;
 
     let mut title = None;
     let mut at = *id;
@@ -325,7 +330,7 @@ pub fn resume(store: &Store, id: &ObjectId) -> Result<Resume> {
     };
 
     let mut messages: BTreeMap<String, u64> = BTreeMap::new();
-    for m in &history {
+    for m in &stored {
         let v = view(m);
         let role = match (v.meta, v.shape) {
             (true, Shape::Unknown) => "unknown",
@@ -338,6 +343,12 @@ pub fn resume(store: &Store, id: &ObjectId) -> Result<Resume> {
     let description = match &title {
         Some(t) => t.clone(),
         None => first.chars().take(DESCRIPTION_CHARS).collect(),
+    };
+    let message_count = stored.len() as u64;
+    let (history, raw_history) = if needs_conversion(&stored) {
+        (chat_history(&stored), Some(stored))
+    } else {
+        (stored, None)
     };
     let first_topic = first
         .lines()
@@ -353,7 +364,7 @@ pub fn resume(store: &Store, id: &ObjectId) -> Result<Resume> {
             title,
             created,
             last_activity: head.created_at,
-            message_count: history.len() as u64,
+            message_count,
             messages,
             description,
             first_topic,
@@ -361,6 +372,7 @@ pub fn resume(store: &Store, id: &ObjectId) -> Result<Resume> {
             usage,
         },
         history,
+        raw_history,
     })
 }
 
