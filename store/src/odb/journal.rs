@@ -8,10 +8,13 @@
 //! flight becomes the leader and syncs everything written so far; the others
 //! wait for a sync that covers their frame.
 //!
-//! On open the journal is scanned and indexed in memory. A frame that fails
-//! its checksum at the end of the last segment is a torn write: its bytes are
-//! set aside in `journal/torn-*.bin` and the segment is cut there, never
-//! earlier. This module must never drop a frame that precedes a valid one.
+//! On open the journal is scanned and indexed in memory, and a handle that
+//! may write syncs what it read, so that the sync watermark of each frame it
+//! appends vouches for every frame it read. A frame that fails its
+//! checksum at the end of the last segment, past every watermark, is a torn
+//! write: its bytes are set aside in `journal/torn-*.bin` and the segment is
+//! cut there, never earlier. This module must never drop a frame that a
+//! later watermark vouches for.
 //!
 //! One file, though long: the frame format, the recovery scan that trusts
 //! or cuts frames by their sync watermark, and the group-commit writer that
@@ -583,9 +586,10 @@ struct Tail {
     seq: u64,
     /// Bytes of it read and indexed: the end of its last valid frame.
     len: u64,
-    /// How far the journal is known durable: by this handle's own syncs,
-    /// the watermarks of frames others wrote, and rotations (a segment is
-    /// synced whole before the next is created).
+    /// How far the journal is known durable: by this handle's own syncs
+    /// (the one at open included), the watermarks of frames others wrote,
+    /// and rotations (a segment is synced whole before the next is
+    /// created).
     synced: Pos,
     syncing: bool,
     poisoned: Option<String>,
@@ -803,7 +807,9 @@ fn read_from(file: &File, from: u64) -> std::io::Result<Vec<u8>> {
 impl Journal {
     /// Opens the journal in `dir` and indexes what it holds. Nothing is cut
     /// or written here: another process may be appending, so an unreadable
-    /// tail is left for the next holder of the write lock to judge.
+    /// tail is left for the next holder of the write lock to judge. A
+    /// handle that may write syncs the newest segment's frames it read
+    /// (`sync_frames_read`).
     pub fn open(dir: &Path, read_only: bool, segment_target: u64) -> Result<Journal> {
         let journal = Journal {
             dir: dir.to_path_buf(),
@@ -851,15 +857,45 @@ impl Journal {
             let end = journal.scan(seq, &file, SEGMENT_HEADER_LEN, true, Scan::Read, true)?;
             journal.segments_mut().insert(seq, file.clone());
             st.write_ahead = writes_ahead(&file);
-            st.file = Some(file);
             st.seq = seq;
             st.len = end.end;
             st.alloc = end.end;
             st.whole = end.bad;
             st.synced = (seq, end.watermark.max(SEGMENT_HEADER_LEN));
+            if !read_only && end.end > st.synced.1 {
+                journal.sync_frames_read(&mut st, &file, end.end);
+            }
+            st.file = Some(file);
         }
         drop(st);
         Ok(journal)
+    }
+
+    /// Makes the frames this handle read of the newest segment, up to
+    /// `end`, durable with one `fdatasync`, so that the watermark of every
+    /// frame it appends can claim them (objects-format.md, "Recovery").
+    ///
+    /// Without it, a handle's frames could claim only what its own syncs
+    /// and others' watermarks prove, and a process that commits once and
+    /// exits proves nothing to the next: in a segment written one commit a
+    /// process, every frame would carry the segment's start as its
+    /// watermark, and damage anywhere in it would pass for a torn write and
+    /// be cut, with every acknowledged commit after it. Whoever wrote those
+    /// frames, and whether or not they synced, a sync that starts after
+    /// they were read and verified makes them durable as read: no claim
+    /// rests on a process that may have died before its sync.
+    ///
+    /// At open, not under the write lock, which is never held across an
+    /// `fdatasync`. When their writers synced (`Durability::Sync`) nothing
+    /// is dirty and the call only flushes the disk's cache; frames a
+    /// `NoSync` writer left dirty are written now, the price of vouching
+    /// for them. A failed sync poisons the handle's writes, as any failed
+    /// sync does.
+    fn sync_frames_read(&self, st: &mut Tail, file: &File, end: u64) {
+        match file.sync_data() {
+            Ok(()) => st.synced = st.synced.max((st.seq, end)),
+            Err(e) => st.poisoned = Some(format!("{}: {e}", self.segment_path(st.seq).display())),
+        }
     }
 
     fn segments_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<u64, Arc<File>>> {
