@@ -384,6 +384,10 @@ fn checkout_output_is_a_history_a_chat_api_accepts(s: &TestStore) {
             serde_json::from_str(&ok(&store, &["resume", "--json", name])).unwrap();
         assert_eq!(resumed["history"], state["message_history"], "{name}");
         assert_eq!(resumed["raw_history"], raw, "{name}");
+        // So does export --format openai.
+        let openai: Value =
+            serde_json::from_str(&ok(&store, &["export", "--format", "openai", name])).unwrap();
+        assert_eq!(openai["messages"], state["message_history"], "{name}");
         // Every tool call the stored history makes is in the chat history.
         let history = state["message_history"].as_array().unwrap();
         let calls = history

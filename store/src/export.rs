@@ -330,10 +330,19 @@ pub fn export(store: &Store, id: ObjectId, format: ExportFormat) -> Result<Strin
             s
         }
         ExportFormat::OpenAi => {
-            let msgs: Vec<Value> = history_with_owners(store, id, Compactions::End)?
-                .iter()
-                .flat_map(|(m, _)| to_openai(&m.value))
+            let stored: Vec<Value> = history_with_owners(store, id, Compactions::End)?
+                .into_iter()
+                .map(|(m, _)| m.value)
                 .collect();
+            // The history `checkout` gives a model (`state.json`'s
+            // `message_history`): chat messages as they are, any other
+            // history converted as a whole (meta lines left out, each
+            // call's results right after it, one response's lines merged).
+            let msgs: Vec<Value> = if crate::message::needs_conversion(&stored) {
+                crate::message::chat_history(&stored)
+            } else {
+                stored.iter().flat_map(to_openai).collect()
+            };
             let mut s = serde_json::to_string_pretty(&json!({ "messages": msgs }))
                 .expect("a JSON value serializes");
             s.push('\n');
