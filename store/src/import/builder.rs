@@ -129,11 +129,30 @@ pub(super) struct Tail {
     pub(super) resumable: bool,
 }
 
+/// What the trees before this one in the same import built: a tree whose
+/// branch begins with the same sessions (an identical copy of a file, two
+/// chats that open alike) shares them, as a fork shares its source's, and
+/// starts its own conversation at its first session of its own; a branch
+/// that is nothing but shared sessions has no conversation id yet, as a
+/// plain fork (objects-format.md, "Imported sessions").
+#[derive(Debug, Default)]
+pub(super) struct Earlier {
+    /// Their sessions (the builder adds each tree's).
+    pub(super) sessions: HashSet<ObjectId>,
+    /// The store holds this tree's line as a sessctl before this rule wrote
+    /// it: its sessions after the shared ones carry the conversation of
+    /// those. They are built so again, so that their ids stay and a second
+    /// import writes nothing; only its record no longer claims that id.
+    pub(super) carried: bool,
+}
+
 /// Turns one tree into sessions.
+#[allow(clippy::too_many_arguments)] // one import's state, threaded through
 pub(super) fn build(
     format: Format,
     mut tree: Tree,
     boundaries: &HashSet<Boundary>,
+    earlier: &mut Earlier,
     graft: Option<Graft>,
     keep: Option<Boundary>,
     finished: bool,
@@ -464,6 +483,9 @@ pub(super) fn build(
     };
     let mut session_ids: Vec<ObjectId> = Vec::with_capacity(plans.len());
     let mut conv_id: Vec<Option<ObjectId>> = vec![None; branches.len()];
+    // The conversation the sessions a branch shares with an earlier tree
+    // carry (theirs), while it has no session of its own yet.
+    let mut shared_conv: Vec<Option<ObjectId>> = vec![None; branches.len()];
     let mut head: Vec<Option<usize>> = vec![None; branches.len()];
     let mut root_extra = std::mem::take(&mut tree.root_extra);
     if let Some(r) = resumed {
@@ -550,7 +572,16 @@ pub(super) fn build(
             from = f;
             hops += 1;
         }
-        let conversation = conv_id[from];
+        // A branch of its own (a main line or fork) still without a
+        // session of its own first tries its session as the one an earlier
+        // tree built (carrying that tree's conversation); an agent carries
+        // its spawner's conversation, shared or its own.
+        let own_start = branch.conv_from.is_none() && conv_id[plan.branch].is_none();
+        let conversation = if own_start {
+            shared_conv[plan.branch]
+        } else {
+            conv_id[from].or(shared_conv[from])
+        };
         // A grafted fork's first session continues the source's session.
         let parent_id = match (plan.parent, graft) {
             (Some(p), _) => Some(session_ids[p]),
@@ -600,15 +631,32 @@ pub(super) fn build(
         if session.compaction.is_some() {
             built.compactions += 1;
         }
-        let o = session.encode()?;
+        let mut o = session.encode()?;
+        let mut shared = false;
+        if own_start && conversation.is_some() && earlier.carried {
+            // Built as it was (see `Earlier::carried`).
+            shared = true;
+        } else if own_start {
+            if earlier.sessions.contains(&o.id()) {
+                shared = true;
+            } else if conversation.is_some() {
+                // Its first session of its own starts its conversation.
+                let mut session = session;
+                session.conversation = None;
+                o = session.encode()?;
+            }
+        }
         let id = o.id();
+        earlier.sessions.insert(id);
         built.first_parent.insert(id, parent_id);
         built
             .objects
             .extend(plan.nodes.iter().map(|&i| objects[i].clone()));
         built.objects.push(o);
         session_ids.push(id);
-        if branch.conv_from.is_none() && conv_id[plan.branch].is_none() {
+        if shared {
+            shared_conv[plan.branch] = Some(conversation.unwrap_or(id));
+        } else if own_start {
             conv_id[plan.branch] = Some(id);
         }
         // Plans of a branch follow its path, so the last is its head.
@@ -634,6 +682,7 @@ pub(super) fn build(
                 .iter()
                 .all(|b| matches!(b.kind, BranchKind::Agent(_)))
             && !legacy_tree
+            && !earlier.carried
             && (0..n).all(|i| {
                 !node_held[i] || !boundaries.contains(&(blob_ids[i], depth[i], compactions[i]))
             });

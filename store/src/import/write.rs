@@ -13,7 +13,7 @@ use crate::odb::Durability;
 use crate::refs::{ConversationUpdate, PreviousValue, RefEdit, RefName, RefTarget, ReflogEntry};
 use crate::store::{Store, Transaction};
 
-use super::builder::{blob_object, build, message_object, Boundary, Built, Graft, Tail};
+use super::builder::{blob_object, build, message_object, Boundary, Built, Earlier, Graft, Tail};
 use super::*;
 
 /// A tree an import wrote, as a catch-up goes on from it (`tail.rs`): the
@@ -43,6 +43,9 @@ pub(super) fn import_trees(
     let existing_refs = store.refs()?;
     let mut names_used: HashSet<String> = HashSet::new();
     let mut claimed: HashSet<RefName> = HashSet::new();
+    // The sessions the trees built so far make: a later tree that begins
+    // with them (an identical copy of a file) shares them as a fork would.
+    let mut earlier = Earlier::default();
     if let Some(p) = &opts.progress {
         p.phase("importing conversations", Some(trees.len() as u64));
     }
@@ -97,10 +100,16 @@ pub(super) fn import_trees(
                 plain && boundaries.is_empty() && keep.is_none(),
             )
         });
+        earlier.carried = carried_line(
+            store,
+            current.as_ref().map_or(&tree.name, |c| c.short()),
+            &earlier.sessions,
+        )?;
         let mut built = build(
             format,
             tree,
             &boundaries,
+            &mut earlier,
             graft,
             keep,
             opts.finished,
@@ -312,7 +321,16 @@ pub(super) fn import_tail_tree(
     opts: &ImportOptions,
     report: &mut ImportReport,
 ) -> Result<Option<Option<Tail>>> {
-    let mut built = build(format, tree, &HashSet::new(), graft, None, false, report)?;
+    let mut built = build(
+        format,
+        tree,
+        &HashSet::new(),
+        &mut Earlier::default(),
+        graft,
+        None,
+        false,
+        report,
+    )?;
     // Only the main line moves: a subagent's or fork's sessions would be
     // named and linked by the whole tree. (Without `graft`, a conversation
     // not in the store yet, all may still be held back.)
@@ -749,6 +767,34 @@ fn kept_head(store: &Store, name: &str) -> Result<Option<Boundary>> {
         }
     }
     Ok(None)
+}
+
+/// Whether the store holds the conversation `name` (its `.imported` ref
+/// once the import follows that) as a sessctl before `Earlier` wrote it,
+/// when it began with sessions an earlier tree of the import built: a
+/// session on its line after those (before any the user added on it)
+/// carries the conversation of one of them.
+fn carried_line(store: &Store, name: &str, earlier: &HashSet<ObjectId>) -> Result<bool> {
+    if earlier.is_empty() {
+        return Ok(false);
+    }
+    for n in [format!("{name}{IMPORTED}"), name.to_owned()] {
+        let Ok(r) = RefName::conversation(&n) else {
+            continue;
+        };
+        if let Some(RefTarget::Session(head)) = store.get_ref(&r)? {
+            let mut at = Some(head);
+            while let Some(id) = at.filter(|id| !earlier.contains(id)) {
+                let s = store.odb().session(&id)?;
+                if s.conversation.is_some_and(|c| earlier.contains(&c)) {
+                    return Ok(true);
+                }
+                at = s.first_parent();
+            }
+            return Ok(false);
+        }
+    }
+    Ok(false)
 }
 
 /// Where an earlier import ended each session the store holds for this
