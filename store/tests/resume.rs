@@ -157,7 +157,14 @@ fn resume_gives_the_history_and_a_summary_for_people(b: &Backend) {
         )
         .unwrap();
     let r = resume(&store, &head).unwrap();
-    assert_eq!(r.history, store.odb().load_messages(&head).unwrap());
+    // One stored message is no chat message: the history given to the
+    // model is converted, as checkout's is, the stored lines beside it.
+    let stored = store.odb().load_messages(&head).unwrap();
+    assert_eq!(r.raw_history.as_ref(), Some(&stored));
+    assert_eq!(
+        r.history,
+        Seed::load(&store, &head).unwrap().message_history
+    );
     let s = &r.summary;
     assert_eq!((s.created, s.last_activity), (1000, 2000));
     assert_eq!(s.message_count, 5);
@@ -250,9 +257,20 @@ fn a_compacted_session_resumes_from_its_checkpoint(b: &Backend) {
         )
         .unwrap();
     let r = resume(&store, &head).unwrap();
-    // The LLM-ready history is the checkpoint, the kept tail and what came after.
+    // The history is the checkpoint, the kept tail and what came after;
+    // given to the model as checkout gives it (the checkpoint a chat
+    // message of its summary), the stored lines beside it.
+    let raw = r.raw_history.as_ref().unwrap();
+    assert_eq!(raw.len(), 3);
+    assert!(raw[0]["sessctl_checkpoint"].is_object());
+    assert_eq!(raw[1], msg("user", "ship it"));
+    assert_eq!(raw[2], msg("assistant", "shipped"));
+    assert_eq!(
+        r.history,
+        Seed::load(&store, &head).unwrap().message_history
+    );
     assert_eq!(r.history.len(), 3);
-    assert!(r.history[0]["sessctl_checkpoint"].is_object());
+    assert!(r.history[0].get("sessctl_checkpoint").is_none());
     assert_eq!(r.history[1], msg("user", "ship it"));
     assert_eq!(r.history[2], msg("assistant", "shipped"));
     let s = &r.summary;
