@@ -255,3 +255,30 @@ fn the_marker_matches_the_golden_fixture() {
         fixture.replace(fixture_id, &id)
     );
 }
+
+/// A role granted the tables before the upgrade that added
+/// `sessctl.store` (`GRANT SELECT ON ALL TABLES` covers only tables that
+/// exist then) still opens the store and reads it, unchecked.
+#[test]
+fn a_role_that_may_not_read_the_identity_still_reads_the_store() {
+    let Some(r) = servers::remote() else {
+        return;
+    };
+    let head = store_with_a_turn(&r);
+    let role = format!("{}_reader", r.name);
+    r.servers
+        .psql("postgres", &format!("CREATE ROLE {role} LOGIN"));
+    for sql in [
+        format!("GRANT USAGE ON SCHEMA sessctl TO {role}"),
+        format!("GRANT SELECT ON ALL TABLES IN SCHEMA sessctl TO {role}"),
+        format!("REVOKE SELECT ON sessctl.store FROM {role}"),
+    ] {
+        r.servers.psql(&r.name, &sql);
+    }
+    let url = r.url.replacen("://sessctl@", &format!("://{role}@"), 1);
+    let s = open_at(&r, &url, true).unwrap();
+    assert_eq!(
+        s.odb().load_messages(&head).unwrap(),
+        [json!({"role": "user", "content": "keep me"})]
+    );
+}

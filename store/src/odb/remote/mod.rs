@@ -760,8 +760,17 @@ impl RemoteBackend {
         }
         if backend.schema >= IDENTITY_SCHEMA {
             let recorded = backend.with_reader(|c| {
-                Ok(c.query_opt("SELECT objects FROM sessctl.store", &[])?
-                    .map(|r| r.get::<_, String>(0)))
+                match c.query_opt("SELECT objects FROM sessctl.store", &[]) {
+                    Ok(row) => Ok(row.map(|r| r.get::<_, String>(0))),
+                    // A role granted its tables before the upgrade that
+                    // added this one (GRANT ... ON ALL TABLES is not for
+                    // tables made later) may not read it: it opens
+                    // unchecked, as before version 7, rather than not at
+                    // all (a reader through a wrong prefix still finds no
+                    // sessctl-store object there; a writer owns the table).
+                    Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => Ok(None),
+                    Err(e) => Err(e),
+                }
             })?;
             if let Some(objects) = recorded {
                 backend.check_objects(&objects)?;
