@@ -5,6 +5,8 @@
 //! checked around it, not an error that ends the check (exit 1).
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+mod support;
+
 use std::path::Path;
 
 use serde_json::json;
@@ -49,19 +51,6 @@ fn fsck(root: &Path) -> sessctl_store::Result<FsckReport> {
         .fsck(&FsckOptions { full: false }, &mut |_, _| {})
 }
 
-fn copy(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), dest).unwrap();
-        }
-    }
-}
-
 #[test]
 fn a_flipped_bit_in_the_lineage_index_is_found_without_full() {
     let dir = tempfile::tempdir().unwrap();
@@ -99,7 +88,7 @@ fn an_unreadable_index_record_is_a_problem_not_the_end_of_fsck() {
     let probe = dir.path().join("probe");
     for at in (64..good.len()).step_by(7) {
         let _ = std::fs::remove_dir_all(&probe);
-        copy(&root, &probe);
+        support::copy_dir(&root, &probe);
         let mut bad = good.clone();
         bad[at] ^= 1;
         std::fs::write(probe.join("index").join(table.file_name().unwrap()), &bad).unwrap();

@@ -228,19 +228,6 @@ fn importing_again_writes_nothing_and_identical_lines_are_one_object(b: &Backend
     assert_eq!(third.objects_written, 0);
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
 /// Whether `old` is on `new`'s first-parent chain.
 fn descends(store: &Store, new: ObjectId, old: ObjectId) -> bool {
     let mut at = Some(new);
@@ -267,7 +254,7 @@ fn a_store_an_older_sessctl_imported_into_imports_again_and_fast_forwards() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/store-import-blobs");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    copy_dir(&fixture, &path);
+    support::copy_dir(&fixture, &path);
     // The rollout's first 60 lines, as the older sessctl read it.
     let prefix = dir.path().join("rollout-prefix.jsonl");
     let text = std::fs::read_to_string(&rollout).unwrap();

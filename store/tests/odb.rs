@@ -523,27 +523,13 @@ fn a_damaged_frame_in_a_sealed_segment_costs_only_its_own_objects() {
 
 /// A segment file without the zeros written ahead after its frames.
 fn frames_only(bytes: &[u8]) -> Vec<u8> {
-    let end = frame_starts(bytes)
+    let end = support::frame_starts(bytes)
         .last()
         .map_or(SEGMENT_HEADER_LEN as usize, |&p| {
             p + FRAME_HEADER_LEN + u32::from_le_bytes(bytes[p..p + 4].try_into().unwrap()) as usize
         });
     assert!(bytes[end..].iter().all(|b| *b == 0));
     bytes[..end].to_vec()
-}
-
-/// Frame starts in a segment file (up to the zeros written ahead).
-fn frame_starts(bytes: &[u8]) -> Vec<usize> {
-    let mut starts = Vec::new();
-    let mut pos = SEGMENT_HEADER_LEN as usize;
-    while pos + FRAME_HEADER_LEN <= bytes.len()
-        && bytes[pos..pos + FRAME_HEADER_LEN].iter().any(|b| *b != 0)
-    {
-        starts.push(pos);
-        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
-        pos += FRAME_HEADER_LEN + len;
-    }
-    starts
 }
 
 // Local only: flips a bit of a journal segment on disk.
@@ -561,7 +547,7 @@ fn a_flipped_bit_in_a_synced_frame_never_cuts_later_commits() {
     drop(odb);
     let seg = only_segment(&path);
     let mut bytes = fs::read(&seg).unwrap();
-    let starts = frame_starts(&bytes);
+    let starts = support::frame_starts(&bytes);
     // A bit of the second frame's body: it was synced before the third was written.
     bytes[starts[1] + FRAME_HEADER_LEN + 40] ^= 0x01;
     fs::write(&seg, &bytes).unwrap();
@@ -603,7 +589,7 @@ fn a_bad_frame_in_an_unsynced_group_is_torn_with_everything_after_it() {
     drop(odb);
     let seg = only_segment(&path);
     let mut bytes = fs::read(&seg).unwrap();
-    let starts = frame_starts(&bytes);
+    let starts = support::frame_starts(&bytes);
     assert_eq!(starts.len(), 5);
     // Damage the second frame: no later frame's watermark passes it (none
     // of them was synced), so it and all after it are a torn write.
@@ -689,7 +675,7 @@ fn appends_write_into_the_zeros_written_ahead_without_growing_the_file() {
     for id in &later {
         odb.read(id).unwrap();
     }
-    assert_eq!(frame_starts(&fs::read(&seg).unwrap()).len(), 21);
+    assert_eq!(support::frame_starts(&fs::read(&seg).unwrap()).len(), 21);
 }
 
 /// A frame can end fewer bytes before the end of the space written ahead
@@ -801,7 +787,7 @@ fn a_lost_synced_frame_before_zeros_is_damage_not_the_end() {
     drop(odb);
     let seg = only_segment(&path);
     let mut bytes = fs::read(&seg).unwrap();
-    let starts = frame_starts(&bytes);
+    let starts = support::frame_starts(&bytes);
     // The second frame reads back as zeros, as a block the disk lost would;
     // later frames say it had been synced.
     bytes[starts[1]..starts[2]].fill(0);

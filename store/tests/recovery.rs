@@ -7,12 +7,14 @@
 // Local only: reads and damages journal segments on disk.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+mod support;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
 use sessctl_store::fsck::FsckOptions;
-use sessctl_store::odb::journal::{FRAME_HEADER_LEN, SEGMENT_HEADER_LEN};
+use sessctl_store::odb::journal::FRAME_HEADER_LEN;
 use sessctl_store::{Durability, Messages, ObjectId, OpenOptions, Store, Turn};
 
 fn turn(text: &str) -> Turn {
@@ -52,19 +54,6 @@ fn only_segment(path: &Path) -> PathBuf {
     segs.into_iter().next().unwrap()
 }
 
-/// Frame starts in a segment file, up to the zeros written ahead.
-fn frame_starts(bytes: &[u8]) -> Vec<usize> {
-    let mut starts = Vec::new();
-    let mut pos = SEGMENT_HEADER_LEN as usize;
-    while pos + FRAME_HEADER_LEN <= bytes.len()
-        && bytes[pos..pos + FRAME_HEADER_LEN].iter().any(|b| *b != 0)
-    {
-        starts.push(pos);
-        pos += FRAME_HEADER_LEN + body_len(bytes, pos);
-    }
-    starts
-}
-
 fn body_len(bytes: &[u8], frame: usize) -> usize {
     u32::from_le_bytes(bytes[frame..frame + 4].try_into().unwrap()) as usize
 }
@@ -74,7 +63,7 @@ fn watermark(bytes: &[u8], frame: usize) -> usize {
 }
 
 fn frames_end(bytes: &[u8]) -> usize {
-    let last = *frame_starts(bytes).last().unwrap();
+    let last = *support::frame_starts(bytes).last().unwrap();
     last + FRAME_HEADER_LEN + body_len(bytes, last)
 }
 
@@ -113,7 +102,7 @@ fn conversations(store: &Store) -> Vec<String> {
 fn each_handles_frame_claims_every_frame_it_found_as_durable() {
     let (_d, path, _) = five_commits_by_five_handles();
     let bytes = fs::read(only_segment(&path)).unwrap();
-    let starts = frame_starts(&bytes);
+    let starts = support::frame_starts(&bytes);
     assert_eq!(starts.len(), 5);
     // Each handle synced what it found before it appended: its frame's
     // watermark is the frame's own start.
@@ -127,7 +116,7 @@ fn a_flipped_bit_in_an_acknowledged_frame_is_damage_and_nothing_is_cut() {
     let seg = only_segment(&path);
     let seg_name = seg.file_name().unwrap().to_string_lossy().into_owned();
     let mut bytes = fs::read(&seg).unwrap();
-    let starts = frame_starts(&bytes);
+    let starts = support::frame_starts(&bytes);
     let end = frames_end(&bytes);
     // Byte 1000, as the tester flipped it: in c2's frame, which c3's
     // handle found and synced before it appended.
@@ -187,7 +176,7 @@ fn a_flipped_bit_in_an_acknowledged_frame_is_damage_and_nothing_is_cut() {
     assert!(!notes.iter().any(|n| n.contains("torn")), "{notes:?}");
     let now = fs::read(&seg).unwrap();
     assert_eq!(now[..end], bytes[..end], "nothing was cut or rewritten");
-    assert_eq!(frame_starts(&now).len(), 6);
+    assert_eq!(support::frame_starts(&now).len(), 6);
     assert!(set_aside(&path).is_empty());
     assert!(!path.join("recovery.log").exists());
 
@@ -211,7 +200,7 @@ fn a_last_frame_cut_short_is_still_a_torn_write() {
     let (_d, path, ids) = five_commits_by_five_handles();
     let seg = only_segment(&path);
     let bytes = fs::read(&seg).unwrap();
-    let starts = frame_starts(&bytes);
+    let starts = support::frame_starts(&bytes);
     let end = frames_end(&bytes);
     // A crash during the last append: part of its frame reached the disk.
     let cut = starts[4] + (end - starts[4]) / 2;
@@ -234,7 +223,7 @@ fn a_last_frame_cut_short_is_still_a_torn_write() {
     let now = fs::read(&seg).unwrap();
     assert_eq!(now[..starts[4]], bytes[..starts[4]]);
     assert_eq!(
-        frame_starts(&now)[4],
+        support::frame_starts(&now)[4],
         starts[4],
         "the new frame took its place"
     );
@@ -271,7 +260,7 @@ fn garbage_after_the_last_frame_is_still_a_torn_write() {
         assert_eq!(set_aside(&path).len(), 1);
         let now = fs::read(&seg).unwrap();
         assert_eq!(now[..end], bytes[..end], "at {at}: the frames are intact");
-        assert_eq!(frame_starts(&now)[5], end, "at {at}");
+        assert_eq!(support::frame_starts(&now)[5], end, "at {at}");
 
         let store = Store::open(&path, &OpenOptions::default()).unwrap();
         assert!(store.take_recovery_notes().is_empty());

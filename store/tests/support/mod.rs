@@ -353,3 +353,33 @@ pub fn data(sub: &str) -> Option<std::path::PathBuf> {
         None
     }
 }
+
+/// Copies the directory `from` (a store, say) to `to`, recursively.
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// The starts of the frames in a journal segment file's bytes, up to the
+/// zeros written ahead (objects-format.md, "Frames").
+pub fn frame_starts(bytes: &[u8]) -> Vec<usize> {
+    use sessctl_store::odb::journal::{FRAME_HEADER_LEN, SEGMENT_HEADER_LEN};
+    let mut starts = Vec::new();
+    let mut pos = SEGMENT_HEADER_LEN as usize;
+    while pos + FRAME_HEADER_LEN <= bytes.len()
+        && bytes[pos..pos + FRAME_HEADER_LEN].iter().any(|b| *b != 0)
+    {
+        starts.push(pos);
+        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+        pos += FRAME_HEADER_LEN + len;
+    }
+    starts
+}
